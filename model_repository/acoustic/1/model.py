@@ -1,0 +1,67 @@
+"""Triton shim for the acoustic stage (Talker): text → one response per sentence."""
+
+# The Python backend stub runs an isolated interpreter (PYTHONPATH is ignored); the
+# launcher names the project and its virtual environment here instead.
+import os  # noqa: E402
+import sys  # noqa: E402
+
+sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from python_backends import contract as c
+from python_backends.engines import AcousticEngine
+from python_backends.requests import read_text, read_voice_params
+from python_backends.text import split_sentences
+from python_backends.triton_glue import FINAL, declare, log_error, parameters, request_inputs, response, send_error
+from python_backends.voice import DEFAULT_VOICE, load_voice
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        return declare(config, c.ACOUSTIC_MODEL)
+
+    def initialize(self, args):
+        p = parameters(args)
+        threads = int(p.get("workers", "2"))
+        self.engine = AcousticEngine(load_voice(p.get("voice", DEFAULT_VOICE)))
+        self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
+        self.max_sentence_chars = int(p.get("max_sentence_chars", c.MAX_SENTENCE_CHARS))
+        # Sentences of all streams share these workers in arrival order, so a new
+        # stream's first sentence waits for at most one sentence per worker.
+        self.workers = ThreadPoolExecutor(threads, thread_name_prefix="acoustic")
+
+    async def execute(self, requests):
+        await asyncio.gather(*(self._serve(request) for request in requests))
+
+    async def _serve(self, request):
+        sender = request.get_response_sender()
+        loop = asyncio.get_running_loop()
+        try:
+            inputs = request_inputs(request, c.ACOUSTIC_MODEL)
+            text = read_text(inputs, self.max_text_chars)
+            params = read_voice_params(inputs, self.engine.default_params())
+            for index, sentence in enumerate(split_sentences(text, self.max_sentence_chars)):
+                if request.is_cancelled():
+                    break
+                s = await loop.run_in_executor(self.workers, self.engine.synthesize, index, sentence, params)
+                sender.send(response({
+                    c.LATENT: s.latent,
+                    c.DURATIONS: s.durations,
+                    c.PHONEME_IDS: s.phoneme_ids,
+                    c.SENTENCE_INDEX: np.array([index], dtype=np.int32),
+                    c.TEXT_SPAN: np.array([sentence.start, sentence.end], dtype=np.int32),
+                }))
+            sender.send(flags=FINAL)
+        except c.InvalidRequest as e:
+            send_error(sender, str(e))
+        except Exception as e:
+            log_error(f"acoustic: request failed: {e!r}")
+            send_error(sender, f"acoustic stage failed: {e}")
+
+    def finalize(self):
+        self.workers.shutdown(cancel_futures=True)

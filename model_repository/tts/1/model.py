@@ -1,0 +1,103 @@
+"""Triton shim for the tts BLS model: streams acoustic → chunked vocoder → PCM chunks."""
+
+# The Python backend stub runs an isolated interpreter (PYTHONPATH is ignored); the
+# launcher names the project and its virtual environment here instead.
+import os  # noqa: E402
+import sys  # noqa: E402
+
+sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from python_backends import contract as c
+from python_backends.requests import read_chunk_params, read_params, read_text
+from python_backends.streaming import LatentSentence, stream_pcm
+from python_backends.triton_glue import FINAL, declare, log_error, parameters, request_inputs, response, send_error
+
+
+class StageError(RuntimeError):
+    """A stage model answered with an error."""
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        return declare(config, c.TTS_MODEL)
+
+    def initialize(self, args):
+        p = parameters(args)
+        self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
+        # The BLS response iterator blocks; each open stream parks one thread on it.
+        self.waiters = ThreadPoolExecutor(int(p.get("max_streams", "256")), thread_name_prefix="acoustic-wait")
+
+    async def execute(self, requests):
+        await asyncio.gather(*(self._serve(request) for request in requests))
+
+    async def _serve(self, request):
+        sender = request.get_response_sender()
+        try:
+            inputs = request_inputs(request, c.TTS_MODEL)
+            read_text(inputs, self.max_text_chars)
+            read_params(inputs, c.VOICE_PARAMS)
+            chunking = read_chunk_params(inputs)
+            chunks = stream_pcm(
+                self._sentences(request, inputs), self._vocode,
+                chunking.initial_frames, chunking.frames, chunking.left_context, chunking.right_context,
+                is_cancelled=request.is_cancelled,
+            )
+            async for chunk in chunks:
+                sender.send(response({
+                    c.PCM: chunk.pcm,
+                    c.CHUNK_INDEX: np.array([chunk.index], dtype=np.int32),
+                    c.SAMPLE_OFFSET: np.array([chunk.sample_offset], dtype=np.int64),
+                    c.SENTENCE_INDEX: np.array([chunk.sentence_index], dtype=np.int32),
+                    c.TEXT_SPAN: np.array(chunk.span, dtype=np.int32),
+                }))
+            sender.send(flags=FINAL)
+        except (c.InvalidRequest, StageError) as e:
+            send_error(sender, str(e))
+        except Exception as e:
+            log_error(f"tts: request failed: {e!r}")
+            send_error(sender, f"tts failed: {e}")
+
+    async def _sentences(self, request, inputs):
+        """The acoustic model's responses, one per sentence, without blocking the loop."""
+        names = [c.TEXT] + [p.name for p in c.VOICE_PARAMS]
+        acoustic = pb_utils.InferenceRequest(
+            model_name=c.ACOUSTIC_MODEL,
+            inputs=[pb_utils.Tensor(n, inputs[n]) for n in names if n in inputs],
+            requested_output_names=[c.LATENT, c.SENTENCE_INDEX, c.TEXT_SPAN],
+        )
+        responses = await acoustic.async_exec(decoupled=True)
+        loop = asyncio.get_running_loop()
+        while (r := await loop.run_in_executor(self.waiters, next, responses, None)) is not None:
+            if r.has_error():
+                raise StageError(r.error().message())
+            latent = pb_utils.get_output_tensor_by_name(r, c.LATENT)
+            if latent is None:
+                continue  # the empty final response
+            yield LatentSentence(
+                int(pb_utils.get_output_tensor_by_name(r, c.SENTENCE_INDEX).as_numpy()[0]),
+                tuple(int(x) for x in pb_utils.get_output_tensor_by_name(r, c.TEXT_SPAN).as_numpy()),
+                latent.as_numpy(),
+            )
+            if request.is_cancelled():
+                return
+
+    async def _vocode(self, window):
+        vocoder = pb_utils.InferenceRequest(
+            model_name=c.VOCODER_MODEL,
+            inputs=[pb_utils.Tensor(c.LATENT, window[None])],
+            requested_output_names=[c.PCM],
+        )
+        r = await vocoder.async_exec()
+        if r.has_error():
+            raise StageError(r.error().message())
+        return pb_utils.get_output_tensor_by_name(r, c.PCM).as_numpy()[0]
+
+    def finalize(self):
+        self.waiters.shutdown(cancel_futures=True)

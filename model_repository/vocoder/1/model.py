@@ -1,0 +1,35 @@
+"""Triton shim for the vocoder stage (Code2Wav): latent windows → PCM, batched."""
+
+# The Python backend stub runs an isolated interpreter (PYTHONPATH is ignored); the
+# launcher names the project and its virtual environment here instead.
+import os  # noqa: E402
+import sys  # noqa: E402
+
+sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from python_backends import contract as c
+from python_backends.engines import VocoderEngine
+from python_backends.triton_glue import declare, log_warn, parameters, response
+from python_backends.voice import DEFAULT_VOICE, load_voice
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        return declare(config, c.VOCODER_MODEL)
+
+    def initialize(self, args):
+        p = parameters(args)
+        self.engine = VocoderEngine(load_voice(p.get("voice", DEFAULT_VOICE)), threads=int(p.get("threads", "1")))
+
+    def execute(self, requests):
+        # The dynamic batcher joins only equal shapes, so one run serves the batch.
+        latents = [pb_utils.get_input_tensor_by_name(r, c.LATENT).as_numpy() for r in requests]
+        if len({x.shape for x in latents}) > 1:
+            log_warn(f"vocoder: batch of mixed shapes {[x.shape for x in latents]}; vocoding one by one")
+            return [response({c.PCM: self.engine.vocode(x)}) for x in latents]
+        pcm = self.engine.vocode(np.concatenate(latents))
+        return [response({c.PCM: pcm[i : i + 1]}) for i in range(len(requests))]

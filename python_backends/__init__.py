@@ -1,0 +1,1 @@
+"""Speech synthesis stages served by Triton's Python backend, importable without Triton."""

@@ -1,0 +1,73 @@
+"""Chunk planning: which latent frames each vocoder call speaks, and with what context.
+
+Pure functions. The vocoder is convolutional, so a chunk vocoded with enough frames of
+context on both sides sounds like the same frames vocoded within the whole sentence;
+the context's audio is cut off again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .contract import VOCODER_BUCKETS
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Frames ``[start, end)`` are spoken; ``[window_start, window_end)`` are vocoded."""
+
+    start: int
+    end: int
+    window_start: int
+    window_end: int
+
+    @property
+    def frames(self) -> int:
+        return self.end - self.start
+
+    @property
+    def window_frames(self) -> int:
+        return self.window_end - self.window_start
+
+    @property
+    def lead_frames(self) -> int:
+        """Left-context frames to cut from the front of the vocoded window."""
+        return self.start - self.window_start
+
+
+def chunk_sizes(initial: int, size: int) -> Iterator[int]:
+    """initial, 2·initial, 4·initial, … up to `size`, then `size` for ever: a small
+    first chunk for a fast first packet, larger ones for less context overhead."""
+    current = min(initial, size)
+    while True:
+        yield current
+        current = min(current * 2, size)
+
+
+def plan_chunks(frames: int, sizes: Iterator[int], left: int, right: int) -> list[Chunk]:
+    """Cut a sentence of `frames` latent frames into chunks, taking sizes from `sizes`.
+
+    A remainder shorter than half the chunk before it is merged into that chunk, so no
+    call vocodes mostly context. Context is clipped at the sentence's edges.
+    """
+    chunks = []
+    start = 0
+    while start < frames:
+        size = next(sizes)
+        end = min(start + size, frames)
+        if frames - end < size // 2:
+            end = frames
+        chunks.append(Chunk(start, end, max(0, start - left), min(frames, end + right)))
+        start = end
+    return chunks
+
+
+def bucket_frames(frames: int) -> int:
+    """The padded window length for a window of `frames`: the smallest bucket that
+    holds it, or a multiple of the largest bucket's step past the last one."""
+    for bucket in VOCODER_BUCKETS:
+        if frames <= bucket:
+            return bucket
+    step = VOCODER_BUCKETS[-1] - VOCODER_BUCKETS[-2]
+    return VOCODER_BUCKETS[-1] + -(-(frames - VOCODER_BUCKETS[-1]) // step) * step

@@ -1,0 +1,130 @@
+"""The contract between the Triton models and their clients: names, types, defaults, limits.
+
+This module is the single source of truth. The models declare their tensors from it
+(``auto_complete_config``), validate requests with it, and the gateway and tests import
+it to build requests, so nothing here is written twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACOUSTIC_MODEL = "acoustic"
+VOCODER_MODEL = "vocoder"
+TTS_MODEL = "tts"
+
+# Inputs shared by `acoustic` and `tts`.
+TEXT = "TEXT"
+LENGTH_SCALE = "LENGTH_SCALE"
+NOISE_SCALE = "NOISE_SCALE"
+NOISE_W = "NOISE_W"
+SEED = "SEED"
+
+# Chunking inputs of `tts`.
+INITIAL_CHUNK_FRAMES = "INITIAL_CHUNK_FRAMES"
+CHUNK_FRAMES = "CHUNK_FRAMES"
+LEFT_CONTEXT_FRAMES = "LEFT_CONTEXT_FRAMES"
+RIGHT_CONTEXT_FRAMES = "RIGHT_CONTEXT_FRAMES"
+
+# Outputs of `acoustic` (one response per sentence).
+LATENT = "LATENT"  # [channels, frames] float32, the decoder input z·mask
+DURATIONS = "DURATIONS"  # [phoneme ids] int32, frames per phoneme id
+PHONEME_IDS = "PHONEME_IDS"  # [phoneme ids] int64
+SENTENCE_INDEX = "SENTENCE_INDEX"  # [1] int32
+TEXT_SPAN = "TEXT_SPAN"  # [2] int32, [start, end) in code points of the request text
+
+# Output of `vocoder`; input is LATENT (a window of frames).
+PCM = "PCM"  # [samples] float32 in [-1, 1] at the voice's sample rate
+
+# Outputs of `tts` (one response per chunk, then an empty final response).
+CHUNK_INDEX = "CHUNK_INDEX"  # [1] int32, 0, 1, 2, ... across the whole request
+SAMPLE_OFFSET = "SAMPLE_OFFSET"  # [1] int64, first sample of this chunk in the stream
+
+
+@dataclass(frozen=True)
+class Param:
+    """A scalar request parameter: its tensor, Triton type, default and allowed range."""
+
+    name: str
+    triton_type: str
+    default: float | int | None  # None: the voice's own default, or unset (seed)
+    minimum: float | int
+    maximum: float | int
+
+    @property
+    def is_integer(self) -> bool:
+        return self.triton_type in ("TYPE_INT32", "TYPE_INT64")
+
+
+VOICE_PARAMS = (
+    Param(LENGTH_SCALE, "TYPE_FP32", None, 0.25, 4.0),
+    Param(NOISE_SCALE, "TYPE_FP32", None, 0.0, 2.0),
+    Param(NOISE_W, "TYPE_FP32", None, 0.0, 2.0),
+    Param(SEED, "TYPE_INT64", None, 0, 2**63 - 1),
+)
+
+# Frames are 256 samples at 22,050 Hz (11.6 ms). A small first chunk gives a fast
+# first packet; later chunks double up to CHUNK_FRAMES so the context overhead shrinks.
+# 16 frames of left and 8 of right context match whole-utterance vocoding at ~66 dB.
+CHUNK_PARAMS = (
+    Param(INITIAL_CHUNK_FRAMES, "TYPE_INT32", 8, 1, 256),
+    Param(CHUNK_FRAMES, "TYPE_INT32", 64, 1, 256),
+    Param(LEFT_CONTEXT_FRAMES, "TYPE_INT32", 16, 0, 64),
+    Param(RIGHT_CONTEXT_FRAMES, "TYPE_INT32", 8, 0, 64),
+)
+
+# Request text limit, in characters; a model config parameter `max_text_chars` overrides it.
+MAX_TEXT_CHARS = 20_000
+# A sentence longer than this is cut (at a clause, else a space) so one sentence can never
+# stall a stream.
+MAX_SENTENCE_CHARS = 300
+
+# Vocoder windows are zero-padded to one of these lengths so Triton's dynamic batcher,
+# which joins only equal shapes, can batch chunks from different streams.
+VOCODER_BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
+
+
+class InvalidRequest(ValueError):
+    """A request the models refuse; the message is sent to the client as is."""
+
+
+def _tensor(name: str, triton_type: str, dims: list[int], optional: bool = False) -> dict:
+    tensor = {"name": name, "data_type": triton_type, "dims": dims}
+    return tensor | {"optional": True} if optional else tensor
+
+
+def _text_inputs() -> list[dict]:
+    return [_tensor(TEXT, "TYPE_STRING", [1])] + [
+        _tensor(p.name, p.triton_type, [1], optional=True) for p in VOICE_PARAMS
+    ]
+
+
+def model_inputs(model: str) -> list[dict]:
+    """Input declarations of `model`, as Triton's auto-complete config expects them."""
+    if model == ACOUSTIC_MODEL:
+        return _text_inputs()
+    if model == TTS_MODEL:
+        return _text_inputs() + [_tensor(p.name, p.triton_type, [1], optional=True) for p in CHUNK_PARAMS]
+    if model == VOCODER_MODEL:
+        return [_tensor(LATENT, "TYPE_FP32", [-1, -1])]
+    raise KeyError(model)
+
+
+def model_outputs(model: str) -> list[dict]:
+    """Output declarations of `model`."""
+    sentence = [_tensor(SENTENCE_INDEX, "TYPE_INT32", [1]), _tensor(TEXT_SPAN, "TYPE_INT32", [2])]
+    if model == ACOUSTIC_MODEL:
+        return [
+            _tensor(LATENT, "TYPE_FP32", [-1, -1]),
+            _tensor(DURATIONS, "TYPE_INT32", [-1]),
+            _tensor(PHONEME_IDS, "TYPE_INT64", [-1]),
+        ] + sentence
+    if model == TTS_MODEL:
+        return [
+            _tensor(PCM, "TYPE_FP32", [-1]),
+            _tensor(CHUNK_INDEX, "TYPE_INT32", [1]),
+            _tensor(SAMPLE_OFFSET, "TYPE_INT64", [1]),
+        ] + sentence
+    if model == VOCODER_MODEL:
+        return [_tensor(PCM, "TYPE_FP32", [-1])]
+    raise KeyError(model)

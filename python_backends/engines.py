@@ -1,0 +1,93 @@
+"""The two synthesis engines on onnxruntime: acoustic (text → latent frames) and
+vocoder (latent frames → PCM). No Triton here; the models wrap these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from . import voice as v
+from .phonemes import Espeak, phoneme_ids
+from .text import Sentence, normalize
+
+SAMPLES_PER_FRAME = 256
+
+
+def session(path, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class VoiceParams:
+    """Piper's three scales and an optional seed for the noise."""
+
+    length_scale: float
+    noise_scale: float
+    noise_w: float
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class SentenceLatent:
+    """The acoustic stage's result for one sentence."""
+
+    index: int
+    sentence: Sentence
+    phoneme_ids: np.ndarray  # int64 [ids]
+    durations: np.ndarray  # int32 [ids], frames per id; sums to the frame count
+    latent: np.ndarray  # float32 [channels, frames]
+
+
+class AcousticEngine:
+    """Text → sentences → phonemes → ids → latent frames, one sentence at a time."""
+
+    def __init__(self, voice: v.Voice, threads: int = 1) -> None:
+        self.voice = voice
+        self._prior = session(voice.graphs["prior"], threads)
+        self._flow = session(voice.graphs["flow"], threads)
+        self._espeak = Espeak.shared()
+
+    def default_params(self) -> VoiceParams:
+        d = self.voice.inference_defaults
+        return VoiceParams(d["length_scale"], d["noise_scale"], d["noise_w"])
+
+    def ids(self, sentence: Sentence) -> np.ndarray:
+        phonemes = self._espeak.phonemize(normalize(sentence.text), self.voice.espeak_voice)
+        return np.array(phoneme_ids(phonemes, self.voice.phoneme_id_map), dtype=np.int64)
+
+    def synthesize(self, index: int, sentence: Sentence, params: VoiceParams) -> SentenceLatent:
+        """The latent frames of one sentence. With a seed, the result depends only on
+        (seed, index, text, scales)."""
+        ids = self.ids(sentence)
+        rng = np.random.default_rng(None if params.seed is None else [params.seed, index])
+        scales = np.array([params.noise_scale, params.length_scale, params.noise_w], dtype=np.float32)
+        mean, std, mask, durations = self._prior.run(
+            None,
+            {
+                v.PHONEME_IDS_IN: ids[None, :],
+                v.LENGTHS_IN: np.array([ids.size], dtype=np.int64),
+                v.SCALES_IN: scales,
+                v.DP_NOISE: rng.standard_normal((1, 2, ids.size), dtype=np.float32),
+            },
+        )
+        noise = rng.standard_normal(mean.shape, dtype=np.float32)
+        sample = mean + noise * std * np.float32(params.noise_scale)
+        (latent,) = self._flow.run(None, {v.PRIOR_SAMPLE: sample, v.FRAME_MASK: mask})
+        return SentenceLatent(index, sentence, ids, durations[0, 0].astype(np.int32), latent[0])
+
+
+class VocoderEngine:
+    """Latent frames → PCM, for a batch of equal-length windows."""
+
+    def __init__(self, voice: v.Voice, threads: int = 1) -> None:
+        self._decoder = session(voice.graphs["decoder"], threads)
+
+    def vocode(self, latents: np.ndarray) -> np.ndarray:
+        """[batch, channels, frames] float32 → [batch, frames · 256] float32."""
+        (audio,) = self._decoder.run(None, {v.LATENT_OUT: np.ascontiguousarray(latents, dtype=np.float32)})
+        return audio.reshape(latents.shape[0], -1)

@@ -1,0 +1,57 @@
+"""What the three Triton models share: declaring tensors, reading requests, sending
+responses. Imported only inside Triton's Python backend (needs its `pb_utils`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from .contract import ACOUSTIC_MODEL, TTS_MODEL, model_inputs, model_outputs
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def log_error(message: str) -> None:
+    pb_utils.Logger.log_error(message)  # looked up per call: absent during auto-complete
+
+
+def log_warn(message: str) -> None:
+    pb_utils.Logger.log_warn(message)
+
+
+def declare(config, model: str):
+    """Fill a model's auto-complete config with its tensors from the contract."""
+    for tensor in model_inputs(model):
+        config.add_input(tensor)
+    for tensor in model_outputs(model):
+        config.add_output(tensor)
+    if model in (ACOUSTIC_MODEL, TTS_MODEL):
+        config.set_model_transaction_policy({"decoupled": True})
+    return config
+
+
+def parameters(args: dict) -> dict[str, str]:
+    """The `parameters` of a model's config.pbtxt, as plain strings."""
+    config = json.loads(args["model_config"])
+    return {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+
+
+def request_inputs(request, model: str) -> dict[str, np.ndarray]:
+    """The inputs present in `request`, as numpy arrays."""
+    arrays = {}
+    for tensor in model_inputs(model):
+        value = pb_utils.get_input_tensor_by_name(request, tensor["name"])
+        if value is not None:
+            arrays[tensor["name"]] = value.as_numpy()
+    return arrays
+
+
+def response(outputs: dict[str, np.ndarray]):
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+
+
+def send_error(sender, message: str) -> None:
+    """Finish a decoupled request with an error the client sees as is."""
+    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), flags=FINAL)
