@@ -9,6 +9,7 @@ delivery, and nothing is issued once the request is cancelled.
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -64,13 +65,14 @@ async def stream_pcm(
     async def issue() -> None:
         sizes = chunk_sizes(initial_frames, chunk_frames)
         try:
-            async for sentence in sentences:
-                for chunk in plan_chunks(sentence.latent.shape[1], sizes, left_context, right_context):
-                    await slots.acquire()
-                    if is_cancelled():
-                        return
-                    work = asyncio.ensure_future(vocode_chunk(vocode, sentence.latent, chunk))
-                    queue.put_nowait((sentence, work))
+            async with aclosing(sentences):
+                async for sentence in sentences:
+                    for chunk in plan_chunks(sentence.latent.shape[1], sizes, left_context, right_context):
+                        await slots.acquire()
+                        if is_cancelled():
+                            return
+                        work = asyncio.ensure_future(vocode_chunk(vocode, sentence.latent, chunk))
+                        queue.put_nowait((sentence, work))
         except Exception as error:  # handed to the consumer, which raises it in order
             queue.put_nowait((None, error))
         finally:

@@ -74,19 +74,23 @@ class TritonPythonModel:
         )
         responses = await acoustic.async_exec(decoupled=True)
         loop = asyncio.get_running_loop()
-        while (r := await loop.run_in_executor(self.waiters, next, responses, None)) is not None:
-            if r.has_error():
-                raise StageError(r.error().message())
-            latent = pb_utils.get_output_tensor_by_name(r, c.LATENT)
-            if latent is None:
-                continue  # the empty final response
-            yield LatentSentence(
-                int(pb_utils.get_output_tensor_by_name(r, c.SENTENCE_INDEX).as_numpy()[0]),
-                tuple(int(x) for x in pb_utils.get_output_tensor_by_name(r, c.TEXT_SPAN).as_numpy()),
-                latent.as_numpy(),
-            )
-            if request.is_cancelled():
-                return
+        finished = False
+        try:
+            while (r := await loop.run_in_executor(self.waiters, next, responses, None)) is not None:
+                if r.has_error():
+                    raise StageError(r.error().message())
+                latent = pb_utils.get_output_tensor_by_name(r, c.LATENT)
+                if latent is None:
+                    continue  # the empty final response
+                yield LatentSentence(
+                    int(pb_utils.get_output_tensor_by_name(r, c.SENTENCE_INDEX).as_numpy()[0]),
+                    tuple(int(x) for x in pb_utils.get_output_tensor_by_name(r, c.TEXT_SPAN).as_numpy()),
+                    latent.as_numpy(),
+                )
+            finished = True
+        finally:
+            if not finished:  # cancelled or failed: stop the acoustic work for later sentences
+                responses.cancel()
 
     async def _vocode(self, window):
         vocoder = pb_utils.InferenceRequest(

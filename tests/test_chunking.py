@@ -1,0 +1,46 @@
+import itertools
+
+import pytest
+
+from python_backends.chunking import bucket_frames, chunk_sizes, plan_chunks
+from python_backends.contract import VOCODER_BUCKETS
+
+
+def test_chunk_sizes_double_from_the_first_up_to_the_cap():
+    assert list(itertools.islice(chunk_sizes(8, 64), 6)) == [8, 16, 32, 64, 64, 64]
+    assert list(itertools.islice(chunk_sizes(100, 64), 2)) == [64, 64]
+
+
+@pytest.mark.parametrize("frames", [1, 7, 8, 9, 30, 63, 200, 1000])
+@pytest.mark.parametrize("left,right", [(0, 0), (16, 8), (64, 64)])
+def test_chunks_cover_the_sentence_once_with_clipped_context(frames, left, right):
+    chunks = plan_chunks(frames, chunk_sizes(8, 64), left, right)
+    assert chunks[0].start == 0 and chunks[-1].end == frames
+    for a, b in zip(chunks, chunks[1:]):
+        assert a.end == b.start
+    for c in chunks:
+        assert c.window_start == max(0, c.start - left)
+        assert c.window_end == min(frames, c.end + right)
+        assert c.lead_frames == c.start - c.window_start
+
+
+def test_short_remainder_is_merged_into_the_last_chunk():
+    chunks = plan_chunks(8 + 16 + 3, chunk_sizes(8, 64), 16, 8)
+    assert [c.frames for c in chunks] == [8, 19]
+
+
+def test_sizes_continue_across_sentences():
+    sizes = chunk_sizes(8, 64)
+    first = plan_chunks(8, sizes, 0, 0)
+    second = plan_chunks(100, sizes, 0, 0)
+    assert [c.frames for c in first] == [8]
+    assert [c.frames for c in second] == [16, 32, 52]
+
+
+def test_buckets_hold_the_window():
+    for frames in range(1, 1000):
+        bucket = bucket_frames(frames)
+        assert bucket >= frames
+        if frames <= VOCODER_BUCKETS[-1]:
+            assert bucket in VOCODER_BUCKETS
+    assert len({bucket_frames(n) for n in range(1, 1000)}) < 20

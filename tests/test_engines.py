@@ -1,0 +1,140 @@
+"""The split graphs and the streaming core, in process (no Triton)."""
+
+import asyncio
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from perf.workloads import workload
+from python_backends.engines import AcousticEngine, VocoderEngine, VoiceParams
+from python_backends.streaming import LatentSentence, stream_pcm
+from python_backends.text import split_sentences
+from python_backends.voice import embedded_voice_files, load_voice
+from tests.audio import snr_db
+
+
+@pytest.fixture(scope="module")
+def voice():
+    return load_voice()
+
+
+@pytest.fixture(scope="module")
+def acoustic(voice):
+    return AcousticEngine(voice)
+
+
+@pytest.fixture(scope="module")
+def vocoder(voice):
+    return VocoderEngine(voice)
+
+
+def test_split_graphs_equal_the_whole_piper_model_without_noise(acoustic, vocoder):
+    sentence = split_sentences("The birch canoe slid on the smooth planks.")[0]
+    params = VoiceParams(length_scale=1.0, noise_scale=0.0, noise_w=0.0)
+    ours = acoustic.synthesize(0, sentence, params)
+    whole = ort.InferenceSession(str(embedded_voice_files()[0]), providers=["CPUExecutionProvider"])
+    ids = ours.phoneme_ids[None, :]
+    scales = np.array([0.0, 1.0, 0.0], dtype=np.float32)
+    (expected,) = whole.run(None, {"input": ids, "input_lengths": np.array([ids.shape[1]]), "scales": scales})
+    audio = vocoder.vocode(ours.latent[None])[0]
+    assert audio.size == expected.size == ours.latent.shape[1] * 256
+    assert snr_db(expected.reshape(-1), audio) > 100
+    assert ours.durations.sum() == ours.latent.shape[1]
+    assert ours.durations.size == ours.phoneme_ids.size
+
+
+def test_seed_makes_synthesis_repeatable(acoustic):
+    sentence = split_sentences("Glue the sheet to the dark blue background.")[0]
+    params = acoustic.default_params()
+    a = acoustic.synthesize(0, sentence, VoiceParams(params.length_scale, params.noise_scale, params.noise_w, seed=3))
+    b = acoustic.synthesize(0, sentence, VoiceParams(params.length_scale, params.noise_scale, params.noise_w, seed=3))
+    c = acoustic.synthesize(0, sentence, VoiceParams(params.length_scale, params.noise_scale, params.noise_w, seed=4))
+    assert np.array_equal(a.latent, b.latent)
+    assert a.latent.shape != c.latent.shape or not np.allclose(a.latent, c.latent)
+
+
+def test_length_scale_stretches_the_audio(acoustic):
+    sentence = split_sentences("Rice is often served in round bowls.")[0]
+    slow = acoustic.synthesize(0, sentence, VoiceParams(2.0, 0.0, 0.0))
+    normal = acoustic.synthesize(0, sentence, VoiceParams(1.0, 0.0, 0.0))
+    assert 1.7 < slow.latent.shape[1] / normal.latent.shape[1] < 2.3
+
+
+def latents(acoustic, text, seed=1):
+    d = acoustic.default_params()
+    params = VoiceParams(d.length_scale, d.noise_scale, d.noise_w, seed)
+    return [acoustic.synthesize(i, s, params) for i, s in enumerate(split_sentences(text))]
+
+
+async def as_stream(items):
+    for s in items:
+        yield LatentSentence(s.index, (s.sentence.start, s.sentence.end), s.latent)
+
+
+def run_stream(sentences, vocoder, calls=None, cancel_after=None, **chunking):
+    async def vocode(window):
+        if calls is not None:
+            calls.append(window.shape[1])
+        await asyncio.sleep(0)
+        return vocoder.vocode(window[None])[0]
+
+    async def collect():
+        out = []
+        async for chunk in stream_pcm(
+            as_stream(sentences), vocode, **({"initial_frames": 8, "chunk_frames": 64, "left_context": 16, "right_context": 8} | chunking),
+            is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after,
+        ):
+            out.append(chunk)
+        return out
+
+    return asyncio.run(collect())
+
+
+def test_streamed_chunks_match_whole_sentence_vocoding(acoustic, vocoder):
+    sentences = latents(acoustic, workload("paragraph"))
+    chunks = run_stream(sentences, vocoder)
+    streamed = np.concatenate([c.pcm for c in chunks])
+    whole = np.concatenate([vocoder.vocode(s.latent[None])[0] for s in sentences])
+    assert snr_db(whole, streamed) >= 60
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert [c.sample_offset for c in chunks] == list(np.cumsum([0] + [c.pcm.size for c in chunks[:-1]]))
+    assert chunks[0].pcm.size == 8 * 256
+    assert sorted({c.sentence_index for c in chunks}) == list(range(len(sentences)))
+
+
+def test_less_context_is_measurably_worse(acoustic, vocoder):
+    sentences = latents(acoustic, workload("short"))
+    whole = np.concatenate([vocoder.vocode(s.latent[None])[0] for s in sentences])
+    bare = np.concatenate([c.pcm for c in run_stream(sentences, vocoder, left_context=0, right_context=0)])
+    assert snr_db(whole, bare) < 40
+
+
+def test_windows_are_padded_to_buckets(acoustic, vocoder):
+    calls = []
+    run_stream(latents(acoustic, workload("short")), vocoder, calls=calls)
+    from python_backends.contract import VOCODER_BUCKETS
+    assert calls and set(calls) <= set(VOCODER_BUCKETS)
+
+
+def test_cancellation_stops_issuing_vocoder_work(acoustic, vocoder):
+    sentences = latents(acoustic, workload("paragraph"))
+    calls = []
+    chunks = run_stream(sentences, vocoder, calls=calls, cancel_after=2)
+    full = []
+    run_stream(sentences, vocoder, calls=full)
+    assert len(full) > 10
+    assert len(chunks) <= 4 and len(calls) <= 4
+
+
+def test_a_vocoder_failure_ends_the_stream_with_that_error(acoustic):
+    sentences = latents(acoustic, workload("short"))
+
+    async def failing(window):
+        raise RuntimeError("vocoder down")
+
+    async def collect():
+        return [c async for c in stream_pcm(as_stream(sentences), failing, 8, 64, 16, 8)]
+
+    with pytest.raises(RuntimeError, match="vocoder down"):
+        asyncio.run(collect())
