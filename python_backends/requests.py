@@ -35,6 +35,8 @@ class ChunkParams:
 
 def read_text(inputs: Mapping[str, np.ndarray], max_chars: int) -> str:
     """The request's text: UTF-8, not blank, at most `max_chars` characters."""
+    if TEXT not in inputs:
+        raise InvalidRequest(f"{TEXT} is required")
     raw = inputs[TEXT].reshape(-1)
     if raw.size != 1:
         raise InvalidRequest(f"{TEXT} must hold exactly one string, got {raw.size}")

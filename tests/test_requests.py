@@ -24,6 +24,11 @@ def test_bad_text_is_refused_with_a_reason(value, message):
         read_text(text(value), 100)
 
 
+def test_text_is_required():
+    with pytest.raises(c.InvalidRequest, match="TEXT is required"):
+        read_text({}, 100)
+
+
 def test_text_must_be_one_string():
     with pytest.raises(c.InvalidRequest, match="exactly one"):
         read_text({c.TEXT: np.array([b"a", b"b"], dtype=object)}, 100)

@@ -72,25 +72,24 @@ class TritonPythonModel:
             inputs=[pb_utils.Tensor(n, inputs[n]) for n in names if n in inputs],
             requested_output_names=[c.LATENT, c.SENTENCE_INDEX, c.TEXT_SPAN],
         )
+        # Triton 2.51's BLS response iterator cannot cancel its request: once the client
+        # cancels, no more vocoder work is issued, but the acoustic stage still finishes
+        # the text (bounded by max_text_chars).
         responses = await acoustic.async_exec(decoupled=True)
         loop = asyncio.get_running_loop()
-        finished = False
-        try:
-            while (r := await loop.run_in_executor(self.waiters, next, responses, None)) is not None:
-                if r.has_error():
-                    raise StageError(r.error().message())
-                latent = pb_utils.get_output_tensor_by_name(r, c.LATENT)
-                if latent is None:
-                    continue  # the empty final response
-                yield LatentSentence(
-                    int(pb_utils.get_output_tensor_by_name(r, c.SENTENCE_INDEX).as_numpy()[0]),
-                    tuple(int(x) for x in pb_utils.get_output_tensor_by_name(r, c.TEXT_SPAN).as_numpy()),
-                    latent.as_numpy(),
-                )
-            finished = True
-        finally:
-            if not finished:  # cancelled or failed: stop the acoustic work for later sentences
-                responses.cancel()
+        while (r := await loop.run_in_executor(self.waiters, next, responses, None)) is not None:
+            if r.has_error():
+                raise StageError(r.error().message())
+            latent = pb_utils.get_output_tensor_by_name(r, c.LATENT)
+            if latent is None:
+                continue  # the empty final response
+            yield LatentSentence(
+                int(pb_utils.get_output_tensor_by_name(r, c.SENTENCE_INDEX).as_numpy()[0]),
+                tuple(int(x) for x in pb_utils.get_output_tensor_by_name(r, c.TEXT_SPAN).as_numpy()),
+                latent.as_numpy(),
+            )
+            if request.is_cancelled():
+                return
 
     async def _vocode(self, window):
         vocoder = pb_utils.InferenceRequest(

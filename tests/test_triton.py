@@ -1,0 +1,132 @@
+"""The three models inside a real tritonserver, over real gRPC on loopback."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from perf.workloads import harvard_sentences, workload
+from python_backends import contract as c
+from python_backends.text import split_sentences
+from tests.audio import snr_db
+from tests.triton_client import InferenceServerException, Stream, StreamError, infer, stream
+
+pytestmark = pytest.mark.triton
+
+
+def vocoder_inferences(url: str) -> int:
+    with grpcclient.InferenceServerClient(url) as client:
+        stats = client.get_inference_statistics(c.VOCODER_MODEL)
+    return stats.model_stats[0].inference_count
+
+
+def test_models_declare_the_contract(triton):
+    with grpcclient.InferenceServerClient(triton.grpc_url) as client:
+        for model in (c.ACOUSTIC_MODEL, c.VOCODER_MODEL, c.TTS_MODEL):
+            config = client.get_model_config(model).config
+            assert [i.name for i in config.input] == [t["name"] for t in c.model_inputs(model)]
+            assert [o.name for o in config.output] == [t["name"] for t in c.model_outputs(model)]
+            assert config.model_transaction_policy.decoupled == (model != c.VOCODER_MODEL)
+        assert client.get_model_config(c.VOCODER_MODEL).config.max_batch_size > 1
+
+
+@pytest.mark.parametrize("name", ["short", "paragraph", "long"])
+def test_streamed_audio_matches_whole_utterance_vocoding(triton, name):
+    text, seed = workload(name), 1234
+    sentences = stream(triton.grpc_url, c.ACOUSTIC_MODEL, {c.TEXT: text, c.SEED: np.int64(seed)})
+    assert [int(r.get(c.SENTENCE_INDEX)[0]) for r in sentences] == list(range(len(split_sentences(text))))
+    whole = np.concatenate([
+        infer(triton.grpc_url, c.VOCODER_MODEL, {c.LATENT: r.get(c.LATENT)[None]}).as_numpy(c.PCM)[0]
+        for r in sentences
+    ])
+    chunks = stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text, c.SEED: np.int64(seed)})
+    pcm = [r.get(c.PCM) for r in chunks]
+    assert [int(r.get(c.CHUNK_INDEX)[0]) for r in chunks] == list(range(len(chunks)))
+    assert [int(r.get(c.SAMPLE_OFFSET)[0]) for r in chunks] == list(np.cumsum([0] + [p.size for p in pcm[:-1]]))
+    streamed = np.concatenate(pcm)
+    assert streamed.size == whole.size
+    assert snr_db(whole, streamed) >= 60
+    spans = {int(r.get(c.SENTENCE_INDEX)[0]): tuple(r.get(c.TEXT_SPAN)) for r in chunks}
+    assert [text[a:b] for _, (a, b) in sorted(spans.items())] == [s.text for s in split_sentences(text)]
+
+
+def test_first_audio_arrives_before_the_second_sentence_is_synthesized(triton):
+    # A short first sentence, then one long sentence that keeps the acoustic stage busy.
+    text = "Hello there. " + ", and ".join(s.rstrip(".") for s in harvard_sentences()[:6]) + "."
+    assert len(split_sentences(text)) == 2
+    stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text})  # warm up
+    acoustic = stream(triton.grpc_url, c.ACOUSTIC_MODEL, {c.TEXT: text})
+    second_sentence_ready = acoustic[1].seconds
+    tts = stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text})
+    assert int(tts[0].get(c.SENTENCE_INDEX)[0]) == 0
+    assert tts[0].seconds < second_sentence_ready, (tts[0].seconds, second_sentence_ready)
+
+
+def test_concurrent_streams_each_start_before_any_finishes(triton):
+    results = {}
+
+    def run(i):
+        results[i] = stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: workload("paragraph")})
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    firsts = [r[0].seconds for r in results.values()]
+    lasts = [r[-1].seconds for r in results.values()]
+    assert max(firsts) < min(lasts) / 2, (firsts, lasts)
+
+
+def test_cancelling_a_stream_stops_vocoder_work(triton):
+    text = workload("long")
+    before = vocoder_inferences(triton.grpc_url)
+    s = Stream(triton.grpc_url)
+    s.send(c.TTS_MODEL, {c.TEXT: text})
+    for _ in range(3):
+        s.next()
+    s.cancel()
+    at_cancel = vocoder_inferences(triton.grpc_url)
+    time.sleep(2.0)
+    after = vocoder_inferences(triton.grpc_url)
+    s.client.close()
+    assert after - at_cancel <= 3  # what was in flight when the cancel arrived
+    assert after - before < len(split_sentences(text)) // 4  # the full text needs ≥ 1 per sentence
+    # And the server goes on serving.
+    assert stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: "Still here."})
+
+
+@pytest.mark.parametrize("model", [c.TTS_MODEL, c.ACOUSTIC_MODEL])
+@pytest.mark.parametrize("values,message", [
+    ({c.TEXT: ""}, "TEXT is empty"),
+    ({c.TEXT: "   \n"}, "TEXT is empty"),
+    ({c.TEXT: "a" * (c.MAX_TEXT_CHARS + 1)}, f"limit is {c.MAX_TEXT_CHARS}"),
+    ({c.TEXT: "Hi.", c.LENGTH_SCALE: np.float32(100)}, "LENGTH_SCALE=100.0 is out of range"),
+    ({c.TEXT: "Hi.", c.NOISE_SCALE: np.float32(-1)}, "NOISE_SCALE=-1.0 is out of range"),
+    ({c.TEXT: "Hi.", c.SEED: np.int64(-5)}, "SEED=-5 is out of range"),
+    ({c.LENGTH_SCALE: np.float32(1)}, "TEXT is required"),
+    ({c.TEXT: "Hi.", c.LENGTH_SCALE: np.int32(1)}, "LENGTH_SCALE"),
+])
+def test_bad_requests_get_a_clear_error_and_the_server_keeps_serving(triton, model, values, message):
+    with pytest.raises((StreamError, InferenceServerException), match=message):
+        stream(triton.grpc_url, model, values)
+    assert stream(triton.grpc_url, model, {c.TEXT: "Still serving."})
+
+
+@pytest.mark.parametrize("values,message", [
+    ({c.TEXT: "Hi.", c.INITIAL_CHUNK_FRAMES: np.int32(0)}, "INITIAL_CHUNK_FRAMES=0 is out of range"),
+    ({c.TEXT: "Hi.", c.CHUNK_FRAMES: np.int32(100000)}, "CHUNK_FRAMES=100000 is out of range"),
+    ({c.TEXT: "Hi.", c.LEFT_CONTEXT_FRAMES: np.int32(-1)}, "LEFT_CONTEXT_FRAMES=-1 is out of range"),
+])
+def test_bad_chunking_parameters_are_refused(triton, values, message):
+    with pytest.raises(StreamError, match=message):
+        stream(triton.grpc_url, c.TTS_MODEL, values)
+
+
+def test_chunking_parameters_shape_the_stream(triton):
+    text = workload("short")
+    chunks = stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text, c.INITIAL_CHUNK_FRAMES: np.int32(4), c.CHUNK_FRAMES: np.int32(16)})
+    sizes = [r.get(c.PCM).size // 256 for r in chunks]
+    assert sizes[:3] == [4, 8, 16] and max(sizes) <= 16 + 8
