@@ -153,14 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     stopping = False
 
     def stop(signum, _frame):
+        # Only signal here: the main thread is waiting on the process, and Triton drains
+        # in-flight requests (up to its 30 s exit timeout) before it exits.
         nonlocal stopping
         stopping = True
         log.info("received %s; stopping tritonserver", signal.Signals(signum).name)
-        server.stop()
+        server.process.terminate()
 
+    server.start()
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    server.start()
     try:
         server.wait_ready()
     except (RuntimeError, TimeoutError) as e:

@@ -1,0 +1,29 @@
+"""perf_analyzer (the real binary) can drive the streaming `tts` model with perf/'s data."""
+
+import json
+import subprocess
+
+import pytest
+
+from perf import perf_analyzer
+
+pytestmark = pytest.mark.triton
+
+
+def test_perf_analyzer_streams_tts(triton, tmp_path):
+    export = tmp_path / "profile.json"
+    cmd = perf_analyzer.command(triton.grpc_url, "1:2:1", export, [
+        "--measurement-mode", "count_windows", "--measurement-request-count", "4",
+        "--stability-percentage", "100", "--max-trials", "3",
+    ])
+    run = subprocess.run(cmd, env=perf_analyzer.environment(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Detected decoupled model" in run.stdout
+    experiments = json.loads(export.read_text())["experiments"]
+    assert [e["experiment"]["value"] for e in experiments] == [1, 2]
+    for e in experiments:
+        assert e["requests"]
+        # Every request streamed several chunks, the first well before the last.
+        for r in e["requests"]:
+            times = r["response_timestamps"]
+            assert len(times) >= 2 and times[0] < times[-1]
