@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install what the server and the tests need on Debian/Ubuntu: system libraries, then a
+# virtual environment (.venv, or $SPEECHSTREAM_VENV) with the project. Safe to re-run;
+# it skips what is already in place.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${SPEECHSTREAM_VENV:-.venv}
+PYVER=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+
+# libpythonX.Y: Triton's Python backend stub links it. libb64-0d: perf_analyzer links it.
+# pythonX.Y-venv: Debian's python3 has no venv module without it.
+packages=("libpython$PYVER" libb64-0d)
+"$PYTHON" -c 'import ensurepip' 2>/dev/null || packages+=("python$PYVER-venv")
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+stamp="$VENV/.speechstream-installed"
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing the project into $VENV" >&2
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  echo "$want" > "$stamp"
+fi
