@@ -3,6 +3,7 @@ vocoder (latent frames → PCM). No Triton here; the models wrap these."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,10 +62,11 @@ class AcousticEngine:
         return np.array(phoneme_ids(phonemes, self.voice.phoneme_id_map), dtype=np.int64)
 
     def synthesize(self, index: int, sentence: Sentence, params: VoiceParams) -> SentenceLatent:
-        """The latent frames of one sentence. With a seed, the result depends only on
-        (seed, index, text, scales)."""
+        """The latent frames of one sentence. With a seed, the noise depends only on the
+        seed and the sentence's text, so a sentence sounds the same whether it came alone
+        or within a longer text."""
         ids = self.ids(sentence)
-        rng = np.random.default_rng(None if params.seed is None else [params.seed, index])
+        rng = np.random.default_rng(None if params.seed is None else [params.seed, zlib.crc32(sentence.text.encode())])
         scales = np.array([params.noise_scale, params.length_scale, params.noise_w], dtype=np.float32)
         mean, std, mask, durations = self._prior.run(
             None,

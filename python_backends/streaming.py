@@ -1,29 +1,34 @@
-"""The tts stage's core: sentences of latent frames in, ordered PCM chunks out.
+"""The tts stage's core: sentences in, ordered PCM chunks out.
 
-The vocoder is reached through an injected coroutine, so this runs the same against
-Triton (BLS calls) and in-process engines (tests). Chunks are vocoded up to `depth`
-ahead of the one being delivered, so batching and the next chunk's work overlap
-delivery, and nothing is issued once the request is cancelled.
+The stages are reached through injected coroutines, so this runs the same against
+Triton (BLS calls) and in-process engines (tests). Work is started up to `depth` items
+ahead of the one being delivered, so the next sentence's acoustic work and the next
+chunk's vocoding overlap delivery, and nothing new is started once the request is
+cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import aclosing
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .chunking import Chunk, bucket_frames, chunk_sizes, plan_chunks
 from .engines import SAMPLES_PER_FRAME
+from .text import Sentence
 
+T = TypeVar("T")
 Vocode = Callable[[np.ndarray], Awaitable[np.ndarray]]  # [channels, frames] → [frames · 256]
+Synthesize = Callable[[int, Sentence], Awaitable["LatentSentence"]]
 
 
 @dataclass(frozen=True)
 class LatentSentence:
-    """What the tts stage needs of one acoustic response."""
+    """What the tts stage needs of one sentence's acoustic result."""
 
     index: int
     span: tuple[int, int]
@@ -39,6 +44,51 @@ class PcmChunk:
     pcm: np.ndarray  # float32 [samples]
 
 
+async def ordered(
+    jobs: AsyncIterator[tuple[Any, Awaitable[T]]],
+    depth: int,
+    is_cancelled: Callable[[], bool],
+) -> AsyncIterator[tuple[Any, T]]:
+    """Run the awaitables of `jobs`, at most `depth` not yet taken by the consumer,
+    and yield ``(tag, result)`` in job order. `jobs` is pulled only when a slot is
+    free; once `is_cancelled()`, nothing more is started."""
+    queue: asyncio.Queue = asyncio.Queue()
+    slots = asyncio.Semaphore(depth)
+
+    async def start() -> None:
+        try:
+            async with aclosing(jobs):
+                while True:
+                    await slots.acquire()
+                    if is_cancelled():
+                        return
+                    try:
+                        tag, work = await anext(jobs)
+                    except StopAsyncIteration:
+                        return
+                    queue.put_nowait((tag, asyncio.ensure_future(work)))
+        except Exception as error:  # handed to the consumer, which raises it in order
+            queue.put_nowait((None, error))
+        finally:
+            queue.put_nowait(None)
+
+    starter = asyncio.ensure_future(start())
+    try:
+        while (item := await queue.get()) is not None:
+            tag, work = item
+            if isinstance(work, Exception):
+                raise work
+            result = await work
+            slots.release()
+            yield tag, result
+    finally:
+        starter.cancel()
+        while not queue.empty():
+            item = queue.get_nowait()
+            if item is not None and isinstance(item[1], asyncio.Future):
+                item[1].cancel()
+
+
 async def vocode_chunk(vocode: Vocode, latent: np.ndarray, chunk: Chunk) -> np.ndarray:
     """Vocode the chunk's window, zero-padded to its bucket, and cut the context off."""
     window = np.zeros((latent.shape[0], bucket_frames(chunk.window_frames)), dtype=np.float32)
@@ -46,6 +96,22 @@ async def vocode_chunk(vocode: Vocode, latent: np.ndarray, chunk: Chunk) -> np.n
     pcm = await vocode(window)
     first = chunk.lead_frames * SAMPLES_PER_FRAME
     return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]
+
+
+async def sentence_latents(
+    sentences: Iterable[Sentence],
+    synthesize: Synthesize,
+    is_cancelled: Callable[[], bool] = lambda: False,
+    depth: int = 2,
+) -> AsyncIterator[LatentSentence]:
+    """Each sentence's latent frames, in order, synthesized up to `depth` ahead."""
+
+    async def jobs():
+        for index, sentence in enumerate(sentences):
+            yield None, synthesize(index, sentence)
+
+    async for _, latent in ordered(jobs(), depth, is_cancelled):
+        yield latent
 
 
 async def stream_pcm(
@@ -59,40 +125,16 @@ async def stream_pcm(
     depth: int = 2,
 ) -> AsyncIterator[PcmChunk]:
     """Yield the PCM of every sentence, chunk by chunk, in order."""
-    queue: asyncio.Queue = asyncio.Queue()
-    slots = asyncio.Semaphore(depth)
 
-    async def issue() -> None:
+    async def jobs():
         sizes = chunk_sizes(initial_frames, chunk_frames)
-        try:
-            async with aclosing(sentences):
-                async for sentence in sentences:
-                    for chunk in plan_chunks(sentence.latent.shape[1], sizes, left_context, right_context):
-                        await slots.acquire()
-                        if is_cancelled():
-                            return
-                        work = asyncio.ensure_future(vocode_chunk(vocode, sentence.latent, chunk))
-                        queue.put_nowait((sentence, work))
-        except Exception as error:  # handed to the consumer, which raises it in order
-            queue.put_nowait((None, error))
-        finally:
-            queue.put_nowait(None)
+        async with aclosing(sentences):
+            async for sentence in sentences:
+                for chunk in plan_chunks(sentence.latent.shape[1], sizes, left_context, right_context):
+                    yield sentence, vocode_chunk(vocode, sentence.latent, chunk)
 
-    producer = asyncio.ensure_future(issue())
     index = offset = 0
-    try:
-        while (item := await queue.get()) is not None:
-            sentence, work = item
-            if sentence is None:
-                raise work
-            pcm = await work
-            slots.release()
-            yield PcmChunk(index, offset, sentence.index, sentence.span, pcm)
-            index += 1
-            offset += pcm.size
-    finally:
-        producer.cancel()
-        while not queue.empty():
-            item = queue.get_nowait()
-            if item is not None and isinstance(item[1], asyncio.Future):
-                item[1].cancel()
+    async for sentence, pcm in ordered(jobs(), depth, is_cancelled):
+        yield PcmChunk(index, offset, sentence.index, sentence.span, pcm)
+        index += 1
+        offset += pcm.size

@@ -8,7 +8,7 @@ import pytest
 
 from perf.workloads import workload
 from python_backends.engines import AcousticEngine, VocoderEngine, VoiceParams
-from python_backends.streaming import LatentSentence, stream_pcm
+from python_backends.streaming import LatentSentence, sentence_latents, stream_pcm
 from python_backends.text import split_sentences
 from python_backends.voice import embedded_voice_files, load_voice
 from tests.audio import snr_db
@@ -52,6 +52,14 @@ def test_seed_makes_synthesis_repeatable(acoustic):
     c = acoustic.synthesize(0, sentence, VoiceParams(params.length_scale, params.noise_scale, params.noise_w, seed=4))
     assert np.array_equal(a.latent, b.latent)
     assert a.latent.shape != c.latent.shape or not np.allclose(a.latent, c.latent)
+
+
+def test_a_seeded_sentence_sounds_the_same_alone_or_within_a_text(acoustic):
+    params = VoiceParams(1.0, 0.667, 0.8, seed=11)
+    text = "Rice is often served in round bowls. The juice of lemons makes fine punch."
+    within = acoustic.synthesize(1, split_sentences(text)[1], params)
+    alone = acoustic.synthesize(0, split_sentences("The juice of lemons makes fine punch.")[0], params)
+    assert np.array_equal(within.latent, alone.latent)
 
 
 def test_length_scale_stretches_the_audio(acoustic):
@@ -138,3 +146,23 @@ def test_a_vocoder_failure_ends_the_stream_with_that_error(acoustic):
 
     with pytest.raises(RuntimeError, match="vocoder down"):
         asyncio.run(collect())
+
+
+def test_sentences_are_synthesized_in_order_a_bounded_way_ahead():
+    sentences = split_sentences("One. Two. Three. Four. Five. Six.")
+    started = []
+    taken = []
+
+    async def synthesize(index, sentence):
+        started.append(index)
+        await asyncio.sleep(0.01 * (6 - index))  # later sentences finish first
+        return LatentSentence(index, (sentence.start, sentence.end), np.zeros((1, 1), np.float32))
+
+    async def collect():
+        async for s in sentence_latents(sentences, synthesize, is_cancelled=lambda: len(taken) >= 3, depth=2):
+            taken.append(s.index)
+            assert len(started) <= len(taken) + 2
+
+    asyncio.run(collect())
+    assert taken == [0, 1, 2, 3, 4][: len(taken)] and len(taken) <= 5
+    assert len(started) <= 5

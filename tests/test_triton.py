@@ -16,9 +16,9 @@ from tests.triton_client import InferenceServerException, Stream, StreamError, i
 pytestmark = pytest.mark.triton
 
 
-def vocoder_inferences(url: str) -> int:
+def inferences(url: str, model: str) -> int:
     with grpcclient.InferenceServerClient(url) as client:
-        stats = client.get_inference_statistics(c.VOCODER_MODEL)
+        stats = client.get_inference_statistics(model)
     return stats.model_stats[0].inference_count
 
 
@@ -80,20 +80,23 @@ def test_concurrent_streams_each_start_before_any_finishes(triton):
     assert max(firsts) < min(lasts) / 2, (firsts, lasts)
 
 
-def test_cancelling_a_stream_stops_vocoder_work(triton):
+def test_cancelling_a_stream_stops_vocoder_and_acoustic_work(triton):
     text = workload("long")
-    before = vocoder_inferences(triton.grpc_url)
+    sentences = len(split_sentences(text))
+    models = (c.VOCODER_MODEL, c.ACOUSTIC_MODEL)
+    before = {m: inferences(triton.grpc_url, m) for m in models}
     s = Stream(triton.grpc_url)
     s.send(c.TTS_MODEL, {c.TEXT: text})
     for _ in range(3):
         s.next()
     s.cancel()
-    at_cancel = vocoder_inferences(triton.grpc_url)
+    at_cancel = {m: inferences(triton.grpc_url, m) for m in models}
     time.sleep(2.0)
-    after = vocoder_inferences(triton.grpc_url)
+    after = {m: inferences(triton.grpc_url, m) for m in models}
     s.client.close()
-    assert after - at_cancel <= 3  # what was in flight when the cancel arrived
-    assert after - before < len(split_sentences(text)) // 4  # the full text needs ≥ 1 per sentence
+    for m in models:
+        assert after[m] - at_cancel[m] <= 3, m  # what was in flight when the cancel arrived
+        assert after[m] - before[m] < sentences // 4, m  # the whole text needs ≥ 1 per sentence
     # And the server goes on serving.
     assert stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: "Still here."})
 

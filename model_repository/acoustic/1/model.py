@@ -30,7 +30,6 @@ class TritonPythonModel:
         threads = int(p.get("workers", "2"))
         self.engine = AcousticEngine(load_voice(p.get("voice", DEFAULT_VOICE)))
         self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
-        self.max_sentence_chars = int(p.get("max_sentence_chars", c.MAX_SENTENCE_CHARS))
         # Sentences of all streams share these workers in arrival order, so a new
         # stream's first sentence waits for at most one sentence per worker.
         self.workers = ThreadPoolExecutor(threads, thread_name_prefix="acoustic")
@@ -45,7 +44,7 @@ class TritonPythonModel:
             inputs = request_inputs(request, c.ACOUSTIC_MODEL)
             text = read_text(inputs, self.max_text_chars)
             params = read_voice_params(inputs, self.engine.default_params())
-            for index, sentence in enumerate(split_sentences(text, self.max_sentence_chars)):
+            for index, sentence in enumerate(split_sentences(text, c.MAX_SENTENCE_CHARS)):
                 if request.is_cancelled():
                     break
                 s = await loop.run_in_executor(self.workers, self.engine.synthesize, index, sentence, params)

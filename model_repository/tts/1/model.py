@@ -15,7 +15,8 @@ import triton_python_backend_utils as pb_utils
 
 from python_backends import contract as c
 from python_backends.requests import read_chunk_params, read_params, read_text
-from python_backends.streaming import LatentSentence, stream_pcm
+from python_backends.streaming import LatentSentence, sentence_latents, stream_pcm
+from python_backends.text import split_sentences
 from python_backends.triton_glue import FINAL, declare, log_error, parameters, request_inputs, response, send_error
 
 
@@ -31,7 +32,7 @@ class TritonPythonModel:
     def initialize(self, args):
         p = parameters(args)
         self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
-        # The BLS response iterator blocks; each open stream parks one thread on it.
+        # The BLS response iterator blocks; each acoustic request parks a thread on it.
         self.waiters = ThreadPoolExecutor(int(p.get("max_streams", "256")), thread_name_prefix="acoustic-wait")
 
     async def execute(self, requests):
@@ -41,11 +42,17 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         try:
             inputs = request_inputs(request, c.TTS_MODEL)
-            read_text(inputs, self.max_text_chars)
+            text = read_text(inputs, self.max_text_chars)
             read_params(inputs, c.VOICE_PARAMS)
             chunking = read_chunk_params(inputs)
+            voice = {p.name: inputs[p.name] for p in c.VOICE_PARAMS if p.name in inputs}
+
+            async def synthesize(index, sentence):
+                return await self._acoustic(index, sentence, voice)
+
+            sentences = sentence_latents(split_sentences(text, c.MAX_SENTENCE_CHARS), synthesize, request.is_cancelled)
             chunks = stream_pcm(
-                self._sentences(request, inputs), self._vocode,
+                sentences, self._vocode,
                 chunking.initial_frames, chunking.frames, chunking.left_context, chunking.right_context,
                 is_cancelled=request.is_cancelled,
             )
@@ -64,32 +71,29 @@ class TritonPythonModel:
             log_error(f"tts: request failed: {e!r}")
             send_error(sender, f"tts failed: {e}")
 
-    async def _sentences(self, request, inputs):
-        """The acoustic model's responses, one per sentence, without blocking the loop."""
-        names = [c.TEXT] + [p.name for p in c.VOICE_PARAMS]
+    async def _acoustic(self, index, sentence, voice):
+        """One sentence's latent frames from the acoustic model.
+
+        One request per sentence, issued only as far ahead as the stream needs, so a
+        cancelled stream stops acoustic work too (Triton 2.51's BLS cannot cancel a
+        request it has sent).
+        """
         acoustic = pb_utils.InferenceRequest(
             model_name=c.ACOUSTIC_MODEL,
-            inputs=[pb_utils.Tensor(n, inputs[n]) for n in names if n in inputs],
-            requested_output_names=[c.LATENT, c.SENTENCE_INDEX, c.TEXT_SPAN],
+            inputs=[pb_utils.Tensor(c.TEXT, np.array([sentence.text.encode()], dtype=object))]
+            + [pb_utils.Tensor(name, value) for name, value in voice.items()],
+            requested_output_names=[c.LATENT],
         )
-        # Triton 2.51's BLS response iterator cannot cancel its request: once the client
-        # cancels, no more vocoder work is issued, but the acoustic stage still finishes
-        # the text (bounded by max_text_chars).
         responses = await acoustic.async_exec(decoupled=True)
         loop = asyncio.get_running_loop()
+        latents = []
         while (r := await loop.run_in_executor(self.waiters, next, responses, None)) is not None:
             if r.has_error():
                 raise StageError(r.error().message())
             latent = pb_utils.get_output_tensor_by_name(r, c.LATENT)
-            if latent is None:
-                continue  # the empty final response
-            yield LatentSentence(
-                int(pb_utils.get_output_tensor_by_name(r, c.SENTENCE_INDEX).as_numpy()[0]),
-                tuple(int(x) for x in pb_utils.get_output_tensor_by_name(r, c.TEXT_SPAN).as_numpy()),
-                latent.as_numpy(),
-            )
-            if request.is_cancelled():
-                return
+            if latent is not None:  # not the empty final response
+                latents.append(latent.as_numpy())
+        return LatentSentence(index, (sentence.start, sentence.end), np.concatenate(latents, axis=1))
 
     async def _vocode(self, window):
         vocoder = pb_utils.InferenceRequest(
