@@ -11,7 +11,7 @@ from perf.workloads import harvard_sentences, workload
 from python_backends import contract as c
 from python_backends.text import split_sentences
 from tests.audio import snr_db
-from tests.triton_client import InferenceServerException, Stream, StreamError, infer, stream
+from python_backends.triton_client import InferenceServerException, Stream, StreamError, infer, stream
 
 pytestmark = pytest.mark.triton
 

@@ -1,4 +1,4 @@
-"""A small synchronous client for the Triton models, over real gRPC, for the tests."""
+"""A small synchronous gRPC client for the Triton models (tests, benchmarks, examples)."""
 
 from __future__ import annotations
 
