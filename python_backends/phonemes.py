@@ -71,7 +71,7 @@ class Espeak:
     espeak-ng keeps global state."""
 
     _lock = threading.Lock()
-    _instance: "Espeak | None" = None
+    _instance: Espeak | None = None
 
     def __init__(self) -> None:
         lib = ctypes.CDLL(espeakng_loader.get_library_path())
@@ -86,7 +86,7 @@ class Espeak:
         self._voice = ""
 
     @classmethod
-    def shared(cls) -> "Espeak":
+    def shared(cls) -> Espeak:
         with cls._lock:
             if cls._instance is None:
                 cls._instance = cls()

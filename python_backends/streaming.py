@@ -22,6 +22,8 @@ from .engines import SAMPLES_PER_FRAME
 from .text import Sentence
 
 T = TypeVar("T")
+SENTENCE_LOOKAHEAD = 2  # acoustic requests a stream keeps open ahead of delivery
+CHUNK_LOOKAHEAD = 2  # vocoder calls a stream keeps open ahead of delivery
 Vocode = Callable[[np.ndarray], Awaitable[np.ndarray]]  # [channels, frames] → [frames · 256]
 Synthesize = Callable[[int, Sentence], Awaitable["LatentSentence"]]
 
@@ -102,7 +104,7 @@ async def sentence_latents(
     sentences: Iterable[Sentence],
     synthesize: Synthesize,
     is_cancelled: Callable[[], bool] = lambda: False,
-    depth: int = 2,
+    depth: int = SENTENCE_LOOKAHEAD,
 ) -> AsyncIterator[LatentSentence]:
     """Each sentence's latent frames, in order, synthesized up to `depth` ahead."""
 
@@ -122,7 +124,7 @@ async def stream_pcm(
     left_context: int,
     right_context: int,
     is_cancelled: Callable[[], bool] = lambda: False,
-    depth: int = 2,
+    depth: int = CHUNK_LOOKAHEAD,
 ) -> AsyncIterator[PcmChunk]:
     """Yield the PCM of every sentence, chunk by chunk, in order."""
 

@@ -26,7 +26,7 @@ def triton(tmp_path_factory):
         server.wait_ready()
     except Exception:
         server.stop()
-        raise RuntimeError(f"tritonserver did not start; see {log.name}")
+        raise RuntimeError(f"tritonserver did not start; see {log.name}") from None
     server.grpc_url = f"127.0.0.1:{grpc}"
     server.log_path = log.name
     yield server

@@ -2,12 +2,13 @@
 
 # The Python backend stub runs an isolated interpreter (PYTHONPATH is ignored); the
 # launcher names the project and its virtual environment here instead.
-import os  # noqa: E402
-import sys  # noqa: E402
+import os
+import sys
 
 sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))
 
 import asyncio
+import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -15,7 +16,7 @@ import triton_python_backend_utils as pb_utils
 
 from python_backends import contract as c
 from python_backends.requests import read_chunk_params, read_params, read_text
-from python_backends.streaming import LatentSentence, sentence_latents, stream_pcm
+from python_backends.streaming import SENTENCE_LOOKAHEAD, LatentSentence, sentence_latents, stream_pcm
 from python_backends.text import split_sentences
 from python_backends.triton_glue import FINAL, declare, log_error, parameters, request_inputs, response, send_error
 
@@ -32,8 +33,10 @@ class TritonPythonModel:
     def initialize(self, args):
         p = parameters(args)
         self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
-        # The BLS response iterator blocks; each acoustic request parks a thread on it.
-        self.waiters = ThreadPoolExecutor(int(p.get("max_streams", "256")), thread_name_prefix="acoustic-wait")
+        # The BLS response iterator blocks; each acoustic request parks a thread on it,
+        # and a stream has up to SENTENCE_LOOKAHEAD of them open.
+        waiters = int(p.get("max_streams", "256")) * SENTENCE_LOOKAHEAD
+        self.waiters = ThreadPoolExecutor(waiters, thread_name_prefix="acoustic-wait")
 
     async def execute(self, requests):
         await asyncio.gather(*(self._serve(request) for request in requests))
@@ -46,10 +49,7 @@ class TritonPythonModel:
             read_params(inputs, c.VOICE_PARAMS)
             chunking = read_chunk_params(inputs)
             voice = {p.name: inputs[p.name] for p in c.VOICE_PARAMS if p.name in inputs}
-
-            async def synthesize(index, sentence):
-                return await self._acoustic(index, sentence, voice)
-
+            synthesize = functools.partial(self._acoustic, voice)
             sentences = sentence_latents(split_sentences(text, c.MAX_SENTENCE_CHARS), synthesize, request.is_cancelled)
             chunks = stream_pcm(
                 sentences, self._vocode,
@@ -71,7 +71,7 @@ class TritonPythonModel:
             log_error(f"tts: request failed: {e!r}")
             send_error(sender, f"tts failed: {e}")
 
-    async def _acoustic(self, index, sentence, voice):
+    async def _acoustic(self, voice, index, sentence):
         """One sentence's latent frames from the acoustic model.
 
         One request per sentence, issued only as far ahead as the stream needs, so a

@@ -2,8 +2,8 @@
 
 # The Python backend stub runs an isolated interpreter (PYTHONPATH is ignored); the
 # launcher names the project and its virtual environment here instead.
-import os  # noqa: E402
-import sys  # noqa: E402
+import os
+import sys
 
 sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))
 
