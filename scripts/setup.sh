@@ -10,8 +10,8 @@ VENV=${SPEECHSTREAM_VENV:-.venv}
 PYVER=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 
 # libpythonX.Y: Triton's Python backend stub links it. libb64-0d: perf_analyzer links it.
-# pythonX.Y-venv: Debian's python3 has no venv module without it.
-packages=("libpython$PYVER" libb64-0d)
+# libopus0: opuslib loads it. pythonX.Y-venv: Debian's python3 has no venv module without it.
+packages=("libpython$PYVER" libb64-0d libopus0)
 "$PYTHON" -c 'import ensurepip' 2>/dev/null || packages+=("python$PYVER-venv")
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

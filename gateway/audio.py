@@ -1,0 +1,58 @@
+"""The audio path, sans I/O: voice-rate float PCM → streaming resampling → fixed frames
+→ Opus packets (or s16le PCM), one payload per frame."""
+
+from __future__ import annotations
+
+import numpy as np
+import opuslib
+import soxr
+
+
+class FrameEncoder:
+    """Turns a stream of PCM chunks into equal frames of `frame_ms` at `rate`.
+
+    Resampling is stateful across chunks (no clicks at chunk joins). `finish` drains the
+    resampler and pads the last partial frame with silence, so every frame, the last
+    included, holds exactly `frame_samples` samples.
+    """
+
+    def __init__(self, source_rate: int, rate: int, frame_ms: int, fmt: str) -> None:
+        self.rate = rate
+        self.frame_samples = rate * frame_ms // 1000
+        self._resampler = None if source_rate == rate else soxr.ResampleStream(source_rate, rate, 1, dtype="float32")
+        self._opus = opuslib.Encoder(rate, 1, opuslib.APPLICATION_AUDIO) if fmt == "opus" else None
+        self._pending = np.empty(0, dtype=np.float32)
+        self.frames = 0  # frames produced so far; frame k starts at sample k · frame_samples
+
+    @property
+    def samples(self) -> int:
+        """Samples at `rate` in the frames produced so far."""
+        return self.frames * self.frame_samples
+
+    def push(self, pcm: np.ndarray) -> list[bytes]:
+        """Payloads of the frames completed by `pcm` (float32 in [-1, 1])."""
+        return self._frames(self._resample(pcm, last=False))
+
+    def finish(self) -> list[bytes]:
+        """Payloads of the remaining frames; the last is padded with silence."""
+        payloads = self._frames(self._resample(np.empty(0, np.float32), last=True))
+        if self._pending.size or not payloads:
+            pad = self.frame_samples - self._pending.size
+            payloads += self._frames(np.zeros(pad, np.float32))
+        return payloads
+
+    def _resample(self, pcm: np.ndarray, last: bool) -> np.ndarray:
+        pcm = np.asarray(pcm, dtype=np.float32)
+        return pcm if self._resampler is None else self._resampler.resample_chunk(pcm, last=last)
+
+    def _frames(self, audio: np.ndarray) -> list[bytes]:
+        audio = np.concatenate([self._pending, audio]) if self._pending.size else audio
+        whole = audio.size // self.frame_samples * self.frame_samples
+        self._pending = audio[whole:].copy()
+        payloads = [self._encode(frame) for frame in audio[:whole].reshape(-1, self.frame_samples)]
+        self.frames += len(payloads)
+        return payloads
+
+    def _encode(self, frame: np.ndarray) -> bytes:
+        pcm16 = (np.clip(frame, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+        return pcm16 if self._opus is None else self._opus.encode(pcm16, self.frame_samples)

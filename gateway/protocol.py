@@ -1,0 +1,169 @@
+"""Client protocol v1, sans I/O: parsing client messages, building server messages,
+and the binary audio frame header. No sockets here; see ../shared/DESIGN.md and the
+README for the contract.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+PATH = "/v1/stream"
+
+FORMATS = ("opus", "pcm_s16le")
+SAMPLE_RATES = (48000, 24000, 16000)
+FRAME_MS = (10, 20, 40, 60)  # Opus packet durations a client may ask for
+MAX_CONTEXT_ID = 64
+
+# Stable error codes: clients branch on these, so they never change meaning.
+INVALID_JSON = "invalid_json"
+INVALID_MESSAGE = "invalid_message"
+UNKNOWN_TYPE = "unknown_type"
+MISSING_FIELD = "missing_field"
+INVALID_FIELD = "invalid_field"
+UNKNOWN_VOICE = "unknown_voice"
+UNSUPPORTED_FORMAT = "unsupported_format"
+BINARY_NOT_ACCEPTED = "binary_not_accepted"
+CONFIG_TOO_LATE = "config_too_late"
+UNKNOWN_CONTEXT = "unknown_context"
+CONTEXT_EXISTS = "context_exists"
+CONTEXT_CLOSED = "context_closed"
+TEXT_TOO_LONG = "text_too_long"
+TOO_MANY_CONTEXTS = "too_many_contexts"
+BACKEND_UNAVAILABLE = "backend_unavailable"
+SYNTHESIS_FAILED = "synthesis_failed"
+
+# Binary audio frame: u8 kind (1 = audio) · u8 flags (bit 0 = last) · u16 stream ·
+# u32 seq · u32 sample_offset, little-endian, then one Opus packet or PCM chunk.
+AUDIO_HEADER = struct.Struct("<BBHII")
+KIND_AUDIO = 1
+FLAG_LAST = 1
+
+
+class ProtocolError(Exception):
+    """A message the server refuses; sent to the client as an `error` frame."""
+
+    def __init__(self, code: str, message: str, context_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.context_id = context_id
+
+
+@dataclass(frozen=True)
+class Config:
+    voice: str
+    format: str = "opus"
+    sample_rate: int = 48000
+    frame_ms: int = 20
+    timestamps: bool = False
+
+
+@dataclass(frozen=True)
+class ContextMessage:
+    """speak, text, flush, close or cancel for one context."""
+
+    type: str
+    context_id: str
+    text: str = field(default="")
+
+
+CONTEXT_TYPES = ("speak", "text", "flush", "close", "cancel")
+TEXT_TYPES = ("speak", "text")
+
+
+def _field(message: dict, name: str, kind: type, default: Any = None, required: bool = False) -> Any:
+    if name not in message:
+        if required:
+            raise ProtocolError(MISSING_FIELD, f"'{message.get('type')}' needs the field '{name}'", _context(message))
+        return default
+    value = message[name]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ProtocolError(INVALID_FIELD, f"'{name}' must be {kind.__name__}, got {type(value).__name__}", _context(message))
+    return value
+
+
+def _context(message: dict) -> str | None:
+    value = message.get("context_id")
+    return value if isinstance(value, str) else None
+
+
+def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
+    voice = _field(message, "voice", str, voices[0])
+    if voice not in voices:
+        raise ProtocolError(UNKNOWN_VOICE, f"unknown voice '{voice}'; available: {', '.join(voices)}")
+    fmt = _field(message, "format", str, "opus")
+    if fmt not in FORMATS:
+        raise ProtocolError(UNSUPPORTED_FORMAT, f"unsupported format '{fmt}'; use one of {', '.join(FORMATS)}")
+    rate = _field(message, "sample_rate", int, 48000)
+    if rate not in SAMPLE_RATES:
+        raise ProtocolError(INVALID_FIELD, f"sample_rate {rate} is not one of {SAMPLE_RATES}")
+    frame_ms = _field(message, "frame_ms", int, 20)
+    if frame_ms not in FRAME_MS:
+        raise ProtocolError(INVALID_FIELD, f"frame_ms {frame_ms} is not one of {FRAME_MS}")
+    return Config(voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False))
+
+
+def parse_context_message(message: dict, max_text_chars: int) -> ContextMessage:
+    kind = message["type"]
+    context_id = _field(message, "context_id", str, required=True)
+    if not context_id or len(context_id) > MAX_CONTEXT_ID:
+        raise ProtocolError(INVALID_FIELD, f"context_id must be 1 to {MAX_CONTEXT_ID} characters")
+    text = ""
+    if kind in TEXT_TYPES:
+        text = _field(message, "text", str, required=True)
+        if len(text) > max_text_chars:
+            raise ProtocolError(TEXT_TOO_LONG, f"text has {len(text)} characters; the limit is {max_text_chars}", context_id)
+    return ContextMessage(kind, context_id, text)
+
+
+def parse_message(frame: str | bytes, voices: tuple[str, ...], max_text_chars: int) -> Config | ContextMessage:
+    """Parse one client frame, or raise ProtocolError with a stable code."""
+    if isinstance(frame, bytes):
+        raise ProtocolError(BINARY_NOT_ACCEPTED, "binary frames are not accepted from clients; send JSON text frames")
+    try:
+        message = json.loads(frame)
+    except ValueError as e:
+        raise ProtocolError(INVALID_JSON, f"not valid JSON: {e}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError(INVALID_MESSAGE, "a message must be a JSON object")
+    kind = message.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(MISSING_FIELD if kind is None else INVALID_FIELD, "a message needs a string 'type'")
+    if kind == "config":
+        return parse_config(message, voices)
+    if kind in CONTEXT_TYPES:
+        return parse_context_message(message, max_text_chars)
+    raise ProtocolError(UNKNOWN_TYPE, f"unknown message type '{kind}'", _context(message))
+
+
+def encode(kind: str, **fields: Any) -> str:
+    """A server message as a JSON text frame."""
+    return json.dumps({"type": kind, **{k: v for k, v in fields.items() if v is not None}}, separators=(",", ":"))
+
+
+def error(code: str, message: str, context_id: str | None = None) -> str:
+    return encode("error", context_id=context_id, code=code, message=message)
+
+
+def audio_frame(stream: int, seq: int, sample_offset: int, payload: bytes, last: bool) -> bytes:
+    return AUDIO_HEADER.pack(KIND_AUDIO, FLAG_LAST if last else 0, stream, seq, sample_offset) + payload
+
+
+@dataclass(frozen=True)
+class AudioFrame:
+    stream: int
+    seq: int
+    sample_offset: int
+    last: bool
+    payload: bytes
+
+
+def parse_audio_frame(frame: bytes) -> AudioFrame:
+    """The inverse of `audio_frame`, for clients."""
+    kind, flags, stream, seq, offset = AUDIO_HEADER.unpack_from(frame)
+    if kind != KIND_AUDIO:
+        raise ValueError(f"not an audio frame (kind {kind})")
+    return AudioFrame(stream, seq, offset, bool(flags & FLAG_LAST), frame[AUDIO_HEADER.size :])

@@ -1,0 +1,62 @@
+import numpy as np
+import opuslib
+import pytest
+import soxr
+
+from gateway.audio import FrameEncoder
+
+SOURCE = 22050
+
+
+def tone(seconds, rate=SOURCE):
+    """A chirp from 150 to 3,000 Hz with a slow tremolo: speech-like band, no period."""
+    t = np.arange(int(seconds * rate)) / rate
+    phase = 2 * np.pi * (150 * t + (3000 - 150) / (2 * seconds) * t**2)
+    return (0.4 * np.sin(phase) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+
+
+def encode(signal, rate, fmt, frame_ms=20, chunk_sizes=(2048, 4096, 333, 16384)):
+    enc = FrameEncoder(SOURCE, rate, frame_ms, fmt)
+    payloads, i, k = [], 0, 0
+    while i < signal.size:
+        n = chunk_sizes[k % len(chunk_sizes)]
+        payloads += enc.push(signal[i : i + n])
+        i, k = i + n, k + 1
+    payloads += enc.finish()
+    return enc, payloads
+
+
+@pytest.mark.parametrize("rate", [48000, 24000, 16000])
+def test_pcm_frames_equal_whole_signal_resampling(rate):
+    signal = tone(1.3)
+    enc, payloads = encode(signal, rate, "pcm_s16le")
+    frame = rate * 20 // 1000
+    assert all(len(p) == frame * 2 for p in payloads)
+    streamed = np.concatenate([np.frombuffer(p, "<i2") for p in payloads]).astype(np.float32) / 32767
+    whole = soxr.resample(signal, SOURCE, rate)
+    assert streamed.size - frame < whole.size <= streamed.size
+    assert np.max(np.abs(streamed[: whole.size] - whole)) < 1e-3  # no clicks at chunk joins
+    assert not streamed[whole.size :].any()  # the padding is silence
+    assert enc.samples == streamed.size
+
+
+@pytest.mark.parametrize("rate", [48000, 24000, 16000])
+def test_opus_frames_decode_to_the_signal(rate):
+    signal = tone(1.0)
+    _, payloads = encode(signal, rate, "opus")
+    frame = rate * 20 // 1000
+    decoder = opuslib.Decoder(rate, 1)
+    decoded = np.concatenate([np.frombuffer(decoder.decode(p, frame), "<i2") for p in payloads]) / 32767
+    reference = soxr.resample(signal, SOURCE, rate)
+    assert abs(decoded.size - reference.size) <= frame  # duration within one frame
+    lag = int(np.argmax(np.correlate(decoded[: rate // 2], reference[: rate // 4], "valid")))
+    aligned = decoded[lag : lag + reference.size]
+    n = min(aligned.size, reference.size)
+    assert np.corrcoef(aligned[:n], reference[:n])[0, 1] >= 0.99
+
+
+def test_finish_always_yields_a_last_frame():
+    enc = FrameEncoder(48000, 48000, 20, "pcm_s16le")
+    assert enc.push(np.zeros(960, np.float32)) and enc.frames == 1
+    last = enc.finish()
+    assert len(last) == 1 and enc.frames == 2

@@ -1,0 +1,74 @@
+import json
+
+import pytest
+
+from gateway import protocol as p
+
+VOICES = ("en_US-joe-medium",)
+
+
+def parse(frame, max_text_chars=100):
+    return p.parse_message(frame, VOICES, max_text_chars)
+
+
+def test_config_defaults_and_values():
+    assert parse('{"type":"config"}') == p.Config("en_US-joe-medium")
+    c = parse(json.dumps({"type": "config", "format": "pcm_s16le", "sample_rate": 16000, "frame_ms": 40, "timestamps": True}))
+    assert c == p.Config("en_US-joe-medium", "pcm_s16le", 16000, 40, True)
+
+
+@pytest.mark.parametrize("kind", p.CONTEXT_TYPES)
+def test_context_messages(kind):
+    m = {"type": kind, "context_id": "c1"} | ({"text": "Hi."} if kind in p.TEXT_TYPES else {})
+    parsed = parse(json.dumps(m))
+    assert parsed == p.ContextMessage(kind, "c1", m.get("text", ""))
+
+
+@pytest.mark.parametrize("frame,code", [
+    (b"\x00\x01", p.BINARY_NOT_ACCEPTED),
+    ("{nope", p.INVALID_JSON),
+    ("", p.INVALID_JSON),
+    ("[1, 2]", p.INVALID_MESSAGE),
+    ('"speak"', p.INVALID_MESSAGE),
+    ('{"text": "hi"}', p.MISSING_FIELD),
+    ('{"type": 5}', p.INVALID_FIELD),
+    ('{"type": "dance"}', p.UNKNOWN_TYPE),
+    ('{"type": "speak", "text": "hi"}', p.MISSING_FIELD),
+    ('{"type": "speak", "context_id": "c1"}', p.MISSING_FIELD),
+    ('{"type": "speak", "context_id": 7, "text": "hi"}', p.INVALID_FIELD),
+    ('{"type": "speak", "context_id": "c1", "text": ["hi"]}', p.INVALID_FIELD),
+    ('{"type": "speak", "context_id": "", "text": "hi"}', p.INVALID_FIELD),
+    ('{"type": "speak", "context_id": "' + "x" * 65 + '", "text": "hi"}', p.INVALID_FIELD),
+    ('{"type": "speak", "context_id": "c1", "text": "' + "a" * 101 + '"}', p.TEXT_TOO_LONG),
+    ('{"type": "config", "voice": "nobody"}', p.UNKNOWN_VOICE),
+    ('{"type": "config", "format": "mp3"}', p.UNSUPPORTED_FORMAT),
+    ('{"type": "config", "sample_rate": 44100}', p.INVALID_FIELD),
+    ('{"type": "config", "sample_rate": "48000"}', p.INVALID_FIELD),
+    ('{"type": "config", "frame_ms": 25}', p.INVALID_FIELD),
+    ('{"type": "config", "timestamps": 1}', p.INVALID_FIELD),
+    ('{"type": "config", "sample_rate": true}', p.INVALID_FIELD),
+])
+def test_malformed_messages_raise_stable_codes(frame, code):
+    with pytest.raises(p.ProtocolError) as e:
+        parse(frame)
+    assert e.value.code == code and e.value.message
+
+
+def test_errors_carry_the_context_when_known():
+    with pytest.raises(p.ProtocolError) as e:
+        parse('{"type": "speak", "context_id": "c9", "text": 3}')
+    assert e.value.context_id == "c9"
+    assert json.loads(p.error(e.value.code, e.value.message, e.value.context_id)) == {
+        "type": "error", "context_id": "c9", "code": p.INVALID_FIELD, "message": e.value.message}
+
+
+def test_server_messages_omit_absent_fields():
+    assert json.loads(p.encode("done", context_id="c1", audio_ms=120)) == {"type": "done", "context_id": "c1", "audio_ms": 120}
+    assert "context_id" not in json.loads(p.error(p.INVALID_JSON, "bad"))
+
+
+def test_audio_frame_header_round_trips():
+    frame = p.audio_frame(stream=3, seq=70000, sample_offset=2**31 + 5, payload=b"opus", last=True)
+    assert len(frame) == 12 + 4 and frame[:2] == b"\x01\x01"
+    assert p.parse_audio_frame(frame) == p.AudioFrame(3, 70000, 2**31 + 5, True, b"opus")
+    assert not p.parse_audio_frame(p.audio_frame(1, 0, 0, b"", last=False)).last
