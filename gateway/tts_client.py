@@ -1,0 +1,81 @@
+"""The gateway's connection to Triton: one gRPC stream per context to the `tts` model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+import tritonclient.grpc.aio as grpcclient
+
+from python_backends import contract as c
+
+_END = object()
+
+
+class SynthesisError(Exception):
+    """Triton refused or failed a request; the message is Triton's."""
+
+
+class BackendUnavailable(Exception):
+    """Triton cannot be reached."""
+
+
+@dataclass(frozen=True)
+class TtsChunk:
+    pcm: np.ndarray  # float32 at the voice's rate
+    sentence_index: int
+    span: tuple[int, int]
+
+
+def tts_request(text: str, request_id: str) -> dict:
+    tensor = grpcclient.InferInput(c.TEXT, [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([text.encode()], dtype=object))
+    return {
+        "model_name": c.TTS_MODEL,
+        "inputs": [tensor],
+        "request_id": request_id,
+        "parameters": {"triton_enable_empty_final_response": True},
+    }
+
+
+class TtsStream:
+    """A gRPC stream to `tts` that carries one request at a time, in order.
+
+    Closing the stream (or cancelling the task that reads it) cancels the gRPC call,
+    which makes Triton cancel the request in flight.
+    """
+
+    def __init__(self, client: grpcclient.InferenceServerClient) -> None:
+        self._outbox: asyncio.Queue = asyncio.Queue()
+        self._call = client.stream_infer(self._requests())
+        self._responses = aiter(self._call)
+        self._count = 0
+
+    async def _requests(self):
+        while (request := await self._outbox.get()) is not _END:
+            yield request
+
+    async def synthesize(self, text: str) -> AsyncIterator[TtsChunk]:
+        """Stream the audio of `text`, chunk by chunk, until its final response."""
+        self._count += 1
+        self._outbox.put_nowait(tts_request(text, str(self._count)))
+        while True:
+            try:
+                result, error = await anext(self._responses)
+            except StopAsyncIteration:
+                raise BackendUnavailable("Triton closed the stream") from None
+            except Exception as e:  # grpc.aio.AioRpcError and friends
+                raise BackendUnavailable(f"Triton unavailable: {e}") from None
+            if error is not None:
+                raise SynthesisError(error.message())
+            pcm = result.as_numpy(c.PCM)
+            if pcm is not None:
+                yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), tuple(result.as_numpy(c.TEXT_SPAN)))
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                return
+
+    def close(self) -> None:
+        self._outbox.put_nowait(_END)
+        self._call.cancel()
