@@ -10,6 +10,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from python_backends.contract import VOICE_PARAMS
+
 PATH = "/v1/stream"
 
 FORMATS = ("opus", "pcm_s16le")
@@ -59,6 +61,9 @@ class Config:
     sample_rate: int = 48000
     frame_ms: int = 20
     timestamps: bool = False
+    # Extension of v1: Piper's voice parameters and a seed, by their lower-case tensor
+    # names (length_scale, noise_scale, noise_w, seed), passed to Triton as they are.
+    voice_params: tuple[tuple[str, float | int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,14 +79,16 @@ CONTEXT_TYPES = ("speak", "text", "flush", "close", "cancel")
 TEXT_TYPES = ("speak", "text")
 
 
-def _field(message: dict, name: str, kind: type, default: Any = None, required: bool = False) -> Any:
+def _field(message: dict, name: str, kind: type | tuple[type, ...], default: Any = None, required: bool = False) -> Any:
     if name not in message:
         if required:
             raise ProtocolError(MISSING_FIELD, f"'{message.get('type')}' needs the field '{name}'", _context(message))
         return default
     value = message[name]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ProtocolError(INVALID_FIELD, f"'{name}' must be {kind.__name__}, got {type(value).__name__}", _context(message))
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+        expected = " or ".join(k.__name__ for k in kinds)
+        raise ProtocolError(INVALID_FIELD, f"'{name}' must be {expected}, got {type(value).__name__}", _context(message))
     return value
 
 
@@ -103,7 +110,20 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
     frame_ms = _field(message, "frame_ms", int, 20)
     if frame_ms not in FRAME_MS:
         raise ProtocolError(INVALID_FIELD, f"frame_ms {frame_ms} is not one of {FRAME_MS}")
-    return Config(voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False))
+    return Config(voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), _voice_params(message))
+
+
+def _voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:
+    values = []
+    for param in VOICE_PARAMS:
+        key = param.name.lower()
+        value = _field(message, key, int if param.is_integer else (int, float))
+        if value is None:
+            continue
+        if not param.minimum <= value <= param.maximum:
+            raise ProtocolError(INVALID_FIELD, f"{key} {value} is out of range [{param.minimum}, {param.maximum}]")
+        values.append((param.name, value))
+    return tuple(values)
 
 
 def parse_context_message(message: dict, max_text_chars: int) -> ContextMessage:

@@ -176,7 +176,7 @@ class Session:
                         item += more
                     else:
                         pending = more
-                async for chunk in tts.synthesize(" ".join(item)):
+                async for chunk in tts.synthesize(" ".join(item), c.voice_params):
                     await send(encoder.push(chunk.pcm))
         except BackendUnavailable as e:
             log.error("context %s: %s", context.id, e)

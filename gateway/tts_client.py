@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
+from tritonclient.utils import np_to_triton_dtype
 
 from python_backends import contract as c
 
@@ -29,12 +30,23 @@ class TtsChunk:
     span: tuple[int, int]
 
 
-def tts_request(text: str, request_id: str) -> dict:
-    tensor = grpcclient.InferInput(c.TEXT, [1], "BYTES")
-    tensor.set_data_from_numpy(np.array([text.encode()], dtype=object))
+_NUMPY_TYPES = {"TYPE_FP32": np.float32, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64}
+
+
+def _input(name: str, array: np.ndarray) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def tts_request(text: str, request_id: str, params: tuple[tuple[str, float | int], ...] = ()) -> dict:
+    """A `tts` request; `params` are (tensor name, value) pairs from the contract."""
+    types = {p.name: _NUMPY_TYPES[p.triton_type] for p in c.VOICE_PARAMS + c.CHUNK_PARAMS}
+    inputs = [_input(c.TEXT, np.array([text.encode()], dtype=object))]
+    inputs += [_input(name, np.array([value], dtype=types[name])) for name, value in params]
     return {
         "model_name": c.TTS_MODEL,
-        "inputs": [tensor],
+        "inputs": inputs,
         "request_id": request_id,
         "parameters": {"triton_enable_empty_final_response": True},
     }
@@ -57,10 +69,10 @@ class TtsStream:
         while (request := await self._outbox.get()) is not _END:
             yield request
 
-    async def synthesize(self, text: str) -> AsyncIterator[TtsChunk]:
+    async def synthesize(self, text: str, params: tuple = ()) -> AsyncIterator[TtsChunk]:
         """Stream the audio of `text`, chunk by chunk, until its final response."""
         self._count += 1
-        self._outbox.put_nowait(tts_request(text, str(self._count)))
+        self._outbox.put_nowait(tts_request(text, str(self._count), params))
         while True:
             try:
                 result, error = await anext(self._responses)

@@ -32,3 +32,31 @@ def triton(tmp_path_factory):
     yield server
     server.stop()
     log.close()
+
+
+@pytest.fixture(scope="session")
+def gateway(triton, tmp_path_factory):
+    """`speechstream-gateway` on a free loopback port, talking to the test Triton."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    (port,) = free_ports(1)
+    log = (tmp_path_factory.mktemp("gateway") / "gateway.log").open("w")
+    cmd = [sys.executable, "-m", "gateway.server", "--port", str(port), "--triton", triton.grpc_url]
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"gateway did not start; see {log.name}") from None
+            time.sleep(0.1)
+    yield f"ws://127.0.0.1:{port}/v1/stream"
+    process.terminate()
+    process.wait(10)
+    log.close()

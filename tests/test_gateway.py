@@ -1,0 +1,203 @@
+"""The gateway over real WebSockets on loopback, in front of a real tritonserver."""
+
+import asyncio
+import json
+import random
+import time
+
+import numpy as np
+import opuslib
+import pytest
+import soxr
+import websockets
+
+from gateway import protocol as p
+from perf.workloads import workload
+from python_backends import contract as c
+from python_backends.triton_client import stream
+
+pytestmark = pytest.mark.triton
+
+
+class Client:
+    """A protocol v1 client that records every message with its arrival time."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.frames: dict[int, list[tuple[float, p.AudioFrame]]] = {}
+        self.messages: list[tuple[float, dict]] = []
+        self.streams: dict[str, int] = {}
+
+    async def send(self, **message):
+        await self.ws.send(json.dumps(message))
+        return time.perf_counter()
+
+    async def read(self):
+        """Read one message or frame into the records; return the message, if any."""
+        m = await self.ws.recv()
+        now = time.perf_counter()
+        if isinstance(m, bytes):
+            f = p.parse_audio_frame(m)
+            self.frames.setdefault(f.stream, []).append((now, f))
+            return None
+        m = json.loads(m)
+        self.messages.append((now, m))
+        if m["type"] == "audio_start":
+            self.streams[m["context_id"]] = m["stream"]
+        return m
+
+    async def until(self, kind, context_id=None, timeout=60):
+        """Read until a message of `kind` (for `context_id`) arrives; return it."""
+        async with asyncio.timeout(timeout):
+            while True:
+                m = await self.read()
+                if m and m["type"] == kind and (context_id is None or m.get("context_id") == context_id):
+                    return m
+
+    def audio(self, context_id):
+        return [f for _, f in self.frames.get(self.streams[context_id], [])]
+
+
+def connect(url):
+    return websockets.connect(url, max_size=None)
+
+
+def decode_opus(frames, rate, frame_ms=20):
+    decoder = opuslib.Decoder(rate, 1)
+    n = rate * frame_ms // 1000
+    return np.concatenate([np.frombuffer(decoder.decode(f.payload, n), "<i2") for f in frames]).astype(np.float32) / 32767
+
+
+def decode_pcm(frames):
+    return np.concatenate([np.frombuffer(f.payload, "<i2") for f in frames]).astype(np.float32) / 32767
+
+
+def aligned_correlation(signal, reference, max_lag):
+    lags = range(max_lag)
+    n = min(signal.size - max_lag, reference.size)
+    best = max(lags, key=lambda k: float(np.dot(signal[k : k + n], reference[:n])))
+    return float(np.corrcoef(signal[best : best + n], reference[:n])[0, 1])
+
+
+def test_speak_gives_opus_matching_tritons_pcm(gateway, triton):
+    text, seed = workload("short"), 5
+
+    async def run():
+        async with connect(gateway) as ws:
+            client = Client(ws)
+            ready = await client.until("ready")
+            assert ready["format"] == "opus" and ready["sample_rate"] == 48000 and ready["frame_ms"] == 20
+            await client.send(type="config", seed=seed)
+            await client.until("ready")
+            await client.send(type="speak", context_id="c1", text=text)
+            done = await client.until("done", "c1")
+            return client, done
+
+    client, done = asyncio.run(run())
+    frames = client.audio("c1")
+    assert [f.seq for f in frames] == list(range(len(frames)))
+    assert [f.sample_offset for f in frames] == [i * 960 for i in range(len(frames))]
+    assert [f.last for f in frames] == [False] * (len(frames) - 1) + [True]
+    decoded = decode_opus(frames, 48000)
+    pcm = np.concatenate([r.get(c.PCM) for r in stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text, c.SEED: np.int64(seed)})])
+    reference = soxr.resample(pcm, 22050, 48000)
+    assert abs(decoded.size - reference.size) <= 960
+    assert done["audio_ms"] == decoded.size * 1000 // 48000
+    assert aligned_correlation(decoded, reference, max_lag=960) >= 0.99
+
+
+def test_text_deltas_give_the_same_audio_and_start_before_the_last_delta(gateway):
+    text, seed = workload("paragraph"), 9
+    rng = random.Random(1)
+
+    async def speak(deltas):
+        async with connect(gateway) as ws:
+            client = Client(ws)
+            await client.send(type="config", format="pcm_s16le", sample_rate=24000, seed=seed)
+            await client.until("ready")
+            await client.until("ready")
+            reader = asyncio.create_task(client.until("done", "c1"))
+            if deltas:
+                i = 0
+                while i < len(text):
+                    n = rng.randint(3, 10)
+                    last_sent = await client.send(type="text", context_id="c1", text=text[i : i + n])
+                    i += n
+                    await asyncio.sleep(0.01)
+                await client.send(type="close", context_id="c1")
+            else:
+                last_sent = await client.send(type="speak", context_id="c1", text=text)
+            await reader
+            return client, last_sent
+
+    whole, _ = asyncio.run(speak(deltas=False))
+    pieces, last_delta = asyncio.run(speak(deltas=True))
+    a, b = decode_pcm(whole.audio("c1")), decode_pcm(pieces.audio("c1"))
+    assert abs(a.size - b.size) <= 480
+    n = min(a.size, b.size)
+    assert np.corrcoef(a[:n], b[:n])[0, 1] >= 0.999
+    first_audio = pieces.frames[pieces.streams["c1"]][0][0]
+    assert first_audio < last_delta
+
+
+def test_cancel_stops_one_context_while_another_plays_to_its_end(gateway):
+    async def run():
+        async with connect(gateway) as ws:
+            client = Client(ws)
+            await client.until("ready")
+            await client.send(type="speak", context_id="long", text=workload("long"))
+            await client.send(type="speak", context_id="short", text=workload("short"))
+            while len(client.frames.get(client.streams.get("long"), [])) < 10:
+                await asyncio.wait_for(client.read(), 30)
+            cancel_sent = await client.send(type="cancel", context_id="long")
+            await client.until("cancelled", "long")
+            done = await client.until("done", "short")
+            await asyncio.sleep(0.5)  # anything still coming for "long" would arrive now
+            while True:
+                try:
+                    await asyncio.wait_for(client.read(), 0.2)
+                except TimeoutError:
+                    break
+            return client, cancel_sent, done
+
+    client, cancel_sent, done = asyncio.run(run())
+    long_frames = client.frames[client.streams["long"]]
+    assert long_frames[-1][0] - cancel_sent <= 0.1
+    assert not long_frames[-1][1].last
+    short = client.audio("short")
+    assert short[-1].last and done["audio_ms"] == len(short) * 20
+
+
+MALFORMED = [
+    ("{not json", p.INVALID_JSON),
+    ("[]", p.INVALID_MESSAGE),
+    ('{"type": "sing"}', p.UNKNOWN_TYPE),
+    ('{"type": "speak", "text": "hi"}', p.MISSING_FIELD),
+    ('{"type": "speak", "context_id": "x", "text": 42}', p.INVALID_FIELD),
+    ('{"type": "config", "voice": "nobody"}', p.UNKNOWN_VOICE),
+    ('{"type": "config", "format": "mp3"}', p.UNSUPPORTED_FORMAT),
+    ('{"type": "config", "sample_rate": 44100}', p.INVALID_FIELD),
+    ('{"type": "flush", "context_id": "nope"}', p.UNKNOWN_CONTEXT),
+    ('{"type": "cancel", "context_id": "nope"}', p.UNKNOWN_CONTEXT),
+    (b"\x01\x02\x03", p.BINARY_NOT_ACCEPTED),
+]
+
+
+def test_malformed_messages_get_errors_and_the_socket_keeps_working(gateway):
+    async def run():
+        async with connect(gateway) as ws:
+            client = Client(ws)
+            await client.until("ready")
+            codes = []
+            for frame, _ in MALFORMED:
+                await ws.send(frame)
+                codes.append((await client.until("error"))["code"])
+            await client.send(type="speak", context_id="ok", text="Still here.")
+            await client.until("done", "ok")
+            await client.send(type="config", format="pcm_s16le")
+            codes.append((await client.until("error"))["code"])
+            return codes, client
+
+    codes, client = asyncio.run(run())
+    assert codes == [code for _, code in MALFORMED] + [p.CONFIG_TOO_LATE]
+    assert client.audio("ok")[-1].last
