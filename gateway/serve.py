@@ -1,0 +1,60 @@
+"""`speechstream-serve`: Triton with the synthesis models, and the gateway in front of it.
+
+Starts tritonserver (see `speechstream-triton`), waits until it is ready, then serves
+protocol v1 on the gateway port. SIGINT or SIGTERM stops both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+
+from python_backends.launcher import TritonServer
+
+from .server import Settings, serve_forever
+
+log = logging.getLogger("speechstream.serve")
+
+
+async def run(args: argparse.Namespace) -> int:
+    triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port)
+    triton.start()
+    try:
+        await asyncio.to_thread(triton.wait_ready)
+        gateway = asyncio.create_task(
+            serve_forever(args.host, args.port, Settings(triton_url=f"127.0.0.1:{args.triton_grpc_port}"))
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        exited = asyncio.create_task(asyncio.to_thread(triton.process.wait))
+        await asyncio.wait([gateway, exited, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if exited.done():
+            log.error("tritonserver exited with code %s", triton.process.returncode)
+            return 1
+        log.info("stopping")
+        gateway.cancel()
+        return 0
+    finally:
+        await asyncio.to_thread(triton.stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(prog="speechstream-serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default=env("GATEWAY_HOST", "127.0.0.1"), help="gateway address (env GATEWAY_HOST)")
+    parser.add_argument("--port", type=int, default=int(env("GATEWAY_PORT", 8080)), help="gateway port (env GATEWAY_PORT)")
+    parser.add_argument("--triton-http-port", type=int, default=int(env("TRITON_HTTP_PORT", 8000)))
+    parser.add_argument("--triton-grpc-port", type=int, default=int(env("TRITON_GRPC_PORT", 8001)))
+    parser.add_argument("--triton-metrics-port", type=int, default=int(env("TRITON_METRICS_PORT", 8002)))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
