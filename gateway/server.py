@@ -14,6 +14,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from pathlib import Path
 
 import tritonclient.grpc.aio as grpcclient
 from websockets.asyncio.server import ServerConnection, serve
@@ -31,6 +32,8 @@ from .tts_client import BackendUnavailable, SynthesisError, TtsStream
 
 log = logging.getLogger("speechstream.gateway")
 
+STATIC = Path(__file__).parent / "static"
+CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 VOICE_RATE = 22050
 VOICES = (DEFAULT_VOICE,)
 FLUSH, CLOSE = "flush", "close"
@@ -209,9 +212,18 @@ def http_handler(settings: Settings, triton: grpcclient.InferenceServerClient):
             status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
             body = json.dumps({"gateway": "ok", "triton": "ready" if ready else "unavailable"}).encode()
             return Response(status.value, status.phrase, Headers({"Content-Type": "application/json"}), body)
-        return connection.respond(HTTPStatus.NOT_FOUND, "not found\n")
+        return static_file(connection, "index.html" if path == "/" else path.removeprefix("/static/"))
 
     return process_request
+
+
+def static_file(connection: ServerConnection, name: str) -> Response:
+    """A file of gateway/static, by plain name only: no directories, so no traversal."""
+    path = STATIC / name
+    if "/" in name or "\\" in name or name.startswith(".") or path.suffix not in CONTENT_TYPES or not path.is_file():
+        return connection.respond(HTTPStatus.NOT_FOUND, "not found\n")
+    headers = Headers({"Content-Type": CONTENT_TYPES[path.suffix], "Cache-Control": "no-cache"})
+    return Response(HTTPStatus.OK.value, "OK", headers, path.read_bytes())
 
 
 async def serve_forever(host: str, port: int, settings: Settings, ready: asyncio.Event | None = None) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Install what the server and the tests need on Debian/Ubuntu: system libraries, then a
-# virtual environment (.venv, or $SPEECHSTREAM_VENV) with the project. Safe to re-run;
-# it skips what is already in place.
+# Install what the server needs on Debian/Ubuntu (with --tests, what the tests need too):
+# system libraries, then a virtual environment (.venv, or $SPEECHSTREAM_VENV) with the
+# project. Safe to re-run; it skips what is already in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +13,8 @@ PYVER=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_inf
 # libopus0: opuslib loads it. pythonX.Y-venv: Debian's python3 has no venv module without it.
 packages=("libpython$PYVER" libb64-0d libopus0)
 "$PYTHON" -c 'import ensurepip' 2>/dev/null || packages+=("python$PYVER-venv")
+# chromium: the browser test drives Debian's build (no browser download).
+[ "${1:-}" = "--tests" ] && packages+=(chromium)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,0 +1,75 @@
+"""The page at / in a real headless Chromium (Debian's), driven by Playwright."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+pytestmark = pytest.mark.triton
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", Path(__file__).parents[1] / "test-artifacts"))
+FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield b
+        b.close()
+
+
+def test_page_speaks_and_decodes_the_whole_utterance(gateway, browser):
+    http = gateway.replace("ws://", "http://").removesuffix("/v1/stream")
+    page = browser.new_page()
+    problems = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.goto(http + "/")
+    assert page.evaluate("typeof AudioDecoder") == "function"  # the Opus path, not the fallback
+    page.click("#speak")
+    page.wait_for_function("window.speechstream.done || window.speechstream.errors.length", timeout=60_000)
+    report = page.evaluate("window.speechstream")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "page.png"))
+    assert report["errors"] == [] and problems == []
+    assert report["audioMs"] > 3000
+    decoded_ms = report["decodedSamples"] * 1000 / 48000
+    assert abs(decoded_ms - report["audioMs"]) <= 20  # every frame decoded, ± one frame
+    assert 0 < report["ttfaMs"] < report["audioMs"]
+    assert page.inner_text("#ttfa").endswith("ms")
+
+
+def test_stop_cancels_and_empties_the_player(gateway, browser):
+    http = gateway.replace("ws://", "http://").removesuffix("/v1/stream")
+    page = browser.new_page()
+    page.goto(http + "/")
+    page.fill("#text", " ".join(["The birch canoe slid on the smooth planks."] * 30))
+    page.click("#speak")
+    page.wait_for_function("window.speechstream.decodedSamples > 48000", timeout=60_000)
+    page.click("#stop")
+    page.wait_for_timeout(500)
+    before = page.evaluate("window.speechstream.decodedSamples")
+    page.wait_for_timeout(700)
+    assert page.evaluate("window.speechstream.decodedSamples") == before
+    assert not page.evaluate("window.speechstream.done")
+
+
+def test_static_files_refuse_traversal(gateway):
+    import urllib.error
+    import urllib.request
+
+    http = gateway.replace("ws://", "http://").removesuffix("/v1/stream")
+    with urllib.request.urlopen(http + "/static/app.js") as r:
+        assert r.headers["Content-Type"].startswith("text/javascript")
+    for path in ["/static/../server.py", "/static/%2e%2e/server.py", "/static/", "/static/.hidden.js", "/etc/passwd"]:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(http + path)
+        assert e.value.code == 404
