@@ -26,19 +26,23 @@ def browser():
         b.close()
 
 
-def test_page_speaks_and_decodes_the_whole_utterance(gateway, browser):
+@pytest.mark.parametrize("codec", ["opus", "pcm"])
+def test_page_speaks_and_decodes_the_whole_utterance(gateway, browser, codec):
     http = gateway.replace("ws://", "http://").removesuffix("/v1/stream")
     page = browser.new_page()
+    if codec == "pcm":  # a browser without WebCodecs takes the PCM fallback
+        page.add_init_script("delete window.AudioDecoder")
     problems = []
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(str(e)))
     page.goto(http + "/")
-    assert page.evaluate("typeof AudioDecoder") == "function"  # the Opus path, not the fallback
+    expected = "Opus (WebCodecs)" if codec == "opus" else "PCM fallback"
+    assert page.inner_text("#codec") == expected
     page.click("#speak")
     page.wait_for_function("window.speechstream.done || window.speechstream.errors.length", timeout=60_000)
     report = page.evaluate("window.speechstream")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "page.png"))
+    page.screenshot(path=str(ARTIFACTS / f"page-{codec}.png"))
     assert report["errors"] == [] and problems == []
     assert report["audioMs"] > 3000
     decoded_ms = report["decodedSamples"] * 1000 / 48000
