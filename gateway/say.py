@@ -1,0 +1,107 @@
+"""`speechstream-say`: speak text through the gateway into an .ogg (Opus) or .wav file.
+
+    speechstream-say "Hello there." --out hello.ogg
+    speechstream-say --file story.txt --out story.wav
+
+Prints the time to first audio and the audio's duration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import wave
+from fractions import Fraction
+from pathlib import Path
+
+import av
+
+from .client import SpeechClient, SpeechError
+
+RATE = 48000
+FRAME_MS = 20
+
+
+class OggOpusWriter:
+    """Opus packets into an Ogg file, as they are (no re-encoding), muxed by PyAV."""
+
+    def __init__(self, path: Path) -> None:
+        self._container = av.open(str(path), "w", format="ogg")
+        self._stream = self._container.add_stream("opus", rate=RATE)
+        self._stream.layout = "mono"
+        self._stream.time_base = Fraction(1, RATE)
+
+    def write(self, payload: bytes, sample_offset: int) -> None:
+        packet = av.Packet(payload)
+        packet.stream = self._stream
+        packet.time_base = self._stream.time_base
+        packet.pts = packet.dts = sample_offset
+        packet.duration = RATE * FRAME_MS // 1000
+        self._container.mux(packet)
+
+    def close(self) -> None:
+        self._container.close()
+
+
+class WavWriter:
+    def __init__(self, path: Path) -> None:
+        self._wav = wave.open(str(path), "wb")
+        self._wav.setnchannels(1)
+        self._wav.setsampwidth(2)
+        self._wav.setframerate(RATE)
+
+    def write(self, payload: bytes, sample_offset: int) -> None:
+        self._wav.writeframes(payload)
+
+    def close(self) -> None:
+        self._wav.close()
+
+
+async def say(url: str, text: str, out: Path, **voice) -> tuple[float, float]:
+    """Speak `text` into `out`; return (seconds to first audio, audio seconds)."""
+    ogg = out.suffix.lower() in (".ogg", ".opus")
+    config = {"format": "opus" if ogg else "pcm_s16le", "sample_rate": RATE, "frame_ms": FRAME_MS}
+    client = await SpeechClient.connect(url, **config, **{k: v for k, v in voice.items() if v is not None})
+    writer = OggOpusWriter(out) if ogg else WavWriter(out)
+    first = None
+    samples = 0
+    try:
+        sent = time.perf_counter()
+        async for frame in client.speak(text):
+            first = first if first is not None else time.perf_counter() - sent
+            writer.write(frame.payload, frame.sample_offset)
+            samples = frame.sample_offset + RATE * FRAME_MS // 1000
+    finally:
+        writer.close()
+        await client.close()
+    return first or 0.0, samples / RATE
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="speechstream-say", description=__doc__.splitlines()[0])
+    parser.add_argument("text", nargs="?", help="text to speak (or --file)")
+    parser.add_argument("--file", type=Path, help="read the text from this file")
+    parser.add_argument("--out", type=Path, required=True, help="output: .ogg/.opus (Opus) or .wav (PCM)")
+    parser.add_argument("--url", default="ws://127.0.0.1:8080/v1/stream")
+    parser.add_argument("--speed", type=float, help="1 is normal, 2 twice as fast")
+    parser.add_argument("--seed", type=int, help="same seed, same audio")
+    args = parser.parse_args(argv)
+    text = args.file.read_text(encoding="utf-8") if args.file else args.text
+    if not text:
+        parser.error("give the text, or --file")
+    if args.out.suffix.lower() not in (".ogg", ".opus", ".wav"):
+        parser.error("--out must end in .ogg, .opus or .wav")
+    length_scale = 1 / args.speed if args.speed else None
+    try:
+        first, seconds = asyncio.run(say(args.url, text, args.out, length_scale=length_scale, seed=args.seed))
+    except (OSError, SpeechError) as e:
+        print(f"speechstream-say: {e}", file=sys.stderr)
+        return 1
+    print(f"first audio: {first * 1000:.0f} ms; {seconds:.2f} s of audio written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""`speechstream-say` against the running gateway: files that decode to the audio sent."""
+
+import subprocess
+import sys
+import wave
+
+import av
+import pytest
+
+from perf.workloads import workload
+
+pytestmark = pytest.mark.triton
+
+
+@pytest.mark.parametrize("suffix", [".ogg", ".wav"])
+def test_say_writes_a_file_of_the_spoken_duration(gateway, tmp_path, suffix):
+    text = tmp_path / "text.txt"
+    text.write_text(workload("short"), encoding="utf-8")
+    out = tmp_path / f"speech{suffix}"
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway.say", "--file", str(text), "--out", str(out), "--url", gateway, "--seed", "3"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("first audio: ")
+    seconds = float(run.stdout.split("; ")[1].split(" s ")[0])
+    if suffix == ".wav":
+        with wave.open(str(out)) as w:
+            assert w.getframerate() == 48000 and w.getnchannels() == 1
+            decoded = w.getnframes() / 48000
+    else:
+        with av.open(str(out)) as container:
+            assert container.streams.audio[0].codec_context.name == "opus"
+            decoded = sum(f.samples for f in container.decode(audio=0)) / 48000
+    assert 2.0 < seconds and abs(decoded - seconds) <= 0.02  # within one frame (plus Opus pre-skip)
+
+
+def test_say_reports_an_unreachable_server(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway.say", "Hi.", "--out", str(tmp_path / "x.wav"), "--url", "ws://127.0.0.1:9/v1/stream"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.returncode == 1 and "speechstream-say:" in run.stderr
