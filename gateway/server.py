@@ -98,8 +98,6 @@ class Session:
         if isinstance(message, p.Config):
             if self.streams:
                 raise p.ProtocolError(p.CONFIG_TOO_LATE, "config must come before the first speak or text")
-            if message.timestamps:
-                raise p.ProtocolError(p.INVALID_FIELD, "timestamps are not available yet")
             self.config = message
             await self.send_ready()
             return
@@ -150,6 +148,7 @@ class Session:
         encoder = FrameEncoder(VOICE_RATE, c.sample_rate, c.frame_ms, c.format)
         tts = TtsStream(self.triton)
         seq = 0
+        spoken = 0  # samples at the voice's rate sent to the encoder so far
 
         async def send(payloads: list[bytes], last: bool = False) -> None:
             nonlocal seq
@@ -166,7 +165,7 @@ class Session:
                 pending = None
                 if item == CLOSE:
                     await send(encoder.finish(), last=True)
-                    ms = encoder.samples * 1000 // c.sample_rate
+                    ms = round(spoken * 1000 / VOICE_RATE)  # the speech, without the last frame's padding
                     await self.ws.send(p.encode("done", context_id=context.id, audio_ms=ms))
                     break
                 if item == FLUSH:
@@ -179,7 +178,11 @@ class Session:
                         item += more
                     else:
                         pending = more
+                base = spoken
                 async for chunk in tts.synthesize(" ".join(item), c.voice_params):
+                    if c.timestamps and chunk.words:
+                        await self.ws.send(timestamps(context.id, chunk.words, base))
+                    spoken += chunk.pcm.size
                     await send(encoder.push(chunk.pcm))
         except BackendUnavailable as e:
             log.error("context %s: %s", context.id, e)
@@ -197,6 +200,18 @@ class Session:
     async def _fail(self, context: Context, code: str, message: str) -> None:
         self.contexts.pop(context.id, None)
         await self.ws.send(p.error(code, message, context.id))
+
+
+def timestamps(context_id: str, words: list[tuple[str, int, int]], base: int) -> str:
+    """A `timestamps` message; word samples are relative to `base` at the voice's rate."""
+
+    def ms(sample: int) -> int:
+        return round((base + sample) * 1000 / VOICE_RATE)
+
+    return p.encode(
+        "timestamps", context_id=context_id, words=[w for w, _, _ in words],
+        start_ms=[ms(a) for _, a, _ in words], end_ms=[ms(b) for _, _, b in words],
+    )
 
 
 def http_handler(settings: Settings, triton: grpcclient.InferenceServerClient):

@@ -28,6 +28,7 @@ class TtsChunk:
     pcm: np.ndarray  # float32 at the voice's rate
     sentence_index: int
     span: tuple[int, int]
+    words: list[tuple[str, int, int]]  # (word, start, end sample of this request's audio)
 
 
 _NUMPY_TYPES = {"TYPE_FP32": np.float32, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64}
@@ -84,7 +85,9 @@ class TtsStream:
                 raise SynthesisError(error.message())
             pcm = result.as_numpy(c.PCM)
             if pcm is not None:
-                yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), tuple(result.as_numpy(c.TEXT_SPAN)))
+                names, spans = result.as_numpy(c.WORDS), result.as_numpy(c.WORD_SAMPLES)
+                words = [] if names is None else [(w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans)]
+                yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), tuple(result.as_numpy(c.TEXT_SPAN)), words)
             if result.get_response().parameters["triton_final_response"].bool_param:
                 return
 

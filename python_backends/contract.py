@@ -32,6 +32,8 @@ DURATIONS = "DURATIONS"  # [phoneme ids] int32, frames per phoneme id
 PHONEME_IDS = "PHONEME_IDS"  # [phoneme ids] int64
 SENTENCE_INDEX = "SENTENCE_INDEX"  # [1] int32
 TEXT_SPAN = "TEXT_SPAN"  # [2] int32, [start, end) in code points of the request text
+WORDS = "WORDS"  # [words] bytes, the sentence's words as written
+WORD_FRAMES = "WORD_FRAMES"  # [words, 2] int32, [start, end) frame of each word in the sentence
 
 # Output of `vocoder`; input is LATENT (a window of frames).
 PCM = "PCM"  # [samples] float32 in [-1, 1] at the voice's sample rate
@@ -39,6 +41,8 @@ PCM = "PCM"  # [samples] float32 in [-1, 1] at the voice's sample rate
 # Outputs of `tts` (one response per chunk, then an empty final response).
 CHUNK_INDEX = "CHUNK_INDEX"  # [1] int32, 0, 1, 2, ... across the whole request
 SAMPLE_OFFSET = "SAMPLE_OFFSET"  # [1] int64, first sample of this chunk in the stream
+WORD_SAMPLES = "WORD_SAMPLES"  # [words, 2] int64, [start, end) sample of each word in the stream;
+# WORDS and WORD_SAMPLES come with the first chunk of each sentence only.
 
 
 @dataclass(frozen=True)
@@ -118,12 +122,16 @@ def model_outputs(model: str) -> list[dict]:
             _tensor(LATENT, "TYPE_FP32", [-1, -1]),
             _tensor(DURATIONS, "TYPE_INT32", [-1]),
             _tensor(PHONEME_IDS, "TYPE_INT64", [-1]),
+            _tensor(WORDS, "TYPE_STRING", [-1]),
+            _tensor(WORD_FRAMES, "TYPE_INT32", [-1, 2]),
         ] + sentence
     if model == TTS_MODEL:
         return [
             _tensor(PCM, "TYPE_FP32", [-1]),
             _tensor(CHUNK_INDEX, "TYPE_INT32", [1]),
             _tensor(SAMPLE_OFFSET, "TYPE_INT64", [1]),
+            _tensor(WORDS, "TYPE_STRING", [-1]),
+            _tensor(WORD_SAMPLES, "TYPE_INT64", [-1, 2]),
         ] + sentence
     if model == VOCODER_MODEL:
         return [_tensor(PCM, "TYPE_FP32", [-1])]

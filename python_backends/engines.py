@@ -10,8 +10,9 @@ import numpy as np
 import onnxruntime as ort
 
 from . import voice as v
-from .phonemes import Espeak, phoneme_ids
+from .phonemes import BOS, EOS, PAD, Espeak, phoneme_ids
 from .text import Sentence, normalize
+from .timing import word_timings
 
 SAMPLES_PER_FRAME = 256
 
@@ -42,6 +43,7 @@ class SentenceLatent:
     phoneme_ids: np.ndarray  # int64 [ids]
     durations: np.ndarray  # int32 [ids], frames per id; sums to the frame count
     latent: np.ndarray  # float32 [channels, frames]
+    words: list[tuple[str, int, int]]  # (word, start frame, end frame)
 
 
 class AcousticEngine:
@@ -52,6 +54,9 @@ class AcousticEngine:
         self._prior = session(voice.graphs["prior"], threads)
         self._flow = session(voice.graphs["flow"], threads)
         self._espeak = Espeak.shared()
+        id_map = voice.phoneme_id_map
+        self._separators = {id_map[s][0] for s in (BOS, EOS, " ")}
+        self._pad = id_map[PAD][0]
 
     def default_params(self) -> VoiceParams:
         d = self.voice.inference_defaults
@@ -80,7 +85,9 @@ class AcousticEngine:
         noise = rng.standard_normal(mean.shape, dtype=np.float32)
         sample = mean + noise * std * np.float32(params.noise_scale)
         (latent,) = self._flow.run(None, {v.PRIOR_SAMPLE: sample, v.FRAME_MASK: mask})
-        return SentenceLatent(index, sentence, ids, durations[0, 0].astype(np.int32), latent[0])
+        durations = durations[0, 0].astype(np.int32)
+        words = word_timings(sentence.text, ids, durations, self._separators, self._pad)
+        return SentenceLatent(index, sentence, ids, durations, latent[0], words)
 
 
 class VocoderEngine:

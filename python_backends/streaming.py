@@ -35,6 +35,7 @@ class LatentSentence:
     index: int
     span: tuple[int, int]
     latent: np.ndarray  # float32 [channels, frames]
+    words: tuple[tuple[str, int, int], ...] = ()  # (word, start frame, end frame)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class PcmChunk:
     sentence_index: int
     span: tuple[int, int]
     pcm: np.ndarray  # float32 [samples]
+    words: tuple[tuple[str, int, int], ...] = ()  # (word, start, end sample in the stream);
+    # on the first chunk of each sentence only
 
 
 async def ordered(
@@ -133,10 +136,14 @@ async def stream_pcm(
         async with aclosing(sentences):
             async for sentence in sentences:
                 for chunk in plan_chunks(sentence.latent.shape[1], sizes, left_context, right_context):
-                    yield sentence, vocode_chunk(vocode, sentence.latent, chunk)
+                    yield (sentence, chunk), vocode_chunk(vocode, sentence.latent, chunk)
 
     index = offset = 0
-    async for sentence, pcm in ordered(jobs(), depth, is_cancelled):
-        yield PcmChunk(index, offset, sentence.index, sentence.span, pcm)
+    async for (sentence, chunk), pcm in ordered(jobs(), depth, is_cancelled):
+        words = ()
+        if chunk.start == 0:
+            f = SAMPLES_PER_FRAME
+            words = tuple((w, offset + a * f, offset + b * f) for w, a, b in sentence.words)
+        yield PcmChunk(index, offset, sentence.index, sentence.span, pcm, words)
         index += 1
         offset += pcm.size

@@ -133,3 +133,9 @@ def test_chunking_parameters_shape_the_stream(triton):
     chunks = stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text, c.INITIAL_CHUNK_FRAMES: np.int32(4), c.CHUNK_FRAMES: np.int32(16)})
     sizes = [r.get(c.PCM).size // 256 for r in chunks]
     assert sizes[:3] == [4, 8, 16] and max(sizes) <= 16 + 8
+
+
+@pytest.mark.parametrize("text", ["...", "—", "😀", "12345678901234567890"])
+def test_text_without_ordinary_words_is_still_spoken(triton, text):
+    chunks = stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text})
+    assert chunks and sum(r.get(c.PCM).size for r in chunks) > 0

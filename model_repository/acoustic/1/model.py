@@ -52,6 +52,8 @@ class TritonPythonModel:
                     c.LATENT: s.latent,
                     c.DURATIONS: s.durations,
                     c.PHONEME_IDS: s.phoneme_ids,
+                    c.WORDS: np.array([w.encode() for w, _, _ in s.words], dtype=object),
+                    c.WORD_FRAMES: np.array([(a, b) for _, a, b in s.words], dtype=np.int32).reshape(-1, 2),
                     c.SENTENCE_INDEX: np.array([index], dtype=np.int32),
                     c.TEXT_SPAN: np.array([sentence.start, sentence.end], dtype=np.int32),
                 }))

@@ -57,13 +57,17 @@ class TritonPythonModel:
                 is_cancelled=request.is_cancelled,
             )
             async for chunk in chunks:
-                sender.send(response({
+                outputs = {
                     c.PCM: chunk.pcm,
                     c.CHUNK_INDEX: np.array([chunk.index], dtype=np.int32),
                     c.SAMPLE_OFFSET: np.array([chunk.sample_offset], dtype=np.int64),
                     c.SENTENCE_INDEX: np.array([chunk.sentence_index], dtype=np.int32),
                     c.TEXT_SPAN: np.array(chunk.span, dtype=np.int32),
-                }))
+                }
+                if chunk.words:
+                    outputs[c.WORDS] = np.array([w.encode() for w, _, _ in chunk.words], dtype=object)
+                    outputs[c.WORD_SAMPLES] = np.array([(a, b) for _, a, b in chunk.words], dtype=np.int64)
+                sender.send(response(outputs))
             sender.send(flags=FINAL)
         except (c.InvalidRequest, StageError) as e:
             send_error(sender, str(e))
@@ -82,18 +86,24 @@ class TritonPythonModel:
             model_name=c.ACOUSTIC_MODEL,
             inputs=[pb_utils.Tensor(c.TEXT, np.array([sentence.text.encode()], dtype=object))]
             + [pb_utils.Tensor(name, value) for name, value in voice.items()],
-            requested_output_names=[c.LATENT],
+            requested_output_names=[c.LATENT, c.WORDS, c.WORD_FRAMES],
         )
         responses = await acoustic.async_exec(decoupled=True)
         loop = asyncio.get_running_loop()
-        latents = []
+        latents, words = [], []
         while (r := await loop.run_in_executor(self.waiters, next, responses, None)) is not None:
             if r.has_error():
                 raise StageError(r.error().message())
             latent = pb_utils.get_output_tensor_by_name(r, c.LATENT)
-            if latent is not None:  # not the empty final response
-                latents.append(latent.as_numpy())
-        return LatentSentence(index, (sentence.start, sentence.end), np.concatenate(latents, axis=1))
+            if latent is None:
+                continue  # the empty final response
+            done = sum(x.shape[1] for x in latents)
+            spans = pb_utils.get_output_tensor_by_name(r, c.WORD_FRAMES).as_numpy()
+            names = pb_utils.get_output_tensor_by_name(r, c.WORDS).as_numpy()
+            words += [(w.decode(), done + int(a), done + int(b)) for w, (a, b) in zip(names, spans)]
+            latents.append(latent.as_numpy())
+        latent = np.concatenate(latents, axis=1)
+        return LatentSentence(index, (sentence.start, sentence.end), latent, tuple(words))
 
     async def _vocode(self, window):
         vocoder = pb_utils.InferenceRequest(
