@@ -1,15 +1,21 @@
-"""`speechstream-say`: speak text through the gateway into an .ogg (Opus) or .wav file.
+"""`speechstream-say`: speak text through the gateway into an .ogg (Opus) or .wav file,
+or to the speakers.
 
     speechstream-say "Hello there." --out hello.ogg
     speechstream-say --file story.txt --out story.wav
+    speechstream-say "Hello there." --play
 
-Prints the time to first audio and the audio's duration.
+Prints the time to first audio and the audio's duration. --play streams PCM into a
+player command as it arrives (aplay, pw-cat or paplay, whichever is installed, or --player).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
+import shutil
+import subprocess
 import sys
 import time
 import wave
@@ -59,12 +65,38 @@ class WavWriter:
         self._wav.close()
 
 
-async def say(url: str, text: str, out: Path, **voice) -> tuple[float, float]:
-    """Speak `text` into `out`; return (seconds to first audio, audio seconds)."""
-    ogg = out.suffix.lower() in (".ogg", ".opus")
+class PlayerWriter:
+    """Raw s16le mono PCM into a player's standard input, as it arrives."""
+
+    def __init__(self, command: str) -> None:
+        self._player = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE)
+
+    def write(self, payload: bytes, sample_offset: int) -> None:
+        self._player.stdin.write(payload)
+        self._player.stdin.flush()
+
+    def close(self) -> None:
+        self._player.stdin.close()
+        self._player.wait()
+
+
+PLAYERS = {
+    "aplay": f"aplay -q -t raw -f S16_LE -c 1 -r {RATE}",
+    "pw-cat": f"pw-cat --playback --format s16 --channels 1 --rate {RATE} -",
+    "paplay": f"paplay --raw --format=s16le --channels=1 --rate={RATE}",
+}
+
+
+def default_player() -> str | None:
+    return next((command for name, command in PLAYERS.items() if shutil.which(name)), None)
+
+
+async def say(url: str, text: str, out: Path | None, player: str | None = None, **voice) -> tuple[float, float]:
+    """Speak `text` into `out` (or into `player`); return (seconds to first audio, audio seconds)."""
+    ogg = out is not None and out.suffix.lower() in (".ogg", ".opus")
     config = {"format": "opus" if ogg else "pcm_s16le", "sample_rate": RATE, "frame_ms": FRAME_MS}
     client = await SpeechClient.connect(url, **config, **{k: v for k, v in voice.items() if v is not None})
-    writer = OggOpusWriter(out) if ogg else WavWriter(out)
+    writer = PlayerWriter(player) if out is None else OggOpusWriter(out) if ogg else WavWriter(out)
     first = None
     samples = 0
     try:
@@ -83,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="speechstream-say", description=__doc__.splitlines()[0])
     parser.add_argument("text", nargs="?", help="text to speak (or --file)")
     parser.add_argument("--file", type=Path, help="read the text from this file")
-    parser.add_argument("--out", type=Path, required=True, help="output: .ogg/.opus (Opus) or .wav (PCM)")
+    output = parser.add_mutually_exclusive_group(required=True)
+    output.add_argument("--out", type=Path, help="output file: .ogg/.opus (Opus) or .wav (PCM)")
+    output.add_argument("--play", action="store_true", help="play through the speakers")
+    parser.add_argument("--player", help="player command reading raw s16le mono 48 kHz PCM on stdin")
     parser.add_argument("--url", default="ws://127.0.0.1:8080/v1/stream")
     parser.add_argument("--speed", type=float, help="1 is normal, 2 twice as fast")
     parser.add_argument("--seed", type=int, help="same seed, same audio")
@@ -91,15 +126,19 @@ def main(argv: list[str] | None = None) -> int:
     text = args.file.read_text(encoding="utf-8") if args.file else args.text
     if not text:
         parser.error("give the text, or --file")
-    if args.out.suffix.lower() not in (".ogg", ".opus", ".wav"):
+    if args.out and args.out.suffix.lower() not in (".ogg", ".opus", ".wav"):
         parser.error("--out must end in .ogg, .opus or .wav")
+    player = args.player or default_player() if args.play else None
+    if args.play and not player:
+        parser.error(f"no player found ({', '.join(PLAYERS)}); give --player or --out")
     length_scale = 1 / args.speed if args.speed else None
     try:
-        first, seconds = asyncio.run(say(args.url, text, args.out, length_scale=length_scale, seed=args.seed))
+        first, seconds = asyncio.run(say(args.url, text, args.out, player, length_scale=length_scale, seed=args.seed))
     except (OSError, SpeechError) as e:
         print(f"speechstream-say: {e}", file=sys.stderr)
         return 1
-    print(f"first audio: {first * 1000:.0f} ms; {seconds:.2f} s of audio written to {args.out}")
+    where = f"written to {args.out}" if args.out else "played"
+    print(f"first audio: {first * 1000:.0f} ms; {seconds:.2f} s of audio {where}")
     return 0
 
 

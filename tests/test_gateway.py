@@ -58,6 +58,13 @@ class Client:
         return [f for _, f in self.frames.get(self.streams[context_id], [])]
 
 
+def vocoder_inferences(url):
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(url) as client:
+        return client.get_inference_statistics(c.VOCODER_MODEL).model_stats[0].inference_count
+
+
 def connect(url):
     return websockets.connect(url, max_size=None)
 
@@ -140,7 +147,7 @@ def test_text_deltas_give_the_same_audio_and_start_before_the_last_delta(gateway
     assert first_audio < last_delta
 
 
-def test_cancel_stops_one_context_while_another_plays_to_its_end(gateway):
+def test_cancel_stops_one_context_while_another_plays_to_its_end(gateway, triton):
     async def run():
         async with connect(gateway) as ws:
             client = Client(ws)
@@ -161,6 +168,10 @@ def test_cancel_stops_one_context_while_another_plays_to_its_end(gateway):
             return client, cancel_sent, done
 
     client, cancel_sent, done = asyncio.run(run())
+    # The cancel reached Triton: no vocoder work goes on for the cancelled text.
+    settled = vocoder_inferences(triton.grpc_url)
+    time.sleep(1.0)
+    assert vocoder_inferences(triton.grpc_url) == settled
     long_frames = client.frames[client.streams["long"]]
     assert long_frames[-1][0] - cancel_sent <= 0.1
     assert not long_frames[-1][1].last

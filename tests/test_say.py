@@ -35,6 +35,20 @@ def test_say_writes_a_file_of_the_spoken_duration(gateway, tmp_path, suffix):
     assert 2.0 < seconds and abs(decoded - seconds) <= 0.02  # within one frame (plus Opus pre-skip)
 
 
+def test_play_streams_pcm_into_the_player(gateway, tmp_path):
+    # No sound card here: the "player" is a command that records what it is fed.
+    sink = tmp_path / "played.raw"
+    player = f"{sys.executable} -c \"import shutil,sys; shutil.copyfileobj(sys.stdin.buffer, open(r'{sink}', 'wb'))\""
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway.say", workload("short"), "--play", "--player", player, "--url", gateway],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    seconds = float(run.stdout.split("; ")[1].split(" s ")[0])
+    assert run.stdout.rstrip().endswith("played")
+    assert abs(sink.stat().st_size / 2 / 48000 - seconds) <= 0.02
+
+
 def test_say_reports_an_unreachable_server(tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "gateway.say", "Hi.", "--out", str(tmp_path / "x.wav"), "--url", "ws://127.0.0.1:9/v1/stream"],
