@@ -90,4 +90,10 @@ def infer(url: str, model: str, values: dict[str, object]) -> grpcclient.InferRe
         return client.infer(model, make_inputs(values))
 
 
-__all__ = ["InferenceServerException", "Response", "Stream", "StreamError", "infer", "make_inputs", "stream"]
+def inference_count(url: str, model: str) -> int:
+    """Inferences `model` has run, from Triton's statistics."""
+    with grpcclient.InferenceServerClient(url) as client:
+        return client.get_inference_statistics(model).model_stats[0].inference_count
+
+
+__all__ = ["InferenceServerException", "Response", "Stream", "StreamError", "infer", "inference_count", "make_inputs", "stream"]

@@ -14,7 +14,7 @@ import websockets
 from gateway import protocol as p
 from perf.workloads import workload
 from python_backends import contract as c
-from python_backends.triton_client import stream
+from python_backends.triton_client import inference_count, stream
 
 pytestmark = pytest.mark.triton
 
@@ -56,13 +56,6 @@ class Client:
 
     def audio(self, context_id):
         return [f for _, f in self.frames.get(self.streams[context_id], [])]
-
-
-def vocoder_inferences(url):
-    import tritonclient.grpc as grpcclient
-
-    with grpcclient.InferenceServerClient(url) as client:
-        return client.get_inference_statistics(c.VOCODER_MODEL).model_stats[0].inference_count
 
 
 def connect(url):
@@ -169,9 +162,9 @@ def test_cancel_stops_one_context_while_another_plays_to_its_end(gateway, triton
 
     client, cancel_sent, done = asyncio.run(run())
     # The cancel reached Triton: no vocoder work goes on for the cancelled text.
-    settled = vocoder_inferences(triton.grpc_url)
+    settled = inference_count(triton.grpc_url, c.VOCODER_MODEL)
     time.sleep(1.0)
-    assert vocoder_inferences(triton.grpc_url) == settled
+    assert inference_count(triton.grpc_url, c.VOCODER_MODEL) == settled
     long_frames = client.frames[client.streams["long"]]
     assert long_frames[-1][0] - cancel_sent <= 0.1
     assert not long_frames[-1][1].last

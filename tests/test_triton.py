@@ -11,15 +11,9 @@ from perf.workloads import harvard_sentences, workload
 from python_backends import contract as c
 from python_backends.text import split_sentences
 from tests.audio import snr_db
-from python_backends.triton_client import InferenceServerException, Stream, StreamError, infer, stream
+from python_backends.triton_client import InferenceServerException, Stream, StreamError, infer, inference_count, stream
 
 pytestmark = pytest.mark.triton
-
-
-def inferences(url: str, model: str) -> int:
-    with grpcclient.InferenceServerClient(url) as client:
-        stats = client.get_inference_statistics(model)
-    return stats.model_stats[0].inference_count
 
 
 def test_models_declare_the_contract(triton):
@@ -84,15 +78,15 @@ def test_cancelling_a_stream_stops_vocoder_and_acoustic_work(triton):
     text = workload("long")
     sentences = len(split_sentences(text))
     models = (c.VOCODER_MODEL, c.ACOUSTIC_MODEL)
-    before = {m: inferences(triton.grpc_url, m) for m in models}
+    before = {m: inference_count(triton.grpc_url, m) for m in models}
     s = Stream(triton.grpc_url)
     s.send(c.TTS_MODEL, {c.TEXT: text})
     for _ in range(3):
         s.next()
     s.cancel()
-    at_cancel = {m: inferences(triton.grpc_url, m) for m in models}
+    at_cancel = {m: inference_count(triton.grpc_url, m) for m in models}
     time.sleep(2.0)
-    after = {m: inferences(triton.grpc_url, m) for m in models}
+    after = {m: inference_count(triton.grpc_url, m) for m in models}
     s.client.close()
     for m in models:
         assert after[m] - at_cancel[m] <= 3, m  # what was in flight when the cancel arrived
