@@ -13,21 +13,34 @@ class FrameEncoder:
 
     Resampling is stateful across chunks (no clicks at chunk joins). `finish` drains the
     resampler and pads the last partial frame with silence, so every frame, the last
-    included, holds exactly `frame_samples` samples.
+    included, holds exactly `frame_samples` samples; the encoder then goes on from there
+    (a flush mid-stream).
     """
 
     def __init__(self, source_rate: int, rate: int, frame_ms: int, fmt: str) -> None:
+        self.source_rate = source_rate
         self.rate = rate
         self.frame_samples = rate * frame_ms // 1000
-        self._resampler = None if source_rate == rate else soxr.ResampleStream(source_rate, rate, 1, dtype="float32")
+        self._resampler = self._new_resampler()
         self._opus = opuslib.Encoder(rate, 1, opuslib.APPLICATION_AUDIO) if fmt == "opus" else None
         self._pending = np.empty(0, dtype=np.float32)
         self.frames = 0  # frames produced so far; frame k starts at sample k · frame_samples
+        self.padding = 0  # silence samples the last `finish` added
 
     @property
     def samples(self) -> int:
         """Samples at `rate` in the frames produced so far."""
         return self.frames * self.frame_samples
+
+    @property
+    def position(self) -> int:
+        """Samples at `rate` resampled so far: those framed and those waiting for a frame."""
+        return self.samples + self._pending.size
+
+    def _new_resampler(self) -> soxr.ResampleStream | None:
+        if self.source_rate == self.rate:
+            return None
+        return soxr.ResampleStream(self.source_rate, self.rate, 1, dtype="float32")
 
     def push(self, pcm: np.ndarray) -> list[bytes]:
         """Payloads of the frames completed by `pcm` (float32 in [-1, 1])."""
@@ -36,9 +49,11 @@ class FrameEncoder:
     def finish(self) -> list[bytes]:
         """Payloads of the remaining frames; the last is padded with silence."""
         payloads = self._frames(self._resample(np.empty(0, np.float32), last=True))
+        self._resampler = self._new_resampler()
+        self.padding = 0
         if self._pending.size or not payloads:
-            pad = self.frame_samples - self._pending.size
-            payloads += self._frames(np.zeros(pad, np.float32))
+            self.padding = self.frame_samples - self._pending.size
+            payloads += self._frames(np.zeros(self.padding, np.float32))
         return payloads
 
     def _resample(self, pcm: np.ndarray, last: bool) -> np.ndarray:

@@ -148,7 +148,6 @@ class Session:
         encoder = FrameEncoder(VOICE_RATE, c.sample_rate, c.frame_ms, c.format)
         tts = TtsStream(self.triton)
         seq = 0
-        spoken = 0  # samples at the voice's rate sent to the encoder so far
 
         async def send(payloads: list[bytes], last: bool = False) -> None:
             nonlocal seq
@@ -163,14 +162,15 @@ class Session:
             while True:
                 item = pending if pending is not None else await context.queue.get()
                 pending = None
-                if item == CLOSE:
-                    await send(encoder.finish(), last=True)
-                    ms = round(spoken * 1000 / VOICE_RATE)  # the speech, without the last frame's padding
+                if item in (FLUSH, CLOSE):
+                    # Deliver every sample so far: the partial frame goes out padded.
+                    await send(encoder.finish(), last=item == CLOSE)
+                    if item == FLUSH:
+                        await self.ws.send(p.encode("flushed", context_id=context.id))
+                        continue
+                    ms = round((encoder.samples - encoder.padding) * 1000 / c.sample_rate)  # without the padding
                     await self.ws.send(p.encode("done", context_id=context.id, audio_ms=ms))
                     break
-                if item == FLUSH:
-                    await self.ws.send(p.encode("flushed", context_id=context.id))
-                    continue
                 # Sentences queued behind these, up to a flush or close, go in one request.
                 while not context.queue.empty() and pending is None:
                     more = context.queue.get_nowait()
@@ -178,11 +178,10 @@ class Session:
                         item += more
                     else:
                         pending = more
-                base = spoken
+                start_ms = encoder.position * 1000 / c.sample_rate
                 async for chunk in tts.synthesize(" ".join(item), c.voice_params):
                     if c.timestamps and chunk.words:
-                        await self.ws.send(timestamps(context.id, chunk.words, base))
-                    spoken += chunk.pcm.size
+                        await self.ws.send(timestamps(context.id, chunk.words, start_ms))
                     await send(encoder.push(chunk.pcm))
         except BackendUnavailable as e:
             log.error("context %s: %s", context.id, e)
@@ -202,11 +201,11 @@ class Session:
         await self.ws.send(p.error(code, message, context.id))
 
 
-def timestamps(context_id: str, words: list[tuple[str, int, int]], base: int) -> str:
-    """A `timestamps` message; word samples are relative to `base` at the voice's rate."""
+def timestamps(context_id: str, words: list[tuple[str, int, int]], start_ms: float) -> str:
+    """A `timestamps` message; word samples (voice rate) count from `start_ms`."""
 
     def ms(sample: int) -> int:
-        return round((base + sample) * 1000 / VOICE_RATE)
+        return round(start_ms + sample * 1000 / VOICE_RATE)
 
     return p.encode(
         "timestamps", context_id=context_id, words=[w for w, _, _ in words],

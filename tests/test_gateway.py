@@ -231,3 +231,26 @@ def test_timestamps_cover_every_word_in_order_and_end_with_the_audio(gateway):
     assert starts == sorted(starts) and ends == sorted(ends)
     assert all(b <= a for a, b in zip(starts[1:], ends[:-1]))  # words do not overlap
     assert 0 <= done["audio_ms"] - ends[-1] <= 100
+
+
+def test_flush_delivers_the_buffered_text_and_keeps_the_context_open(gateway):
+    async def run():
+        async with connect(gateway) as ws:
+            client = Client(ws)
+            await client.until("ready")
+            await client.send(type="text", context_id="c1", text="Hello there, this is")
+            await client.send(type="flush", context_id="c1")
+            await client.until("flushed", "c1")
+            flushed_frames = len(client.audio("c1"))
+            await client.send(type="text", context_id="c1", text=" the second part.")
+            await client.send(type="close", context_id="c1")
+            done = await client.until("done", "c1")
+            return client, flushed_frames, done
+
+    client, flushed_frames, done = asyncio.run(run())
+    frames = client.audio("c1")
+    assert flushed_frames > 50  # the flushed text's audio came before `flushed`
+    assert not any(f.last for f in frames[:flushed_frames])
+    assert [f.sample_offset for f in frames] == [i * 960 for i in range(len(frames))]
+    assert len(frames) > flushed_frames + 30 and frames[-1].last
+    assert 0 <= len(frames) * 20 - done["audio_ms"] <= 20

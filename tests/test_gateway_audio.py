@@ -37,7 +37,7 @@ def test_pcm_frames_equal_whole_signal_resampling(rate):
     assert streamed.size - frame < whole.size <= streamed.size
     assert np.max(np.abs(streamed[: whole.size] - whole)) < 1e-3  # no clicks at chunk joins
     assert not streamed[whole.size :].any()  # the padding is silence
-    assert enc.samples == streamed.size
+    assert enc.samples == streamed.size and enc.samples - enc.padding == whole.size
 
 
 @pytest.mark.parametrize("rate", [48000, 24000, 16000])
@@ -60,3 +60,15 @@ def test_finish_always_yields_a_last_frame():
     assert enc.push(np.zeros(960, np.float32)) and enc.frames == 1
     last = enc.finish()
     assert len(last) == 1 and enc.frames == 2
+
+
+def test_finish_mid_stream_delivers_everything_and_goes_on():
+    enc = FrameEncoder(SOURCE, 48000, 20, "pcm_s16le")
+    first = enc.push(tone(0.31)) + enc.finish()
+    position = enc.position
+    assert position == enc.samples == len(first) * 960
+    second = enc.push(tone(0.2)) + enc.finish()
+    assert enc.samples == (len(first) + len(second)) * 960
+    audio = np.concatenate([np.frombuffer(p, "<i2") for p in first]).astype(np.float32) / 32767
+    whole = soxr.resample(tone(0.31), SOURCE, 48000)
+    assert np.max(np.abs(audio[: whole.size] - whole)) < 1e-3  # nothing of the first part held back
