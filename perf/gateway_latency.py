@@ -1,0 +1,52 @@
+"""Time to first audio over the gateway's WebSocket (protocol v1, Opus), per workload.
+
+    python -m perf.gateway_latency --url ws://127.0.0.1:8080/v1/stream --runs 5
+
+Prints medians over the runs, one stream at a time: `speak` sent → first audio frame
+(TTFP), → last frame, and the audio's duration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from gateway.client import SpeechClient
+from perf.workloads import WORKLOADS, workload
+
+
+async def measure(url: str, text: str) -> tuple[float, float, float]:
+    client = await SpeechClient.connect(url)
+    try:
+        sent, first, last = time.perf_counter(), None, None
+        async for frame in client.speak(text):
+            last = time.perf_counter() - sent
+            first = last if first is None else first
+        rate = client.ready["sample_rate"]
+        return first, last, (frame.sample_offset + rate * client.ready["frame_ms"] // 1000) / rate
+    finally:
+        await client.close()
+
+
+async def run(url: str, runs: int) -> None:
+    await measure(url, workload("short"))  # warm up
+    print("| workload | TTFP ms | last frame ms | audio s |")
+    print("|---|---|---|---|")
+    for name in WORKLOADS:
+        results = [await measure(url, workload(name)) for _ in range(runs)]
+        first, last, audio = (statistics.median(x) for x in zip(*results))
+        print(f"| {name} | {first * 1000:.1f} | {last * 1000:.0f} | {audio:.2f} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="ws://127.0.0.1:8080/v1/stream")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args(argv)
+    asyncio.run(run(args.url, args.runs))
+
+
+if __name__ == "__main__":
+    main()
