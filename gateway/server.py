@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from python_backends.contract import MAX_TEXT_CHARS
-from python_backends.voice import DEFAULT_VOICE
+from python_backends.voice import DEFAULT_VOICE, sample_rate
 
 from . import protocol as p
 from .audio import FrameEncoder
@@ -34,7 +34,7 @@ log = logging.getLogger("speechstream.gateway")
 
 STATIC = Path(__file__).parent / "static"
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
-VOICE_RATE = 22050
+VOICE_RATE = sample_rate(DEFAULT_VOICE)
 VOICES = (DEFAULT_VOICE,)
 FLUSH, CLOSE = "flush", "close"
 

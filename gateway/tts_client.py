@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
-from tritonclient.utils import np_to_triton_dtype
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from python_backends import contract as c
 
@@ -31,9 +31,6 @@ class TtsChunk:
     words: list[tuple[str, int, int]]  # (word, start, end sample of this request's audio)
 
 
-_NUMPY_TYPES = {"TYPE_FP32": np.float32, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64}
-
-
 def _input(name: str, array: np.ndarray) -> grpcclient.InferInput:
     tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
     tensor.set_data_from_numpy(array)
@@ -42,7 +39,7 @@ def _input(name: str, array: np.ndarray) -> grpcclient.InferInput:
 
 def tts_request(text: str, request_id: str, params: tuple[tuple[str, float | int], ...] = ()) -> dict:
     """A `tts` request; `params` are (tensor name, value) pairs from the contract."""
-    types = {p.name: _NUMPY_TYPES[p.triton_type] for p in c.VOICE_PARAMS + c.CHUNK_PARAMS}
+    types = {p.name: triton_to_np_dtype(p.triton_type.removeprefix("TYPE_")) for p in c.VOICE_PARAMS + c.CHUNK_PARAMS}
     inputs = [_input(c.TEXT, np.array([text.encode()], dtype=object))]
     inputs += [_input(name, np.array([value], dtype=types[name])) for name, value in params]
     return {

@@ -20,12 +20,13 @@ from perf.workloads import WORKLOADS, workload
 async def measure(url: str, text: str) -> tuple[float, float, float]:
     client = await SpeechClient.connect(url)
     try:
-        sent, first, last = time.perf_counter(), None, None
+        sent, first, last, end = time.perf_counter(), None, None, 0
+        rate = client.ready["sample_rate"]
         async for frame in client.speak(text):
             last = time.perf_counter() - sent
             first = last if first is None else first
-        rate = client.ready["sample_rate"]
-        return first, last, (frame.sample_offset + rate * client.ready["frame_ms"] // 1000) / rate
+            end = frame.sample_offset + rate * client.ready["frame_ms"] // 1000
+        return first, last, end / rate
     finally:
         await client.close()
 

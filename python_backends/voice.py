@@ -102,6 +102,14 @@ def _split(model: Path, target: Path) -> None:
         staging.rmdir()
 
 
+def sample_rate(name: str = DEFAULT_VOICE) -> int:
+    """The output rate of voice `name`, from its config alone (no graphs derived)."""
+    if name != DEFAULT_VOICE:
+        raise ValueError(f"unknown voice {name!r}; the embedded voice is {DEFAULT_VOICE!r}")
+    config = json.loads(embedded_voice_files()[1].read_text(encoding="utf-8"))
+    return int(config["audio"]["sample_rate"])
+
+
 def load_voice(name: str = DEFAULT_VOICE, model: Path | None = None, config: Path | None = None) -> Voice:
     """Load voice `name`, deriving its graphs into the cache on first use.
 

@@ -15,6 +15,7 @@ from gateway import protocol as p
 from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.triton_client import inference_count, stream
+from python_backends.voice import sample_rate
 
 pytestmark = pytest.mark.triton
 
@@ -100,7 +101,7 @@ def test_speak_gives_opus_matching_tritons_pcm(gateway, triton):
     assert [f.last for f in frames] == [False] * (len(frames) - 1) + [True]
     decoded = decode_opus(frames, 48000)
     pcm = np.concatenate([r.get(c.PCM) for r in stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text, c.SEED: np.int64(seed)})])
-    reference = soxr.resample(pcm, 22050, 48000)
+    reference = soxr.resample(pcm, sample_rate(), 48000)
     assert abs(decoded.size - reference.size) <= 960
     assert 0 <= decoded.size * 1000 / 48000 - done["audio_ms"] <= 20  # the last frame is padded
     assert aligned_correlation(decoded, reference, max_lag=960) >= 0.99
