@@ -102,27 +102,28 @@ def _split(model: Path, target: Path) -> None:
         staging.rmdir()
 
 
-def sample_rate(name: str = DEFAULT_VOICE) -> int:
-    """The output rate of voice `name`, from its config alone (no graphs derived)."""
+def _embedded(name: str) -> tuple[Path, Path]:
+    """Model and config of voice `name`; only the embedded default voice exists."""
     if name != DEFAULT_VOICE:
         raise ValueError(f"unknown voice {name!r}; the embedded voice is {DEFAULT_VOICE!r}")
-    config = json.loads(embedded_voice_files()[1].read_text(encoding="utf-8"))
-    return int(config["audio"]["sample_rate"])
+    return embedded_voice_files()
 
 
-def load_voice(name: str = DEFAULT_VOICE, model: Path | None = None, config: Path | None = None) -> Voice:
-    """Load voice `name`, deriving its graphs into the cache on first use.
+def _config(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
 
-    Without `model`, the name must be the embedded default voice.
-    """
-    if model is None:
-        if name != DEFAULT_VOICE:
-            raise ValueError(f"unknown voice {name!r}; the embedded voice is {DEFAULT_VOICE!r}")
-        model, config = embedded_voice_files()
-    config = config or model.with_name(model.name + ".json")
+
+def sample_rate(name: str = DEFAULT_VOICE) -> int:
+    """The output rate of voice `name`, from its config alone (no graphs derived)."""
+    return int(_config(_embedded(name)[1])["audio"]["sample_rate"])
+
+
+def load_voice(name: str = DEFAULT_VOICE) -> Voice:
+    """Load voice `name`, deriving its graphs into the cache on first use."""
+    model, config = _embedded(name)
     target = cache_dir() / "voices" / f"{name}-{_digest(model)}-v{SPLIT_VERSION}"
     if not target.exists():
         log.info("deriving stage graphs of voice %s from %s into %s", name, model, target)
         _split(model, target)
     graphs = {graph: target / f"{graph}.onnx" for graph in GRAPHS}
-    return Voice(name, json.loads(Path(config).read_text(encoding="utf-8")), graphs)
+    return Voice(name, _config(config), graphs)

@@ -1,4 +1,8 @@
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -13,6 +17,20 @@ def free_ports(n: int) -> list[int]:
     for s in sockets:
         s.close()
     return ports
+
+
+def wait_for_http(url: str, process: subprocess.Popen, log_path, timeout: float) -> bytes:
+    """Poll `url` until it answers 200 and return the body; fail if `process` exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                return r.read()
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"no answer from {url}; see {log_path}") from None
+            time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")
@@ -37,25 +55,11 @@ def triton(tmp_path_factory):
 @pytest.fixture(scope="session")
 def gateway(triton, tmp_path_factory):
     """`speechstream-gateway` on a free loopback port, talking to the test Triton."""
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
     (port,) = free_ports(1)
     log = (tmp_path_factory.mktemp("gateway") / "gateway.log").open("w")
     cmd = [sys.executable, "-m", "gateway.server", "--port", str(port), "--triton", triton.grpc_url]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"gateway did not start; see {log.name}") from None
-            time.sleep(0.1)
+    wait_for_http(f"http://127.0.0.1:{port}/healthz", process, log.name, timeout=30)
     yield f"ws://127.0.0.1:{port}/v1/stream"
     process.terminate()
     process.wait(10)

@@ -5,13 +5,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 import websockets
 
-from tests.conftest import free_ports
+from tests.conftest import free_ports, wait_for_http
 
 pytestmark = pytest.mark.triton
 
@@ -23,15 +22,8 @@ def test_serves_speech_and_stops_both_on_sigterm(tmp_path):
     log_path = tmp_path / "serve.log"
     serve = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{gateway}/healthz", timeout=1) as r:
-                    assert json.loads(r.read()) == {"gateway": "ok", "triton": "ready"}
-                    break
-            except OSError:
-                assert serve.poll() is None and time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.2)
+        health = wait_for_http(f"http://127.0.0.1:{gateway}/healthz", serve, log_path, timeout=120)
+        assert json.loads(health) == {"gateway": "ok", "triton": "ready"}
 
         async def speak():
             async with websockets.connect(f"ws://127.0.0.1:{gateway}/v1/stream") as ws:

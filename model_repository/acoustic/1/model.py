@@ -27,12 +27,11 @@ class TritonPythonModel:
 
     def initialize(self, args):
         p = parameters(args)
-        threads = int(p.get("workers", "2"))
         self.engine = AcousticEngine(load_voice(p.get("voice", DEFAULT_VOICE)))
         self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
         # Sentences of all streams share these workers in arrival order, so a new
         # stream's first sentence waits for at most one sentence per worker.
-        self.workers = ThreadPoolExecutor(threads, thread_name_prefix="acoustic")
+        self.workers = ThreadPoolExecutor(int(p.get("workers", "2")), thread_name_prefix="acoustic")
 
     async def execute(self, requests):
         await asyncio.gather(*(self._serve(request) for request in requests))
