@@ -12,17 +12,15 @@ pytestmark = pytest.mark.triton
 
 def test_perf_analyzer_streams_tts(triton, tmp_path):
     export = tmp_path / "profile.json"
-    cmd = perf_analyzer.command(triton.grpc_url, "1:2:1", export, [
-        "--measurement-mode", "count_windows", "--measurement-request-count", "4",
-        "--stability-percentage", "100", "--max-trials", "3",
-    ])
+    # A fixed request count: this is a functional check, not a stable measurement.
+    cmd = perf_analyzer.command(triton.grpc_url, "2", export, ["--request-count", "6"])
     run = subprocess.run(cmd, env=perf_analyzer.environment(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Detected decoupled model" in run.stdout
     experiments = json.loads(export.read_text())["experiments"]
-    assert [e["experiment"]["value"] for e in experiments] == [1, 2]
+    assert [e["experiment"]["value"] for e in experiments] == [2]
     for e in experiments:
-        assert e["requests"]
+        assert len(e["requests"]) >= 6
         # Every request streamed several chunks, the first well before the last.
         for r in e["requests"]:
             times = r["response_timestamps"]
