@@ -34,8 +34,11 @@ CONTEXT_EXISTS = "context_exists"
 CONTEXT_CLOSED = "context_closed"
 TEXT_TOO_LONG = "text_too_long"
 TOO_MANY_CONTEXTS = "too_many_contexts"
+MESSAGE_TOO_LARGE = "message_too_large"
+IDLE_TIMEOUT = "idle_timeout"
 BACKEND_UNAVAILABLE = "backend_unavailable"
 SYNTHESIS_FAILED = "synthesis_failed"
+INTERNAL_ERROR = "internal_error"
 
 # Binary audio frame: u8 kind (1 = audio) · u8 flags (bit 0 = last) · u16 stream ·
 # u32 seq · u32 sample_offset, little-endian, then one Opus packet or PCM chunk.
@@ -134,9 +137,20 @@ def parse_context_message(message: dict, max_text_chars: int) -> ContextMessage:
     text = ""
     if kind in TEXT_TYPES:
         text = _field(message, "text", str, required=True)
+        if not text.isascii() and not _is_unicode(text):
+            raise ProtocolError(INVALID_FIELD, "text holds a lone surrogate (\\ud800-\\udfff escape)", context_id)
         if len(text) > max_text_chars:
             raise ProtocolError(TEXT_TOO_LONG, f"text has {len(text)} characters; the limit is {max_text_chars}", context_id)
     return ContextMessage(kind, context_id, text)
+
+
+def _is_unicode(text: str) -> bool:
+    """False for strings with lone surrogates, which JSON escapes can make but UTF-8 cannot carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_message(frame: str | bytes, voices: tuple[str, ...], max_text_chars: int) -> Config | ContextMessage:

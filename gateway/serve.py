@@ -14,7 +14,8 @@ import signal
 
 from python_backends.launcher import TritonServer
 
-from .server import Settings, serve_forever
+from . import settings as s
+from .server import serve_forever
 
 log = logging.getLogger("speechstream.serve")
 
@@ -25,7 +26,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         await asyncio.to_thread(triton.wait_ready)
         gateway = asyncio.create_task(
-            serve_forever(args.host, args.port, Settings(triton_url=f"127.0.0.1:{args.triton_grpc_port}"))
+            serve_forever(s.from_arguments(args, triton_url=f"127.0.0.1:{args.triton_grpc_port}"))
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -46,8 +47,7 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     env = os.environ.get
     parser = argparse.ArgumentParser(prog="speechstream-serve", description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default=env("GATEWAY_HOST", "127.0.0.1"), help="gateway address (env GATEWAY_HOST)")
-    parser.add_argument("--port", type=int, default=int(env("GATEWAY_PORT", 8080)), help="gateway port (env GATEWAY_PORT)")
+    s.add_arguments(parser, skip=("triton_url",))
     parser.add_argument("--triton-http-port", type=int, default=int(env("TRITON_HTTP_PORT", 8000)))
     parser.add_argument("--triton-grpc-port", type=int, default=int(env("TRITON_GRPC_PORT", 8001)))
     parser.add_argument("--triton-metrics-port", type=int, default=int(env("TRITON_METRICS_PORT", 8002)))

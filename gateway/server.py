@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hmac
 import json
 import logging
-import os
+import socket
 import uuid
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import tritonclient.grpc.aio as grpcclient
 from websockets.asyncio.server import ServerConnection, serve
@@ -22,13 +24,15 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from python_backends.contract import MAX_TEXT_CHARS
 from python_backends.voice import DEFAULT_VOICE, sample_rate
 
 from . import protocol as p
+from . import settings as s
 from .audio import FrameEncoder
+from .inbox import Inbox, Mark
 from .segmenter import Segmenter
-from .tts_client import BackendUnavailable, SynthesisError, TtsStream
+from .settings import Settings
+from .tts_client import BackendUnavailable, SynthesisError, TtsStream, triton_client
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -36,30 +40,22 @@ STATIC = Path(__file__).parent / "static"
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 VOICE_RATE = sample_rate(DEFAULT_VOICE)
 VOICES = (DEFAULT_VOICE,)
-FLUSH, CLOSE = "flush", "close"
-
-
-@dataclass
-class Settings:
-    triton_url: str = "127.0.0.1:8001"
-    max_text_chars: int = MAX_TEXT_CHARS
-    max_contexts: int = 16
+# Characters of whole sentences per `tts` request (about 30 s of speech): a request is
+# synthesized to its end whatever the client does, so this bounds the work a paused
+# (slow-reading) context has in flight.
+REQUEST_CHARS = 400
 
 
 @dataclass
 class Context:
-    """One context: text queued for synthesis, and the worker that speaks it."""
+    """One context: text waiting for synthesis, and the worker that speaks it."""
 
     id: str
     stream: int
     segmenter: Segmenter = field(default_factory=Segmenter)
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)  # sentence lists, FLUSH, CLOSE
+    inbox: Inbox = field(default_factory=Inbox)
     closed: bool = False
     task: asyncio.Task | None = None
-
-    def submit(self, sentences: list[str]) -> None:
-        if sentences:
-            self.queue.put_nowait(sentences)
 
 
 class Session:
@@ -77,15 +73,43 @@ class Session:
     async def run(self) -> None:
         await self.send_ready()
         try:
-            async for frame in self.ws:
+            while (frame := await self.receive()) is not None:
                 try:
-                    await self.handle(p.parse_message(frame, VOICES, self.settings.max_text_chars))
+                    await self.handle(self.parse(frame))
                 except p.ProtocolError as e:
                     await self.ws.send(p.error(e.code, e.message, e.context_id))
+                except ConnectionClosed:
+                    raise
+                except Exception:
+                    log.exception("session %s: unexpected error handling a message", self.id)
+                    await self.ws.send(p.error(p.INTERNAL_ERROR, "the server failed to handle this message"))
+        except ConnectionClosed:
+            pass
         finally:
             for context in self.contexts.values():
-                if context.task:
-                    context.task.cancel()
+                context.task.cancel()
+
+    async def receive(self) -> str | bytes | None:
+        """The next client frame; None once the connection is closed or left idle."""
+        while True:
+            try:
+                async with asyncio.timeout(self.settings.idle_timeout_s):
+                    return await self.ws.recv()
+            except TimeoutError:
+                if self.contexts:
+                    continue  # speaking is not idle
+                log.info("session %s: idle for %.0f s, closing", self.id, self.settings.idle_timeout_s)
+                await self.ws.send(p.error(p.IDLE_TIMEOUT, f"no message for {self.settings.idle_timeout_s:g} s"))
+                await self.ws.close(1000, "idle timeout")
+                return None
+
+    def parse(self, frame: str | bytes) -> p.Config | p.ContextMessage:
+        size = len(frame) if isinstance(frame, bytes) else len(frame.encode("utf-8", "surrogatepass"))
+        if size > self.settings.max_message_bytes:
+            raise p.ProtocolError(
+                p.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.settings.max_message_bytes}"
+            )
+        return p.parse_message(frame, VOICES, self.settings.max_text_chars)
 
     async def send_ready(self) -> None:
         c = self.config
@@ -109,7 +133,7 @@ class Session:
                 raise p.ProtocolError(p.CONTEXT_EXISTS, f"context '{message.context_id}' is already open", message.context_id)
             elif context.closed:
                 raise p.ProtocolError(p.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
-            context.submit(context.segmenter.append(message.text))
+            self.append(context, message.text)
             if message.type == "speak":
                 self.close(context)
             return
@@ -122,10 +146,19 @@ class Session:
         elif context.closed:
             raise p.ProtocolError(p.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
         elif message.type == "flush":
-            context.submit(context.segmenter.flush())
-            context.queue.put_nowait(FLUSH)
+            context.inbox.put(*context.segmenter.flush(), Mark.FLUSH)
         else:
             self.close(context)
+
+    def append(self, context: Context, text: str) -> None:
+        waiting = context.inbox.chars + len(context.segmenter.pending)
+        if waiting + len(text) > self.settings.max_text_chars:
+            raise p.ProtocolError(
+                p.TEXT_TOO_LONG,
+                f"{waiting} characters are already waiting for synthesis; the limit is {self.settings.max_text_chars}",
+                context.id,
+            )
+        context.inbox.put(*context.segmenter.append(text))
 
     async def open(self, context_id: str) -> Context:
         if len(self.contexts) >= self.settings.max_contexts:
@@ -138,12 +171,15 @@ class Session:
         return context
 
     def close(self, context: Context) -> None:
-        context.submit(context.segmenter.flush())
-        context.queue.put_nowait(CLOSE)
+        context.inbox.put(*context.segmenter.flush(), Mark.CLOSE)
         context.closed = True
 
     async def speak(self, context: Context) -> None:
-        """The context's worker: synthesize queued text in order, send frames."""
+        """The context's worker: synthesize its sentences in order, send frames.
+
+        `ws.send` waits while the connection's write buffer is full, and the worker
+        takes no more sentences meanwhile: that is the backpressure on a slow reader.
+        """
         c = self.config
         encoder = FrameEncoder(VOICE_RATE, c.sample_rate, c.frame_ms, c.format)
         tts = TtsStream(self.triton)
@@ -158,26 +194,17 @@ class Session:
                 seq += 1
 
         try:
-            pending = None
             while True:
-                item = pending if pending is not None else await context.queue.get()
-                pending = None
-                if item in (FLUSH, CLOSE):
+                item = await context.inbox.take(REQUEST_CHARS)
+                if isinstance(item, Mark):
                     # Deliver every sample so far: the partial frame goes out padded.
-                    await send(encoder.finish(), last=item == CLOSE)
-                    if item == FLUSH:
+                    await send(encoder.finish(), last=item is Mark.CLOSE)
+                    if item is Mark.FLUSH:
                         await self.ws.send(p.encode("flushed", context_id=context.id))
                         continue
                     ms = round((encoder.samples - encoder.padding) * 1000 / c.sample_rate)  # without the padding
                     await self.ws.send(p.encode("done", context_id=context.id, audio_ms=ms))
                     break
-                # Sentences queued behind these, up to a flush or close, go in one request.
-                while not context.queue.empty() and pending is None:
-                    more = context.queue.get_nowait()
-                    if isinstance(more, list):
-                        item += more
-                    else:
-                        pending = more
                 start_ms = encoder.position * 1000 / c.sample_rate
                 async for chunk in tts.synthesize(" ".join(item), c.voice_params):
                     if c.timestamps and chunk.words:
@@ -193,7 +220,7 @@ class Session:
             pass
         finally:
             tts.close()
-            if self.contexts.get(context.id) is context and context.closed and context.queue.empty():
+            if self.contexts.get(context.id) is context and context.closed:
                 del self.contexts[context.id]
 
     async def _fail(self, context: Context, code: str, message: str) -> None:
@@ -215,20 +242,53 @@ def timestamps(context_id: str, words: list[tuple[str, int, int]], start_ms: flo
 
 def http_handler(settings: Settings, triton: grpcclient.InferenceServerClient):
     async def process_request(connection: ServerConnection, request: Request) -> Response | None:
-        path = request.path.split("?", 1)[0]
+        path = urlsplit(request.path).path
         if path == p.PATH:
-            return None  # the WebSocket handshake goes on
+            return admit(connection, request, settings)
         if path == "/healthz":
-            try:
-                ready = await triton.is_server_ready()
-            except Exception:
-                ready = False
-            status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
-            body = json.dumps({"gateway": "ok", "triton": "ready" if ready else "unavailable"}).encode()
-            return Response(status.value, status.phrase, Headers({"Content-Type": "application/json"}), body)
+            return await health(triton)
         return static_file(connection, "index.html" if path == "/" else path.removeprefix("/static/"))
 
     return process_request
+
+
+def admit(connection: ServerConnection, request: Request, settings: Settings) -> Response | None:
+    """None lets the WebSocket handshake go on; otherwise the refusal."""
+    if settings.api_key and not hmac.compare_digest(presented_key(request).encode(), settings.api_key.encode()):
+        return connection.respond(HTTPStatus.UNAUTHORIZED, "a valid API key is required\n")
+    client = connection.remote_address[0]
+    open_here = sum(1 for other in connection.server.connections if other.remote_address[0] == client)
+    if open_here >= settings.max_connections_per_client:
+        log.warning("refused a connection from %s: %d already open", client, open_here)
+        return connection.respond(
+            HTTPStatus.TOO_MANY_REQUESTS, f"at most {settings.max_connections_per_client} connections per client\n"
+        )
+    # The kernel's send buffer holds no more than the write buffer: past both, `send`
+    # waits and synthesis for the slow reader pauses.
+    sock = connection.transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, settings.max_buffered_bytes)
+    return None
+
+
+def presented_key(request: Request) -> str:
+    """The API key in the `Authorization: Bearer`, `X-API-Key` header or `api_key` query."""
+    auth = request.headers.get("Authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    if "X-API-Key" in request.headers:
+        return request.headers["X-API-Key"]
+    return parse_qs(urlsplit(request.path).query).get("api_key", [""])[0]
+
+
+async def health(triton: grpcclient.InferenceServerClient) -> Response:
+    try:
+        ready = await triton.is_server_ready()
+    except Exception:  # unreachable or refusing: not ready, whatever the cause
+        ready = False
+    status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
+    body = json.dumps({"gateway": "ok", "triton": "ready" if ready else "unavailable"}).encode()
+    return Response(status.value, status.phrase, Headers({"Content-Type": "application/json"}), body)
 
 
 def static_file(connection: ServerConnection, name: str) -> Response:
@@ -240,27 +300,29 @@ def static_file(connection: ServerConnection, name: str) -> Response:
     return Response(HTTPStatus.OK.value, "OK", headers, path.read_bytes())
 
 
-async def serve_forever(host: str, port: int, settings: Settings, ready: asyncio.Event | None = None) -> None:
-    triton = grpcclient.InferenceServerClient(settings.triton_url)
+async def serve_forever(settings: Settings) -> None:
+    triton = triton_client(settings.triton_url)
 
     async def handler(ws: ServerConnection) -> None:
         await Session(ws, triton, settings).run()
 
-    async with serve(handler, host, port, process_request=http_handler(settings, triton)) as server:
-        log.info("gateway on ws://%s:%d%s, Triton at %s", host, port, p.PATH, settings.triton_url)
-        if ready:
-            ready.set()
+    async with serve(
+        handler, settings.host, settings.port,
+        process_request=http_handler(settings, triton),
+        origins=[*settings.allowed_origins, None] if settings.allowed_origins else None,  # None: no Origin header
+        max_size=settings.max_frame_bytes,
+        write_limit=settings.max_buffered_bytes,
+    ) as server:
+        log.info("gateway on ws://%s:%d%s, Triton at %s", settings.host, settings.port, p.PATH, settings.triton_url)
         await server.serve_forever()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="speechstream-gateway", description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default=os.environ.get("GATEWAY_HOST", "127.0.0.1"), help="env GATEWAY_HOST")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("GATEWAY_PORT", 8080)), help="env GATEWAY_PORT")
-    parser.add_argument("--triton", default=os.environ.get("TRITON_GRPC_URL", "127.0.0.1:8001"), help="env TRITON_GRPC_URL")
+    s.add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(serve_forever(args.host, args.port, Settings(triton_url=args.triton)))
+    asyncio.run(serve_forever(s.from_arguments(args)))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
+from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from python_backends import contract as c
@@ -29,6 +30,21 @@ class TtsChunk:
     sentence_index: int
     span: tuple[int, int]
     words: list[tuple[str, int, int]]  # (word, start, end sample of this request's audio)
+
+
+# Reconnect within a second of Triton coming back: gRPC's default backoff grows to two
+# minutes. (No keepalive pings: Triton's default policy answers them with GOAWAY.)
+CHANNEL_ARGS = [
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+def triton_client(url: str) -> grpcclient.InferenceServerClient:
+    return grpcclient.InferenceServerClient(url, channel_args=CHANNEL_ARGS)
 
 
 def _input(name: str, array: np.ndarray) -> grpcclient.InferInput:

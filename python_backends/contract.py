@@ -13,6 +13,11 @@ ACOUSTIC_MODEL = "acoustic"
 VOCODER_MODEL = "vocoder"
 TTS_MODEL = "tts"
 
+# A gauge on Triton's metrics port: `tts` requests being synthesized now. It returns
+# to zero when every stream has ended or been cancelled (a leak shows here), and it
+# is the outstanding-work signal for balancing gateways across Triton servers.
+TTS_ACTIVE_METRIC = "speechstream_tts_active_requests"
+
 # Inputs shared by `acoustic` and `tts`.
 TEXT = "TEXT"
 LENGTH_SCALE = "LENGTH_SCALE"

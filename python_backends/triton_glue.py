@@ -55,3 +55,9 @@ def response(outputs: dict[str, np.ndarray]):
 def send_error(sender, message: str) -> None:
     """Finish a decoupled request with an error the client sees as is."""
     sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), flags=FINAL)
+
+
+def gauge(name: str, description: str):
+    """A gauge on Triton's metrics endpoint (the Python backend's custom metrics)."""
+    family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.GAUGE)
+    return family, family.Metric(labels={})

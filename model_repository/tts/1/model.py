@@ -18,7 +18,7 @@ from python_backends import contract as c
 from python_backends.requests import read_chunk_params, read_params, read_text
 from python_backends.streaming import SENTENCE_LOOKAHEAD, LatentSentence, sentence_latents, stream_pcm
 from python_backends.text import split_sentences
-from python_backends.triton_glue import FINAL, declare, log_error, parameters, request_inputs, response, send_error
+from python_backends.triton_glue import FINAL, declare, gauge, log_error, parameters, request_inputs, response, send_error
 
 
 class StageError(RuntimeError):
@@ -37,12 +37,14 @@ class TritonPythonModel:
         # and a stream has up to SENTENCE_LOOKAHEAD of them open.
         waiters = int(p.get("max_streams", "256")) * SENTENCE_LOOKAHEAD
         self.waiters = ThreadPoolExecutor(waiters, thread_name_prefix="acoustic-wait")
+        self.metric_family, self.active = gauge(c.TTS_ACTIVE_METRIC, "tts requests being synthesized now")
 
     async def execute(self, requests):
         await asyncio.gather(*(self._serve(request) for request in requests))
 
     async def _serve(self, request):
         sender = request.get_response_sender()
+        self.active.increment(1)
         try:
             inputs = request_inputs(request, c.TTS_MODEL)
             text = read_text(inputs, self.max_text_chars)
@@ -74,6 +76,8 @@ class TritonPythonModel:
         except Exception as e:
             log_error(f"tts: request failed: {e!r}")
             send_error(sender, f"tts failed: {e}")
+        finally:
+            self.active.increment(-1)
 
     async def _acoustic(self, voice, index, sentence):
         """One sentence's latent frames from the acoustic model.
@@ -118,3 +122,5 @@ class TritonPythonModel:
 
     def finalize(self):
         self.waiters.shutdown(cancel_futures=True)
+        del self.active  # a metric goes before its family
+        del self.metric_family

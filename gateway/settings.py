@@ -1,0 +1,74 @@
+"""The gateway's settings: limits, access control and where Triton is.
+
+Each field is also a command-line flag (`--max-contexts`) and an environment variable
+(`GATEWAY_MAX_CONTEXTS`), derived from its name here, so the list below is the whole
+configuration reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields
+
+from python_backends.contract import MAX_TEXT_CHARS
+
+
+def _setting(default, help: str, env: str | None = None):
+    return field(default=default, metadata={"help": help, "env": env})
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = _setting("127.0.0.1", "address the gateway listens on")
+    port: int = _setting(8080, "port for WebSocket, HTTP and the page")
+    triton_url: str = _setting("127.0.0.1:8001", "Triton's gRPC address", env="TRITON_GRPC_URL")
+    max_text_chars: int = _setting(MAX_TEXT_CHARS, "characters per text message, and waiting per context")
+    max_contexts: int = _setting(16, "open contexts per connection")
+    max_connections_per_client: int = _setting(32, "open WebSocket connections per client address")
+    max_message_bytes: int = _setting(
+        256 * 1024, "larger client messages get 'message_too_large'; 16 times this closes the connection (1009)"
+    )
+    max_buffered_bytes: int = _setting(
+        64 * 1024, "audio bytes held for a slow reader per connection (write buffer, and as much in the kernel) "
+        "before its synthesis pauses"
+    )
+    idle_timeout_s: float = _setting(300.0, "close a connection with no message and nothing speaking after this")
+    api_key: str | None = _setting(None, "require this key: 'Authorization: Bearer', 'X-API-Key' or ?api_key=")
+    allowed_origins: tuple[str, ...] = _setting((), "comma-separated browser Origins allowed; empty allows any")
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """Past this a message is abusive: the connection is closed, not answered."""
+        return 16 * self.max_message_bytes
+
+
+def _env_name(name: str, explicit: str | None) -> str:
+    return explicit or f"GATEWAY_{name.upper()}"
+
+
+def _parse(default, text: str):
+    if isinstance(default, tuple):
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    if default is None:
+        return text or None
+    return type(default)(text)
+
+
+def add_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """A flag per setting; an environment variable, when set, replaces the default."""
+    for f in fields(Settings):
+        if f.name in skip:
+            continue
+        env = _env_name(f.name, f.metadata["env"])
+        default = _parse(f.default, os.environ[env]) if env in os.environ else f.default
+        flag = "--" + f.name.removesuffix("_s").replace("_", "-")
+        parser.add_argument(
+            flag, dest=f.name, default=default, type=lambda text, d=f.default: _parse(d, text),
+            help=f"{f.metadata['help']} (env {env}; default {f.default!r})",
+        )
+
+
+def from_arguments(args: argparse.Namespace, **overrides) -> Settings:
+    values = {f.name: getattr(args, f.name) for f in fields(Settings) if hasattr(args, f.name)}
+    return Settings(**{**values, **overrides})
