@@ -161,6 +161,8 @@ def parse_message(frame: str | bytes, voices: tuple[str, ...], max_text_chars: i
         message = json.loads(frame)
     except ValueError as e:
         raise ProtocolError(INVALID_JSON, f"not valid JSON: {e}") from None
+    except RecursionError:
+        raise ProtocolError(INVALID_JSON, "JSON nested too deeply") from None
     if not isinstance(message, dict):
         raise ProtocolError(INVALID_MESSAGE, "a message must be a JSON object")
     kind = message.get("type")

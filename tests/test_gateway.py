@@ -1,7 +1,6 @@
 """The gateway over real WebSockets on loopback, in front of a real tritonserver."""
 
 import asyncio
-import json
 import random
 import time
 
@@ -9,58 +8,15 @@ import numpy as np
 import opuslib
 import pytest
 import soxr
-import websockets
 
-from gateway import protocol as p
 from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.triton_client import inference_count, stream
 from python_backends.voice import sample_rate
 
+from .wsclient import Client, connect
+
 pytestmark = pytest.mark.triton
-
-
-class Client:
-    """A protocol v1 client that records every message with its arrival time."""
-
-    def __init__(self, ws):
-        self.ws = ws
-        self.frames: dict[int, list[tuple[float, p.AudioFrame]]] = {}
-        self.messages: list[tuple[float, dict]] = []
-        self.streams: dict[str, int] = {}
-
-    async def send(self, **message):
-        await self.ws.send(json.dumps(message))
-        return time.perf_counter()
-
-    async def read(self):
-        """Read one message or frame into the records; return the message, if any."""
-        m = await self.ws.recv()
-        now = time.perf_counter()
-        if isinstance(m, bytes):
-            f = p.parse_audio_frame(m)
-            self.frames.setdefault(f.stream, []).append((now, f))
-            return None
-        m = json.loads(m)
-        self.messages.append((now, m))
-        if m["type"] == "audio_start":
-            self.streams[m["context_id"]] = m["stream"]
-        return m
-
-    async def until(self, kind, context_id=None, timeout=60):
-        """Read until a message of `kind` (for `context_id`) arrives; return it."""
-        async with asyncio.timeout(timeout):
-            while True:
-                m = await self.read()
-                if m and m["type"] == kind and (context_id is None or m.get("context_id") == context_id):
-                    return m
-
-    def audio(self, context_id):
-        return [f for _, f in self.frames.get(self.streams[context_id], [])]
-
-
-def connect(url):
-    return websockets.connect(url, max_size=None)
 
 
 def decode_opus(frames, rate, frame_ms=20):
@@ -171,41 +127,6 @@ def test_cancel_stops_one_context_while_another_plays_to_its_end(gateway, triton
     assert not long_frames[-1][1].last
     short = client.audio("short")
     assert short[-1].last and 0 <= len(short) * 20 - done["audio_ms"] <= 20
-
-
-MALFORMED = [
-    ("{not json", p.INVALID_JSON),
-    ("[]", p.INVALID_MESSAGE),
-    ('{"type": "sing"}', p.UNKNOWN_TYPE),
-    ('{"type": "speak", "text": "hi"}', p.MISSING_FIELD),
-    ('{"type": "speak", "context_id": "x", "text": 42}', p.INVALID_FIELD),
-    ('{"type": "config", "voice": "nobody"}', p.UNKNOWN_VOICE),
-    ('{"type": "config", "format": "mp3"}', p.UNSUPPORTED_FORMAT),
-    ('{"type": "config", "sample_rate": 44100}', p.INVALID_FIELD),
-    ('{"type": "flush", "context_id": "nope"}', p.UNKNOWN_CONTEXT),
-    ('{"type": "cancel", "context_id": "nope"}', p.UNKNOWN_CONTEXT),
-    (b"\x01\x02\x03", p.BINARY_NOT_ACCEPTED),
-]
-
-
-def test_malformed_messages_get_errors_and_the_socket_keeps_working(gateway):
-    async def run():
-        async with connect(gateway) as ws:
-            client = Client(ws)
-            await client.until("ready")
-            codes = []
-            for frame, _ in MALFORMED:
-                await ws.send(frame)
-                codes.append((await client.until("error"))["code"])
-            await client.send(type="speak", context_id="ok", text="Still here.")
-            await client.until("done", "ok")
-            await client.send(type="config", format="pcm_s16le")
-            codes.append((await client.until("error"))["code"])
-            return codes, client
-
-    codes, client = asyncio.run(run())
-    assert codes == [code for _, code in MALFORMED] + [p.CONFIG_TOO_LATE]
-    assert client.audio("ok")[-1].last
 
 
 def test_timestamps_cover_every_word_in_order_and_end_with_the_audio(gateway):
