@@ -93,9 +93,12 @@ class TritonPythonModel:
             requested_output_names=[c.LATENT, c.WORDS, c.WORD_FRAMES],
         )
         responses = await acoustic.async_exec(decoupled=True)
+        # Read to the end in a waiter thread, which finishes even when this stream is
+        # cancelled: a response iterator dropped half-read deadlocks the 2.51 stub at
+        # unload. The sentence's work is small, and its one response is needed whole.
         loop = asyncio.get_running_loop()
         latents, words = [], []
-        while (r := await loop.run_in_executor(self.waiters, next, responses, None)) is not None:
+        for r in await loop.run_in_executor(self.waiters, list, responses):
             if r.has_error():
                 raise StageError(r.error().message())
             latent = pb_utils.get_output_tensor_by_name(r, c.LATENT)

@@ -1,0 +1,609 @@
+"""Soak: mixed WebSocket load at about half of capacity; errors, leaks and memory growth.
+
+    python -m perf.soak --duration 600
+
+Starts its own tritonserver and gateway on free loopback ports. A short calibration
+(concurrent `speak`s read as fast as possible) measures capacity C in audio-seconds per
+wall second; then round(C / 2) listeners (or --clients) each speak random Harvard texts
+(one sentence, or eight as in the "paragraph" workload) over protocol v1 and consume the
+audio in real time like a player, so each is a load of 1 audio-s/s. Per utterance a
+listener may cancel it or drop its TCP connection without a close handshake, then
+reconnect. Afterwards it reports errors, tts requests Triton still holds, shared-memory
+segments left in /dev/shm, the resident memory growth of the gateway and of Triton (with
+its Python backend stubs) after warm-up, and whether Triton then stops cleanly; as a
+Markdown table on stdout and as soak.json and soak.md in --out, exiting with 1 when a
+goal of zero (errors, leaks) is missed. --duration bounds calibration plus soak (600 s
+at most); start-up and shut-down add half a minute to a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO
+
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from gateway import protocol as p
+from gateway.client import SpeechClient
+from perf.workloads import harvard_sentences
+from python_backends.contract import TTS_ACTIVE_METRIC
+from python_backends.launcher import PROJECT_ROOT, TritonServer
+
+MAX_DURATION_S = 600.0
+MIN_DURATION_S = 30.0
+RESULTS = Path(__file__).parent / "results"
+PARAGRAPH_SENTENCES = 8  # as perf.workloads' "paragraph"
+PENDING_METRIC = "nv_inference_pending_request_count"
+SHM = Path("/dev/shm")
+
+LEAD_S = 1.0  # a player holds about a second of audio ahead of playback
+STALL_S = 30.0  # no message for this long while waiting for one is a hang
+DRAIN_S = 60.0  # after the soak, in-flight utterances must end within this
+SETTLE_S = 20.0  # after the load, the server must return to idle within this
+SAMPLE_S = 2.0  # memory sampling interval
+RSS_WINDOW_S = 10.0  # RSS is the median of the samples in a window this long
+
+COMPLETED, CANCELLED, ABORTED = "completed", "cancelled", "aborted"
+SENTENCES = harvard_sentences()
+
+
+@dataclass
+class Tally:
+    """What the listeners saw, all of them together."""
+
+    utterances: Counter = field(default_factory=Counter)  # by outcome
+    errors: Counter = field(default_factory=Counter)  # by kind
+    audio_s: float = 0.0
+
+
+class Failure(Exception):
+    """An utterance went wrong in a way the server is to blame for."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+def random_text(rng: random.Random) -> str:
+    """One Harvard sentence or eight consecutive ones, starting anywhere."""
+    n = rng.choice((1, PARAGRAPH_SENTENCES))
+    start = rng.randrange(len(SENTENCES) - n + 1)
+    return " ".join(SENTENCES[start : start + n])
+
+
+# --- servers ---------------------------------------------------------------------
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def wait_for_http(url: str, process: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"no answer from {url}") from None
+            time.sleep(0.2)
+
+
+class Servers:
+    """tritonserver and the gateway on free loopback ports, logging into `log_dir`."""
+
+    def __init__(self, log_dir: Path) -> None:
+        http, grpc, self.metrics_port, self.port = free_ports(4)
+        self.triton = TritonServer(http, grpc, self.metrics_port)
+        self.logs = {"gateway": log_dir / "gateway.log", "triton": log_dir / "tritonserver.log"}
+        self.gateway: subprocess.Popen | None = None
+        self._logs: list[IO] = []
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}{p.PATH}"
+
+    def start(self) -> None:
+        self._logs = [self.logs["gateway"].open("w"), self.logs["triton"].open("w")]
+        self.triton.start(stdout=self._logs[1])
+        self.triton.wait_ready()
+        cmd = [
+            sys.executable, "-m", "gateway.server", "--port", str(self.port),
+            "--triton-url", f"127.0.0.1:{self.triton.grpc_port}",
+            # Every simulated listener comes from 127.0.0.1: lift the per-address cap.
+            "--max-connections-per-client", "1024",
+        ]
+        self.gateway = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=self._logs[0], stderr=subprocess.STDOUT)
+        wait_for_http(f"http://127.0.0.1:{self.port}/healthz", self.gateway, timeout=30)
+
+    def stop(self) -> dict[str, float | int | None]:
+        """Stop both, and check that Triton left nothing behind (it drains, unloads, exits).
+
+        A stub whose model fails to unload outlives tritonserver, holding its shm region:
+        such stubs are ours to kill, and their regions ours to remove, once counted.
+        """
+        tree = self.triton_tree() if self.triton.process and self.triton.process.poll() is None else []
+        # A stub's region: the /dev/shm file it maps and is named by on its command line.
+        named = {arg for proc in tree[1:] for arg in proc.cmdline()[1:]}
+        regions = shm_mapped_by({proc.pid for proc in tree[1:]}) & named
+        if self.gateway is not None and self.gateway.poll() is None:
+            self.gateway.terminate()
+            try:
+                self.gateway.wait(10)
+            except subprocess.TimeoutExpired:
+                self.gateway.kill()
+                self.gateway.wait()
+        start = time.monotonic()
+        code = self.triton.stop()
+        stop_s = time.monotonic() - start
+        left = [proc for proc in tree[1:] if alive(proc)]
+        for proc in left:
+            proc.kill()
+        psutil.wait_procs(left, timeout=10)
+        stale = [SHM / name for name in regions if (SHM / name).exists()]
+        for path in stale:
+            path.unlink()
+        for f in self._logs:
+            f.close()
+        return {"triton_stop_s": round(stop_s, 1), "triton_exit_code": code,
+                "stubs_left_running": len(left), "shm_left_after_exit": len(stale)}
+
+    def triton_tree(self) -> list[psutil.Process]:
+        """tritonserver and its children (one Python backend stub per model instance)."""
+        root = psutil.Process(self.triton.process.pid)
+        return [root, *root.children(recursive=True)]
+
+
+def alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def log_errors(path: Path, offset: int) -> int:
+    """Error lines after `offset` (start-up warns of the missing GPU): Python's ' ERROR ' and
+    tracebacks, glog's 'E0123 '."""
+    with path.open("rb") as f:
+        f.seek(offset)
+        lines = f.read().decode(errors="replace").splitlines()
+    return sum(" ERROR " in l or l.startswith("Traceback") or (l[:1] == "E" and l[1:5].isdigit()) for l in lines)
+
+
+# --- measurements ----------------------------------------------------------------
+
+
+def rss(processes: list[psutil.Process]) -> int:
+    total = 0
+    for proc in processes:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+Sample = tuple[float, int, int, float | None]  # s since soak start, gateway RSS, Triton RSS, active tts
+
+
+async def monitor(servers: Servers, start: float, samples: list[Sample]) -> None:
+    """Append a Sample every SAMPLE_S; the gauge too, to show it moves under load."""
+    gateway = psutil.Process(servers.gateway.pid)
+    while True:
+        active = (await asyncio.to_thread(triton_metrics, servers.metrics_port)).get(TTS_ACTIVE_METRIC)
+        samples.append((round(time.monotonic() - start, 1), rss([gateway]), rss(servers.triton_tree()), active))
+        await asyncio.sleep(SAMPLE_S)
+
+
+def window_median(samples: list[Sample], column: int, start: float) -> float:
+    """Median over [start, start + RSS_WINDOW_S): one sample catches transient buffers."""
+    values = [s[column] for s in samples if start <= s[0] < start + RSS_WINDOW_S]
+    return statistics.median(values or [samples[-1][column]])
+
+
+def triton_metrics(port: int) -> dict[str, float]:
+    """Triton's Prometheus samples, summed over labels (models, instances)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for point in family.samples:
+            totals[point.name] = totals.get(point.name, 0.0) + point.value
+    return totals
+
+
+def shm_entries() -> set[str]:
+    return {entry.name for entry in SHM.iterdir()}
+
+
+def shm_mapped_by(pids: set[int]) -> set[str]:
+    """/dev/shm names that these processes map."""
+    names = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        names.update(line.split("/dev/shm/", 1)[1].split(" ")[0] for line in maps.splitlines() if "/dev/shm/" in line)
+    return names
+
+
+def shm_leaks(before: set[str], servers: Servers) -> list[str]:
+    """Entries new since `before`, except those another program on this shared machine maps."""
+    ours = {proc.pid for proc in servers.triton_tree()}
+    others = shm_mapped_by(set(psutil.pids()) - ours - {os.getpid()})
+    return sorted(shm_entries() - before - others)
+
+
+async def settle(metrics_port: int) -> dict[str, float | None]:
+    """Poll until Triton holds no tts or pending requests, or SETTLE_S passes; the last values."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        m = await asyncio.to_thread(triton_metrics, metrics_port)
+        active, pending = m.get(TTS_ACTIVE_METRIC), m.get(PENDING_METRIC, 0.0)
+        if (not active and not pending) or time.monotonic() > deadline:
+            return {"active": active, "pending": pending}
+        await asyncio.sleep(0.5)
+
+
+# --- load ------------------------------------------------------------------------
+
+
+async def calibrate(url: str, seconds: float, streams: int, rng: random.Random) -> float:
+    """Audio-seconds per wall second with `streams` concurrent speaks read as fast as possible."""
+    received = 0.0
+
+    async def stream(r: random.Random) -> None:
+        nonlocal received
+        client = await SpeechClient.connect(url)
+        frame_s = client.ready["frame_ms"] / 1000
+        try:
+            while True:
+                async for _ in client.speak(random_text(r)):
+                    received += frame_s
+        finally:
+            client.ws.transport.abort()  # a close handshake would wait behind unread audio
+
+    tasks = [asyncio.create_task(stream(random.Random(rng.random()))) for _ in range(streams)]
+    # The first quarter warms up (first inferences are slow) and is not counted.
+    await asyncio.wait(tasks, timeout=seconds / 4, return_when=asyncio.FIRST_EXCEPTION)
+    start, before = time.monotonic(), received
+    done, _ = await asyncio.wait(tasks, timeout=seconds * 3 / 4, return_when=asyncio.FIRST_EXCEPTION)
+    capacity = (received - before) / (time.monotonic() - start)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if done:  # the streams loop until cancelled: a finished one failed
+        raise RuntimeError(f"calibration failed: {done.pop().exception()!r}")
+    return capacity
+
+
+@dataclass
+class Utterance:
+    """One context's messages, checked against protocol v1, and the player's clock."""
+
+    context_id: str
+    frame_s: float
+    stream: int | None = None
+    next_seq: int = 0
+    last_frame: bool = False
+    done: bool = False
+    cancel_sent: bool = False
+    started: float | None = None  # playback starts with the first frame
+    audio_s: float = 0.0
+
+    def ahead(self, now: float) -> float:
+        """Audio received but not yet played."""
+        return 0.0 if self.started is None else self.audio_s - (now - self.started)
+
+    def handle(self, message: str | bytes) -> str | None:
+        """The outcome once the context has ended, else None; Failure if the server errs."""
+        try:
+            if isinstance(message, bytes):
+                self.frame(p.parse_audio_frame(message))
+                return None
+            m = json.loads(message)
+        except (ValueError, struct.error):
+            raise Failure("malformed_message") from None
+        kind = m.get("type")
+        if m.get("context_id") != self.context_id:
+            raise Failure(f"foreign_{kind}")
+        if kind == "audio_start" and self.stream is None:
+            self.stream = m["stream"]
+        elif kind == "done" and not self.done:
+            if not self.last_frame:
+                raise Failure("done_without_last_frame")
+            self.done = True
+            return None if self.cancel_sent else COMPLETED  # a cancel in flight still gets an answer
+        elif kind == "cancelled" and self.cancel_sent:
+            return COMPLETED if self.done else CANCELLED
+        elif kind == "error" and self.done and self.cancel_sent and m.get("code") == p.UNKNOWN_CONTEXT:
+            return COMPLETED  # the cancel arrived after the context had ended: a race, not a fault
+        elif kind == "error":
+            raise Failure(f"error_{m.get('code')}")
+        else:
+            raise Failure(f"unexpected_{kind}")
+        return None
+
+    def frame(self, frame: p.AudioFrame) -> None:
+        if frame.stream != self.stream or self.last_frame:
+            raise Failure("stray_frame")
+        if frame.seq != self.next_seq:
+            raise Failure("seq_out_of_order")
+        self.next_seq += 1
+        self.last_frame = frame.last
+        self.started = self.started or time.monotonic()
+        self.audio_s += self.frame_s
+
+
+class Listener:
+    """A simulated user: speaks, listens in real time, sometimes cancels or vanishes."""
+
+    def __init__(self, url: str, rng: random.Random, tally: Tally, stopping: asyncio.Event, args: argparse.Namespace) -> None:
+        self.url = url
+        self.rng = rng
+        self.tally = tally
+        self.stopping = stopping
+        self.args = args
+        self.contexts = 0
+
+    async def run(self) -> None:
+        ws: ClientConnection | None = None
+        frame_s = 0.0
+        while not self.stopping.is_set():
+            if ws is None:
+                ws, frame_s = await self.connect()
+                continue
+            try:
+                outcome = await self.utterance(ws, frame_s)
+            except Failure as e:
+                self.tally.errors[e.kind] += 1
+                ws.transport.abort()  # the connection's state is unknown: start afresh
+                ws = None
+                continue
+            except ConnectionClosed as e:
+                self.tally.errors[f"connection_closed_{e.rcvd.code if e.rcvd else 'abnormally'}"] += 1
+                ws = None
+                continue
+            self.tally.utterances[outcome] += 1
+            if outcome == ABORTED:
+                ws = None
+        if ws is not None:
+            await ws.close()
+
+    async def connect(self) -> tuple[ClientConnection | None, float]:
+        try:
+            client = await asyncio.wait_for(SpeechClient.connect(self.url), STALL_S)
+        except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as e:
+            self.tally.errors[f"connect_failed_{type(e).__name__}"] += 1
+            await asyncio.sleep(1)
+            return None, 0.0
+        return client.ws, client.ready["frame_ms"] / 1000
+
+    def plan(self) -> tuple[str | None, float]:
+        """Whether to cancel or abort this utterance, and when (seconds after `speak`)."""
+        roll, at = self.rng.random(), self.rng.uniform(0.2, 3.0)
+        if roll < self.args.cancel:
+            return CANCELLED, at
+        if roll < self.args.cancel + self.args.abort:
+            return ABORTED, at
+        return None, 0.0
+
+    async def utterance(self, ws: ClientConnection, frame_s: float) -> str:
+        self.contexts += 1
+        u = Utterance(f"u{self.contexts}", frame_s)
+        action, at = self.plan()
+        trigger = time.monotonic() + at
+        await ws.send(json.dumps({"type": "speak", "context_id": u.context_id, "text": random_text(self.rng)}))
+        try:
+            while True:
+                now = time.monotonic()
+                if self.stopping.is_set():
+                    action = None  # drain: read the rest at full speed
+                if action and now >= trigger:
+                    if action == ABORTED:
+                        ws.transport.abort()  # vanish: no close handshake
+                        return ABORTED
+                    await ws.send(json.dumps({"type": "cancel", "context_id": u.context_id}))
+                    u.cancel_sent, action = True, None
+                outcome = await self.step(ws, u, trigger - now if action else STALL_S)
+                if outcome:
+                    if outcome == COMPLETED and not self.stopping.is_set():
+                        await asyncio.sleep(u.ahead(time.monotonic()))  # the player finishes
+                    return outcome
+        finally:
+            self.tally.audio_s += u.audio_s
+
+    async def step(self, ws: ClientConnection, u: Utterance, until_trigger: float) -> str | None:
+        """Wait like a player with a full buffer, or take one message; None if nothing ended."""
+        wait = u.ahead(time.monotonic()) - LEAD_S
+        if wait > 0 and not self.stopping.is_set():
+            await asyncio.sleep(min(wait, until_trigger))
+            return None
+        timeout = min(STALL_S, until_trigger)
+        try:
+            message = await asyncio.wait_for(ws.recv(), timeout)  # recv is cancel-safe
+        except TimeoutError:
+            if timeout == STALL_S:
+                raise Failure("stalled") from None
+            return None
+        return u.handle(message)
+
+
+async def run_listeners(url: str, n: int, seconds: float, args: argparse.Namespace) -> Tally:
+    """`n` listeners for `seconds`, then let in-flight utterances finish."""
+    tally, stopping = Tally(), asyncio.Event()
+
+    async def start(i: int) -> None:
+        await asyncio.sleep(i * 0.2)  # stagger, so utterances do not start in lockstep
+        await Listener(url, random.Random(args.seed * 1000 + i), tally, stopping, args).run()
+
+    tasks = [asyncio.create_task(start(i)) for i in range(n)]
+    await asyncio.sleep(seconds)
+    stopping.set()
+    done, pending = await asyncio.wait(tasks, timeout=DRAIN_S)
+    if pending:
+        tally.errors["drain_timeout"] += len(pending)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        if task.exception() is not None:
+            raise task.exception()
+    return tally
+
+
+# --- the run ---------------------------------------------------------------------
+
+
+def growth(samples: list[Sample], column: int, warmup_s: float, soak_s: float) -> dict[str, float]:
+    """RSS after warm-up and at the end of the load (MiB), and the growth between them (%)."""
+    start = window_median(samples, column, warmup_s)
+    end = window_median(samples, column, max(warmup_s, soak_s - RSS_WINDOW_S))
+    return {"after_warmup_mib": round(start / 2**20, 1), "end_mib": round(end / 2**20, 1),
+            "growth_pct": round((end - start) * 100 / start, 2)}
+
+
+async def soak(args: argparse.Namespace, servers: Servers) -> dict:
+    shm_before = shm_entries()
+    logs_before = {name: path.stat().st_size for name, path in servers.logs.items()}
+    if TTS_ACTIVE_METRIC not in await asyncio.to_thread(triton_metrics, servers.metrics_port):
+        print(f"warning: Triton exports no {TTS_ACTIVE_METRIC}; leaked tts requests cannot be counted")
+    calibration_s = 0.0 if args.clients else min(25.0, 0.2 * args.duration)
+    capacity = None
+    if not args.clients:
+        capacity = await calibrate(servers.url, calibration_s, args.calibration_streams, random.Random(args.seed))
+    listeners = args.clients or max(1, round(capacity / 2))
+    soak_s = args.duration - calibration_s
+    warmup_s = min(0.2 * soak_s, 60.0)
+    print(f"capacity: {'not measured' if capacity is None else f'{capacity:.1f} audio-s/s'}; "
+          f"{listeners} listeners for {soak_s:.0f} s (warm-up {warmup_s:.0f} s)", flush=True)
+
+    samples: list[Sample] = []
+    sampler = asyncio.create_task(monitor(servers, time.monotonic(), samples))
+    tally = await run_listeners(servers.url, listeners, soak_s, args)
+    sampler.cancel()
+    after = await settle(servers.metrics_port)
+    leaked_shm = shm_leaks(shm_before, servers)
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(), "cpus": os.cpu_count(),
+        "command": "python -m perf.soak " + " ".join(sys.argv[1:]),
+        "seed": args.seed, "duration_s": args.duration, "calibration_s": calibration_s,
+        "soak_s": soak_s, "warmup_s": round(warmup_s, 1),
+        "capacity_audio_s_per_s": None if capacity is None else round(capacity, 2), "listeners": listeners,
+        "utterances": {k: tally.utterances[k] for k in (COMPLETED, CANCELLED, ABORTED)},
+        "audio_s": round(tally.audio_s, 1),
+        "errors": tally.errors.total(), "errors_by_kind": dict(tally.errors),
+        "leaked_tts_requests": after["active"], "pending_requests": after["pending"],
+        "leaked_shm_segments": len(leaked_shm), "leaked_shm_names": leaked_shm,
+        "gateway_rss": growth(samples, 1, warmup_s, soak_s), "triton_rss": growth(samples, 2, warmup_s, soak_s),
+        "peak_active_tts_requests": max((s[3] for s in samples if s[3] is not None), default=None),
+        "server_log_errors": {name: log_errors(path, logs_before[name]) for name, path in servers.logs.items()},
+        "logs": {name: str(path) for name, path in servers.logs.items()},
+        "samples": samples,  # (s since soak start, gateway RSS, Triton tree RSS, active tts requests)
+    }
+
+
+def table(r: dict) -> str:
+    u, gw, tr = r["utterances"], r["gateway_rss"], r["triton_rss"]
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(r["errors_by_kind"].items()))
+    active, peak = ("gauge absent" if v is None else f"{v:g}" for v in (r["leaked_tts_requests"], r["peak_active_tts_requests"]))
+    capacity = "not measured" if r["capacity_audio_s_per_s"] is None else f"{r['capacity_audio_s_per_s']:.1f}"
+    rows = [
+        ("capacity (audio-s/s, calibration)", capacity, ""),
+        ("listeners (1 audio-s/s each)", r["listeners"], "≈ capacity / 2"),
+        ("duration s (calibration + soak; warm-up)", f"{r['calibration_s']:.0f} + {r['soak_s']:.0f}; {r['warmup_s']:.0f}", "≤ 600"),
+        ("utterances completed / cancelled / aborted", f"{u[COMPLETED]} / {u[CANCELLED]} / {u[ABORTED]}", ""),
+        ("audio delivered (s)", f"{r['audio_s']:.0f}", ""),
+        ("errors", f"{r['errors']}" + (f" ({kinds})" if kinds else ""), "0"),
+        (f"`{TTS_ACTIVE_METRIC}`: peak during load / after it (leaked)", f"{peak} / {active}", "0 after"),
+        (f"pending requests (`{PENDING_METRIC}`, all models)", f"{r['pending_requests']:g}", "0"),
+        ("leaked /dev/shm segments", r["leaked_shm_segments"], "0"),
+        ("gateway RSS after warm-up → end (MiB)", f"{gw['after_warmup_mib']} → {gw['end_mib']}", ""),
+        ("gateway RSS growth", f"{gw['growth_pct']:+.2f} %", "< 5 %"),
+        ("Triton RSS, server + stubs, after warm-up → end (MiB)", f"{tr['after_warmup_mib']} → {tr['end_mib']}", ""),
+        ("Triton RSS growth", f"{tr['growth_pct']:+.2f} %", "< 5 %"),
+        ("error lines in server logs during the load (gateway / Triton)",
+         f"{r['server_log_errors']['gateway']} / {r['server_log_errors']['triton']}", "0"),
+        # A clean stop takes a few seconds; Triton gives up on unloading after 30.
+        ("Triton shutdown after the load (s; exit code)", f"{r['triton_stop_s']}; {r['triton_exit_code']}", "< 30; 0"),
+        ("Python backend stubs left running after Triton exits", r["stubs_left_running"], "0"),
+        ("their /dev/shm segments left after Triton exits", r["shm_left_after_exit"], "0"),
+    ]
+    lines = ["| measure | value | goal |", "|---|---|---|"]
+    return "\n".join(lines + [f"| {a} | {b} | {c} |" for a, b, c in rows])
+
+
+def write(results: dict, out: Path) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "soak.json").write_text(json.dumps(results, indent=1) + "\n")
+    markdown = (
+        f"# Soak\n\n{results['date']} on `{results['host']}` ({results['cpus']} CPUs), "
+        f"`{results['command']}`, seed {results['seed']}\n\n{table(results)}\n"
+    )
+    (out / "soak.md").write_text(markdown)
+    return markdown
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m perf.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=MAX_DURATION_S, help="seconds of calibration + soak (≤ 600)")
+    parser.add_argument("--clients", type=int, help="listeners; skips the calibration (default: capacity / 2)")
+    parser.add_argument("--calibration-streams", type=int, default=8, help="concurrent speaks while calibrating")
+    parser.add_argument("--cancel", type=float, default=0.15, help="probability that an utterance is cancelled")
+    parser.add_argument("--abort", type=float, default=0.10, help="probability that a listener drops its connection")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory for soak.json and soak.md")
+    args = parser.parse_args(argv)
+    if not MIN_DURATION_S <= args.duration <= MAX_DURATION_S:
+        parser.error(f"--duration must be {MIN_DURATION_S:g} to {MAX_DURATION_S:g} s")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 1 when a goal of zero (errors, leaks) is missed."""
+    args = parse_args(argv)
+    servers = Servers(Path(tempfile.mkdtemp(prefix="soak-")))
+    print(f"logs: {servers.logs['gateway'].parent}", flush=True)
+    try:
+        servers.start()
+        results = asyncio.run(soak(args, servers))
+    finally:
+        shutdown = servers.stop()
+    results.update(shutdown)
+    print(write(results, args.out))
+    leaks = (results["leaked_tts_requests"] or 0) + results["pending_requests"] + results["leaked_shm_segments"]
+    leaks += results["stubs_left_running"] + results["shm_left_after_exit"]
+    return 1 if results["errors"] or leaks else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
