@@ -24,30 +24,28 @@ import json
 import os
 import platform
 import random
-import socket
 import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import IO
 
 import psutil
-from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from gateway import protocol as p
 from gateway.client import SpeechClient
+from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from perf.workloads import harvard_sentences
 from python_backends.contract import TTS_ACTIVE_METRIC
-from python_backends.launcher import PROJECT_ROOT, TritonServer
+from python_backends.launcher import TritonServer
 
 MAX_DURATION_S = 600.0
 MIN_DURATION_S = 30.0
@@ -94,28 +92,6 @@ def random_text(rng: random.Random) -> str:
 # --- servers ---------------------------------------------------------------------
 
 
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def wait_for_http(url: str, process: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"no answer from {url}") from None
-            time.sleep(0.2)
-
-
 class Servers:
     """tritonserver and the gateway on free loopback ports, logging into `log_dir`."""
 
@@ -134,14 +110,10 @@ class Servers:
         self._logs = [self.logs["gateway"].open("w"), self.logs["triton"].open("w")]
         self.triton.start(stdout=self._logs[1])
         self.triton.wait_ready()
-        cmd = [
-            sys.executable, "-m", "gateway.server", "--port", str(self.port),
-            "--triton-url", f"127.0.0.1:{self.triton.grpc_port}",
-            # Every simulated listener comes from 127.0.0.1: lift the per-address cap.
-            "--max-connections-per-client", "1024",
-        ]
-        self.gateway = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=self._logs[0], stderr=subprocess.STDOUT)
-        wait_for_http(f"http://127.0.0.1:{self.port}/healthz", self.gateway, timeout=30)
+        # Every simulated listener comes from 127.0.0.1: lift the per-address cap.
+        self.gateway, self.port = start_gateway(
+            f"127.0.0.1:{self.triton.grpc_port}", self._logs[0], "--max-connections-per-client", "1024"
+        )
 
     def stop(self) -> dict[str, float | int | None]:
         """Stop both, and check that Triton left nothing behind (it drains, unloads, exits).
@@ -154,12 +126,7 @@ class Servers:
         named = {arg for proc in tree[1:] for arg in proc.cmdline()[1:]}
         regions = shm_mapped_by({proc.pid for proc in tree[1:]}) & named
         if self.gateway is not None and self.gateway.poll() is None:
-            self.gateway.terminate()
-            try:
-                self.gateway.wait(10)
-            except subprocess.TimeoutExpired:
-                self.gateway.kill()
-                self.gateway.wait()
+            stop(self.gateway)
         start = time.monotonic()
         code = self.triton.stop()
         stop_s = time.monotonic() - start
@@ -226,17 +193,6 @@ def window_median(samples: list[Sample], column: int, start: float) -> float:
     """Median over [start, start + RSS_WINDOW_S): one sample catches transient buffers."""
     values = [s[column] for s in samples if start <= s[0] < start + RSS_WINDOW_S]
     return statistics.median(values or [samples[-1][column]])
-
-
-def triton_metrics(port: int) -> dict[str, float]:
-    """Triton's Prometheus samples, summed over labels (models, instances)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for point in family.samples:
-            totals[point.name] = totals.get(point.name, 0.0) + point.value
-    return totals
 
 
 def shm_entries() -> set[str]:
@@ -513,7 +469,7 @@ async def soak(args: argparse.Namespace, servers: Servers) -> dict:
     after = await settle(servers.metrics_port)
     leaked_shm = shm_leaks(shm_before, servers)
     return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": platform.node(), "cpus": os.cpu_count(),
         "command": "python -m perf.soak " + " ".join(sys.argv[1:]),
         "seed": args.seed, "duration_s": args.duration, "calibration_s": calibration_s,

@@ -1,36 +1,7 @@
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-
 import pytest
 
+from perf.servers import free_ports, start_gateway, stop
 from python_backends.launcher import TritonServer
-
-
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def wait_for_http(url: str, process: subprocess.Popen, log_path, timeout: float) -> bytes:
-    """Poll `url` until it answers 200 and return the body; fail if `process` exits first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                return r.read()
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"no answer from {url}; see {log_path}") from None
-            time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")
@@ -55,12 +26,7 @@ def triton(tmp_path_factory):
 @pytest.fixture(scope="session")
 def gateway(triton, tmp_path_factory):
     """`speechstream-gateway` on a free loopback port, talking to the test Triton."""
-    (port,) = free_ports(1)
-    log = (tmp_path_factory.mktemp("gateway") / "gateway.log").open("w")
-    cmd = [sys.executable, "-m", "gateway.server", "--port", str(port), "--triton", triton.grpc_url]
-    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    wait_for_http(f"http://127.0.0.1:{port}/healthz", process, log.name, timeout=30)
-    yield f"ws://127.0.0.1:{port}/v1/stream"
-    process.terminate()
-    process.wait(10)
-    log.close()
+    with (tmp_path_factory.mktemp("gateway") / "gateway.log").open("w") as log:
+        process, port = start_gateway(triton.grpc_url, log)
+        yield f"ws://127.0.0.1:{port}/v1/stream"
+        stop(process)

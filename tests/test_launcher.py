@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from python_backends.launcher import backend_directory, server_environment
-from tests.conftest import free_ports
+from perf.servers import free_ports
 
 pytestmark = pytest.mark.triton
 

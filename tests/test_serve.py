@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 import websockets
 
-from tests.conftest import free_ports, wait_for_http
+from perf.servers import free_ports, wait_for_http
 
 pytestmark = pytest.mark.triton
 
@@ -22,7 +22,7 @@ def test_serves_speech_and_stops_both_on_sigterm(tmp_path):
     log_path = tmp_path / "serve.log"
     serve = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     try:
-        health = wait_for_http(f"http://127.0.0.1:{gateway}/healthz", serve, log_path, timeout=120)
+        health = wait_for_http(f"http://127.0.0.1:{gateway}/healthz", serve, 120, log_path)
         assert json.loads(health) == {"gateway": "ok", "triton": "ready"}
 
         async def speak():
