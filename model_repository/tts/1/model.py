@@ -84,8 +84,13 @@ class TritonPythonModel:
 
         One request per sentence, issued only as far ahead as the stream needs, so a
         cancelled stream stops acoustic work too (Triton 2.51's BLS cannot cancel a
-        request it has sent).
+        request it has sent). The request runs shielded to its last response even if
+        the stream is cancelled meanwhile: a response iterator dropped unread
+        deadlocks the 2.51 stub when the model unloads.
         """
+        return await asyncio.shield(self._acoustic_responses(voice, index, sentence))
+
+    async def _acoustic_responses(self, voice, index, sentence):
         acoustic = pb_utils.InferenceRequest(
             model_name=c.ACOUSTIC_MODEL,
             inputs=[pb_utils.Tensor(c.TEXT, np.array([sentence.text.encode()], dtype=object))]
@@ -93,9 +98,7 @@ class TritonPythonModel:
             requested_output_names=[c.LATENT, c.WORDS, c.WORD_FRAMES],
         )
         responses = await acoustic.async_exec(decoupled=True)
-        # Read to the end in a waiter thread, which finishes even when this stream is
-        # cancelled: a response iterator dropped half-read deadlocks the 2.51 stub at
-        # unload. The sentence's work is small, and its one response is needed whole.
+        # The iterator blocks: read it to its end in a waiter thread.
         loop = asyncio.get_running_loop()
         latents, words = [], []
         for r in await loop.run_in_executor(self.waiters, list, responses):

@@ -1,0 +1,170 @@
+"""Faults between the gateway and Triton: clients that vanish mid-stream, and a Triton
+server killed mid-stream and started again."""
+
+import asyncio
+import json
+import socket
+import struct
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gateway import protocol as p
+from perf.servers import free_ports, start_gateway, stop, triton_metrics
+from perf.workloads import workload
+from python_backends import contract as c
+from python_backends.launcher import TritonServer
+from python_backends.triton_client import inference_count
+
+from .wsclient import Client, connect
+
+pytestmark = pytest.mark.triton
+
+SHM_PREFIX = "triton_python_backend_shm_region_"
+
+
+def own_triton(log_dir, ports) -> TritonServer:
+    server = TritonServer(*ports)
+    server.log = (log_dir / "tritonserver.log").open("a")
+    server.start(stdout=server.log)
+    server.wait_ready()
+    return server
+
+
+def stub_regions(stubs: list[psutil.Process]) -> list[Path]:
+    """The /dev/shm region each Python backend stub was started with."""
+    return [Path("/dev/shm", arg) for stub in stubs for arg in stub.cmdline() if arg.startswith(SHM_PREFIX)]
+
+
+def active_tts_requests(metrics_port: int) -> float:
+    return triton_metrics(metrics_port)[c.TTS_ACTIVE_METRIC]
+
+
+async def vanish_mid_stream(url: str, streams: int) -> None:
+    """`streams` clients each start a long text, take some audio, then reset their TCP
+    connection (SO_LINGER 0: an RST, no close handshake)."""
+
+    async def one(i: int) -> None:
+        async with connect(url) as ws:
+            client = Client(ws)
+            await client.until("ready")
+            await client.send(type="speak", context_id="c", text=workload("long"))
+            while len(client.audio("c") if "c" in client.streams else []) < 5:
+                await asyncio.wait_for(client.read(), 30)
+            sock = ws.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            ws.transport.abort()
+
+    await asyncio.gather(*(one(i) for i in range(streams)))
+
+
+def test_vanished_clients_free_their_triton_work(gateway, triton):
+    asyncio.run(vanish_mid_stream(gateway, 3))
+    vanished = inference_count(triton.grpc_url, c.VOCODER_MODEL)
+    deadline = time.monotonic() + 5
+    while active_tts_requests(triton.metrics_port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert active_tts_requests(triton.metrics_port) == 0
+    assert triton_metrics(triton.metrics_port)["nv_inference_pending_request_count"] == 0
+    # Within a chunk: each stream had at most CHUNK_LOOKAHEAD vocoder calls in flight.
+    settled = inference_count(triton.grpc_url, c.VOCODER_MODEL)
+    assert settled - vanished <= 3 * 3
+    time.sleep(1)
+    assert inference_count(triton.grpc_url, c.VOCODER_MODEL) == settled
+
+
+def health(port: int) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_triton_killed_mid_stream_then_back(tmp_path):
+    ports = free_ports(3)
+    triton = own_triton(tmp_path, ports)
+    log = (tmp_path / "gateway.log").open("w")
+    gateway, port = start_gateway(f"127.0.0.1:{ports[1]}", log)
+    url = f"ws://127.0.0.1:{port}{p.PATH}"
+    try:
+        async def killed():
+            async with connect(url) as a, connect(url) as b:
+                clients = [Client(a), Client(b)]
+                for client in clients:
+                    await client.until("ready")
+                    await client.send(type="speak", context_id="c", text=workload("long"))
+                while not all(len(cl.audio("c")) > 5 if "c" in cl.streams else False for cl in clients):
+                    await asyncio.wait_for(asyncio.gather(*(cl.read() for cl in clients)), 30)
+                # A crash takes the stubs too, as when Triton's container dies.
+                stubs = psutil.Process(triton.process.pid).children(recursive=True)
+                regions = stub_regions(stubs)
+                for process in [*stubs, triton.process]:
+                    process.kill()
+                killed_at = time.monotonic()
+                for region in regions:  # as the container's /dev/shm would go
+                    region.unlink()
+                errors = [await cl.until("error", "c", timeout=5) for cl in clients]
+                seen_after = time.monotonic() - killed_at
+                status = health(port)
+                await clients[0].send(type="speak", context_id="new", text="Anyone there?")
+                refused = await clients[0].until("error", "new", timeout=5)
+                refused_after = time.monotonic() - killed_at
+                return errors, seen_after, status, refused, refused_after
+
+        errors, seen_after, status, refused, refused_after = asyncio.run(killed())
+        assert [e["code"] for e in errors] == [p.BACKEND_UNAVAILABLE] * 2 and seen_after < 1
+        assert status == (503, {"gateway": "ok", "triton": "unavailable"})
+        assert refused["code"] == p.BACKEND_UNAVAILABLE and refused_after < 2
+        assert gateway.poll() is None
+
+        triton.process.wait()
+        triton = own_triton(tmp_path, ports)  # the same ports; the gateway is not restarted
+        deadline = time.monotonic() + 10
+        while health(port)[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+        async def back():
+            async with connect(url) as ws:
+                client = Client(ws)
+                await client.until("ready")
+                await client.send(type="speak", context_id="c", text="We are back.")
+                await client.until("done", "c", timeout=30)
+                return client.audio("c")
+
+        frames = asyncio.run(back())
+        assert health(port) == (200, {"gateway": "ok", "triton": "ready"})
+        assert frames and frames[-1].last
+    finally:
+        stop(gateway)
+        triton.stop()
+        log.close()
+
+
+def test_triton_unloads_cleanly_after_clients_vanished(tmp_path):
+    """Regression: `tts` once deadlocked at unload after cancelled streams, so Triton
+    hung until killed and left its stub and shared memory behind."""
+    ports = free_ports(3)
+    triton = own_triton(tmp_path, ports)
+    log = (tmp_path / "gateway.log").open("w")
+    gateway, port = start_gateway(f"127.0.0.1:{ports[1]}", log)
+    try:
+        for _ in range(3):
+            asyncio.run(vanish_mid_stream(f"ws://127.0.0.1:{port}{p.PATH}", 4))
+    finally:
+        stop(gateway)
+        log.close()
+    stubs = psutil.Process(triton.process.pid).children(recursive=True)
+    regions = stub_regions(stubs)
+    started = time.monotonic()
+    triton.process.terminate()
+    code = triton.process.wait(60)
+    assert code == 0 and time.monotonic() - started < 20
+    assert len(stubs) == 4  # acoustic, tts, two vocoder instances
+    _, alive = psutil.wait_procs(stubs, timeout=10)
+    assert alive == []
+    assert len(regions) == 4 and not any(region.exists() for region in regions)
