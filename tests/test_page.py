@@ -77,3 +77,25 @@ def test_static_files_refuse_traversal(gateway):
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(http + path)
         assert e.value.code == 404
+
+
+def test_page_behind_an_api_key_and_an_origin_allow_list(triton, browser, tmp_path):
+    """The page passes its own ?api_key= to the WebSocket; its origin is allowed."""
+    from perf.servers import free_ports, start_gateway, stop
+
+    (port,) = free_ports(1)  # the Origin must be known before the gateway starts
+    origin = f"http://127.0.0.1:{port}"
+    with (tmp_path / "gateway.log").open("w") as log:
+        process, port = start_gateway(triton.grpc_url, log, "--api-key", "k3y", "--allowed-origins", origin, port=port)
+        try:
+            page = browser.new_page()
+            page.goto(f"{origin}/")
+            page.click("#speak")
+            page.wait_for_function("window.speechstream.errors.length", timeout=30_000)  # no key: refused
+            page.goto(f"{origin}/?api_key=k3y")
+            page.click("#speak")
+            page.wait_for_function("window.speechstream.done || window.speechstream.errors.length", timeout=60_000)
+            report = page.evaluate("window.speechstream")
+            assert report["errors"] == [] and report["audioMs"] > 3000
+        finally:
+            stop(process)

@@ -55,7 +55,10 @@ function wantedConfig() {
 function connect(config) {
   if (ws) ws.close();
   return new Promise((resolve, reject) => {
-    const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/stream`;
+    // A gateway that requires an API key takes it from the page's own ?api_key=.
+    const key = new URLSearchParams(location.search).get("api_key");
+    const query = key ? `?api_key=${encodeURIComponent(key)}` : "";
+    const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/stream${query}`;
     const socket = (ws = new WebSocket(url));
     socket.binaryType = "arraybuffer";
     socket.onopen = () => {
