@@ -44,7 +44,7 @@ class Settings:
 
 
 def _env_name(name: str, explicit: str | None) -> str:
-    return explicit or f"GATEWAY_{name.upper()}"
+    return explicit or f"GATEWAY_{name.removesuffix('_s').upper()}"
 
 
 def _parse(default, text: str):
