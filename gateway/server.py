@@ -93,9 +93,8 @@ class Session:
         """The next client frame; None once the connection is closed or left idle."""
         while True:
             try:
-                async with asyncio.timeout(self.settings.idle_timeout_s):
-                    return await self.ws.recv()
-            except TimeoutError:
+                return await asyncio.wait_for(self.ws.recv(), self.settings.idle_timeout_s)  # recv is cancel-safe
+            except asyncio.TimeoutError:  # not the builtin on Python 3.10
                 if self.contexts:
                     continue  # speaking is not idle
                 log.info("session %s: idle for %.0f s, closing", self.id, self.settings.idle_timeout_s)

@@ -1,0 +1,33 @@
+# syntax=docker/dockerfile:1
+# Two images from this project, one per stage of the deployment (see docker-compose.yml):
+#   --target triton   NVIDIA's Triton (24.10 = Triton 2.51, as in the tests) with the
+#                     stage code and the derived voice graphs, serving model_repository/
+#   --target gateway  the WebSocket/HTTP gateway
+
+FROM nvcr.io/nvidia/tritonserver:24.10-py3 AS triton
+WORKDIR /opt/speechstream
+ENV SPEECHSTREAM_CACHE=/opt/speechstream/cache
+COPY pyproject.toml README.md ./
+COPY python_backends python_backends
+COPY gateway gateway
+# The Python backend stub runs the image's Python 3.10; the project is installed into
+# it, so the model shims import python_backends as any package. The voice's stage graphs
+# are derived here, once, rather than by three models at start-up.
+RUN pip install --no-cache-dir . \
+ && python3 -c "from python_backends.voice import load_voice; load_voice()"
+COPY model_repository /models
+EXPOSE 8000 8001 8002
+CMD ["tritonserver", "--model-repository=/models", "--allow-cpu-metrics=true"]
+
+FROM python:3.11-slim-bookworm AS gateway
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libopus0 \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/speechstream
+COPY pyproject.toml README.md ./
+COPY python_backends python_backends
+COPY gateway gateway
+RUN pip install --no-cache-dir .
+ENV GATEWAY_HOST=0.0.0.0 GATEWAY_PORT=8080
+EXPOSE 8080
+CMD ["speechstream-gateway"]
