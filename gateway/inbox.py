@@ -26,6 +26,9 @@ class Inbox:
         self._ready = asyncio.Event()
         self.chars = 0  # characters of the sentences waiting
 
+    def __len__(self) -> int:
+        return len(self._items)
+
     def put(self, *items: str | Mark) -> None:
         for item in items:
             self._items.append(item)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -55,7 +56,12 @@ class Context:
     segmenter: Segmenter = field(default_factory=Segmenter)
     inbox: Inbox = field(default_factory=Inbox)
     closed: bool = False
+    speaking: bool = False  # the worker holds text it has not yet delivered as audio
     task: asyncio.Task | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.speaking or len(self.inbox) > 0
 
 
 class Session:
@@ -71,8 +77,8 @@ class Session:
         self.streams = 0
 
     async def run(self) -> None:
-        await self.send_ready()
         try:
+            await self.send_ready()
             while (frame := await self.receive()) is not None:
                 try:
                     await self.handle(self.parse(frame))
@@ -91,14 +97,15 @@ class Session:
 
     async def receive(self) -> str | bytes | None:
         """The next client frame; None once the connection is closed or left idle."""
+        idle_s = self.settings.idle_timeout_s or None  # 0: never
         while True:
             try:
-                return await asyncio.wait_for(self.ws.recv(), self.settings.idle_timeout_s)  # recv is cancel-safe
+                return await asyncio.wait_for(self.ws.recv(), idle_s)  # recv is cancel-safe
             except asyncio.TimeoutError:  # not the builtin on Python 3.10
-                if self.contexts:
-                    continue  # speaking is not idle
-                log.info("session %s: idle for %.0f s, closing", self.id, self.settings.idle_timeout_s)
-                await self.ws.send(p.error(p.IDLE_TIMEOUT, f"no message for {self.settings.idle_timeout_s:g} s"))
+                if any(context.busy for context in self.contexts.values()):
+                    continue  # speaking is not idle; a context left open with nothing to say is
+                log.info("session %s: idle for %g s, closing", self.id, idle_s)
+                await self.ws.send(p.error(p.IDLE_TIMEOUT, f"no message for {idle_s:g} s"))
                 await self.ws.close(1000, "idle timeout")
                 return None
 
@@ -164,9 +171,9 @@ class Session:
             raise p.ProtocolError(p.TOO_MANY_CONTEXTS, f"at most {self.settings.max_contexts} open contexts", context_id)
         self.streams = self.streams % 0xFFFF + 1
         context = Context(context_id, self.streams)
+        context.task = asyncio.create_task(self.speak(context))  # it sends after audio_start, queued first below
         self.contexts[context_id] = context
         await self.ws.send(p.encode("audio_start", context_id=context_id, stream=context.stream))
-        context.task = asyncio.create_task(self.speak(context))
         return context
 
     def close(self, context: Context) -> None:
@@ -194,7 +201,9 @@ class Session:
 
         try:
             while True:
+                context.speaking = False
                 item = await context.inbox.take(REQUEST_CHARS)
+                context.speaking = True
                 if isinstance(item, Mark):
                     # Deliver every sample so far: the partial frame goes out padded.
                     await send(encoder.finish(), last=item is Mark.CLOSE)
@@ -217,6 +226,9 @@ class Session:
             await self._fail(context, p.SYNTHESIS_FAILED, str(e))
         except ConnectionClosed:
             pass
+        except Exception:
+            log.exception("context %s: unexpected failure", context.id)
+            await self._fail(context, p.INTERNAL_ERROR, "the server failed while speaking this context")
         finally:
             tts.close()
             if self.contexts.get(context.id) is context and context.closed:
@@ -224,7 +236,8 @@ class Session:
 
     async def _fail(self, context: Context, code: str, message: str) -> None:
         self.contexts.pop(context.id, None)
-        await self.ws.send(p.error(code, message, context.id))
+        with contextlib.suppress(ConnectionClosed):
+            await self.ws.send(p.error(code, message, context.id))
 
 
 def timestamps(context_id: str, words: list[tuple[str, int, int]], start_ms: float) -> str:
@@ -254,10 +267,12 @@ def http_handler(settings: Settings, triton: grpcclient.InferenceServerClient):
 def admit(connection: ServerConnection, request: Request, settings: Settings) -> Response | None:
     """None lets the WebSocket handshake go on; otherwise the refusal."""
     if settings.api_key and not hmac.compare_digest(presented_key(request).encode(), settings.api_key.encode()):
-        return connection.respond(HTTPStatus.UNAUTHORIZED, "a valid API key is required\n")
+        refusal = connection.respond(HTTPStatus.UNAUTHORIZED, "a valid API key is required\n")
+        refusal.headers["WWW-Authenticate"] = "Bearer"
+        return refusal
     client = connection.remote_address[0]
     open_here = sum(1 for other in connection.server.connections if other.remote_address[0] == client)
-    if open_here >= settings.max_connections_per_client:
+    if settings.max_connections_per_client and open_here >= settings.max_connections_per_client:
         log.warning("refused a connection from %s: %d already open", client, open_here)
         return connection.respond(
             HTTPStatus.TOO_MANY_REQUESTS, f"at most {settings.max_connections_per_client} connections per client\n"
@@ -271,18 +286,18 @@ def admit(connection: ServerConnection, request: Request, settings: Settings) ->
 
 
 def presented_key(request: Request) -> str:
-    """The API key in the `Authorization: Bearer`, `X-API-Key` header or `api_key` query."""
-    auth = request.headers.get("Authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    if "X-API-Key" in request.headers:
-        return request.headers["X-API-Key"]
-    return parse_qs(urlsplit(request.path).query).get("api_key", [""])[0]
+    """The API key in the `Authorization: Bearer`, `X-API-Key` header or `api_key` query;
+    empty (refused) when absent or given more than once."""
+    auth = request.headers.get_all("Authorization")
+    if auth:
+        return auth[0][7:].strip() if len(auth) == 1 and auth[0].lower().startswith("bearer ") else ""
+    key = request.headers.get_all("X-API-Key") or parse_qs(urlsplit(request.path).query).get("api_key", [])
+    return key[0] if len(key) == 1 else ""
 
 
 async def health(triton: grpcclient.InferenceServerClient) -> Response:
     try:
-        ready = await triton.is_server_ready()
+        ready = await triton.is_server_ready(client_timeout=1)  # a hung Triton is not ready
     except Exception:  # unreachable or refusing: not ready, whatever the cause
         ready = False
     status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
@@ -310,6 +325,7 @@ async def serve_forever(settings: Settings) -> None:
         process_request=http_handler(settings, triton),
         origins=[*settings.allowed_origins, None] if settings.allowed_origins else None,  # None: no Origin header
         max_size=settings.max_frame_bytes,
+        max_queue=4,  # frames received ahead of the session: with max_size, bounds memory per connection
         write_limit=settings.max_buffered_bytes,
     ) as server:
         log.info("gateway on ws://%s:%d%s, Triton at %s", settings.host, settings.port, p.PATH, settings.triton_url)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields
 from python_backends.contract import MAX_TEXT_CHARS
 
 
-def _setting(default, help: str, env: str | None = None):
-    return field(default=default, metadata={"help": help, "env": env})
+def _setting(default, help: str, env: str | None = None, secret: bool = False):
+    return field(default=default, repr=not secret, metadata={"help": help, "env": env})
 
 
 @dataclass(frozen=True)
@@ -25,22 +25,29 @@ class Settings:
     triton_url: str = _setting("127.0.0.1:8001", "Triton's gRPC address", env="TRITON_GRPC_URL")
     max_text_chars: int = _setting(MAX_TEXT_CHARS, "characters per text message, and waiting per context")
     max_contexts: int = _setting(16, "open contexts per connection")
-    max_connections_per_client: int = _setting(32, "open WebSocket connections per client address")
+    max_connections_per_client: int = _setting(
+        32, "open WebSocket connections per client address, 0 for no cap (behind a proxy all share one address)"
+    )
     max_message_bytes: int = _setting(
-        256 * 1024, "larger client messages get 'message_too_large'; 16 times this closes the connection (1009)"
+        256 * 1024, "larger client messages get 'message_too_large'; 4 times this closes the connection (1009)"
     )
     max_buffered_bytes: int = _setting(
         64 * 1024, "audio bytes held for a slow reader per connection (write buffer, and as much in the kernel) "
         "before its synthesis pauses"
     )
-    idle_timeout_s: float = _setting(300.0, "close a connection with no message and nothing speaking after this")
-    api_key: str | None = _setting(None, "require this key: 'Authorization: Bearer', 'X-API-Key' or ?api_key=")
+    idle_timeout_s: float = _setting(
+        300.0, "seconds without a message, and nothing to speak, before a connection is closed; 0 for never"
+    )
+    api_key: str | None = _setting(
+        None, "require this key: 'Authorization: Bearer', 'X-API-Key' or ?api_key= (prefer the variable to the flag)",
+        secret=True,
+    )
     allowed_origins: tuple[str, ...] = _setting((), "comma-separated browser Origins allowed; empty allows any")
 
     @property
     def max_frame_bytes(self) -> int:
         """Past this a message is abusive: the connection is closed, not answered."""
-        return 16 * self.max_message_bytes
+        return 4 * self.max_message_bytes
 
 
 def _env_name(name: str, explicit: str | None) -> str:

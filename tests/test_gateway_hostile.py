@@ -10,6 +10,7 @@ and must never see an error.
 import asyncio
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -27,7 +28,7 @@ LIMITS = Settings()  # the session gateway runs with the defaults
 
 
 def msg(**fields) -> str:
-    return json.dumps(fields)
+    return json.dumps(fields, ensure_ascii=False)
 
 
 def speak(context_id: str, text: str) -> str:
@@ -76,6 +77,7 @@ CASES = {
         + [msg(type="cancel", context_id="a")],
         [p.TEXT_TOO_LONG],
     ),
+    # Fewer characters than max_message_bytes, but more UTF-8 bytes.
     "message over max_message_bytes": Case([speak("a", "é" * (LIMITS.max_message_bytes // 2 + 1))], [p.MESSAGE_TOO_LARGE]),
     # Config.
     "unknown voice": Case([msg(type="config", voice="nobody")], [p.UNKNOWN_VOICE]),
@@ -144,7 +146,14 @@ class Bystander:
         self.stop = threading.Event()
         self.done = 0
         self.errors: list[dict] = []
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()))
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._thread)
+
+    def _thread(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except BaseException as e:  # reported by the test that checks the bystander
+            self.failure = e
 
     async def _run(self) -> None:
         async with connect(self.url) as ws:
@@ -210,6 +219,10 @@ def test_hostile_input(name, gateway, bystander):
 
 def test_the_bystander_spoke_throughout_without_an_error(bystander):
     assert len(CASES) >= 40
+    deadline = time.monotonic() + 60
+    while bystander.done < 1 and bystander.thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert bystander.thread.is_alive()  # it only ends when stopped
     bystander.stop.set()
     bystander.thread.join(90)
-    assert bystander.errors == [] and bystander.done >= 2
+    assert bystander.failure is None and bystander.errors == [] and bystander.done >= 1

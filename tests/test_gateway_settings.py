@@ -1,4 +1,5 @@
 import argparse
+import os
 
 import pytest
 
@@ -6,6 +7,8 @@ from gateway import settings as s
 
 
 def parse(argv, monkeypatch, **env):
+    for name in [n for n in os.environ if n.startswith(("GATEWAY_", "TRITON_"))]:
+        monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     parser = argparse.ArgumentParser()
@@ -31,3 +34,7 @@ def test_flags_and_environment(monkeypatch):
 def test_a_bad_value_is_refused(monkeypatch):
     with pytest.raises(SystemExit):
         parse(["--max-contexts", "many"], monkeypatch)
+
+
+def test_the_api_key_stays_out_of_reprs(monkeypatch):
+    assert "k3y" not in repr(parse([], monkeypatch, GATEWAY_API_KEY="k3y"))

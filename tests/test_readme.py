@@ -3,6 +3,7 @@
 import argparse
 from pathlib import Path
 
+from gateway import protocol as p
 from gateway import settings as s
 
 README = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
@@ -15,3 +16,8 @@ def test_every_gateway_setting_is_in_the_configuration_table():
         flag = action.option_strings[0]
         env = action.help.split("(env ")[1].split(";")[0]
         assert f"| `{flag}` | `{env}` |" in README, flag
+
+
+def test_every_error_code_is_documented():
+    for code in p.ERROR_CODES:
+        assert f"`{code}`" in README, code
