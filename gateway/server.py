@@ -13,6 +13,7 @@ import hmac
 import json
 import logging
 import socket
+import time
 import uuid
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -31,6 +32,7 @@ from . import protocol as p
 from . import settings as s
 from .audio import FrameEncoder
 from .inbox import Inbox, Mark
+from .metrics import Metrics
 from .segmenter import Segmenter
 from .settings import Settings
 from .tts_client import BackendUnavailable, SynthesisError, TtsStream, triton_client
@@ -59,18 +61,49 @@ class Context:
     speaking: bool = False  # the worker holds text it has not yet delivered as audio
     task: asyncio.Task | None = None
 
+    ready_at: float | None = None  # when text arrived for this context while it was idle
+
     @property
     def busy(self) -> bool:
         return self.speaking or len(self.inbox) > 0
+
+    def submit(self, *items: str | Mark) -> None:
+        """Queue sentences and marks for the worker; note when an idle context gets text."""
+        if not self.busy and any(isinstance(item, str) for item in items):
+            self.ready_at = time.monotonic()
+        self.inbox.put(*items)
+
+
+class Gateway:
+    """What the connections share: settings, the Triton client, the live sessions, metrics."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.triton = triton_client(settings.triton_url)
+        self.sessions: set[Session] = set()
+        self.metrics = Metrics(
+            connections=lambda: len(self.sessions),
+            contexts=lambda: sum(len(s.contexts) for s in self.sessions),
+            speaking=lambda: sum(c.busy for s in self.sessions for c in s.contexts.values()),
+        )
+
+    async def handler(self, ws: ServerConnection) -> None:
+        session = Session(ws, self)
+        self.sessions.add(session)
+        try:
+            await session.run()
+        finally:
+            self.sessions.discard(session)
 
 
 class Session:
     """One WebSocket connection speaking protocol v1."""
 
-    def __init__(self, ws: ServerConnection, triton: grpcclient.InferenceServerClient, settings: Settings) -> None:
+    def __init__(self, ws: ServerConnection, gateway: Gateway) -> None:
         self.ws = ws
-        self.triton = triton
-        self.settings = settings
+        self.triton = gateway.triton
+        self.settings = gateway.settings
+        self.metrics = gateway.metrics
         self.id = uuid.uuid4().hex[:12]
         self.config = p.Config(VOICES[0])
         self.contexts: dict[str, Context] = {}
@@ -83,12 +116,12 @@ class Session:
                 try:
                     await self.handle(self.parse(frame))
                 except p.ProtocolError as e:
-                    await self.ws.send(p.error(e.code, e.message, e.context_id))
+                    await self.send_error(e.code, e.message, e.context_id)
                 except ConnectionClosed:
                     raise
                 except Exception:
                     log.exception("session %s: unexpected error handling a message", self.id)
-                    await self.ws.send(p.error(p.INTERNAL_ERROR, "the server failed to handle this message"))
+                    await self.send_error(p.INTERNAL_ERROR, "the server failed to handle this message")
         except ConnectionClosed:
             pass
         finally:
@@ -105,7 +138,7 @@ class Session:
                 if any(context.busy for context in self.contexts.values()):
                     continue  # speaking is not idle; a context left open with nothing to say is
                 log.info("session %s: idle for %g s, closing", self.id, idle_s)
-                await self.ws.send(p.error(p.IDLE_TIMEOUT, f"no message for {idle_s:g} s"))
+                await self.send_error(p.IDLE_TIMEOUT, f"no message for {idle_s:g} s")
                 await self.ws.close(1000, "idle timeout")
                 return None
 
@@ -116,6 +149,10 @@ class Session:
                 p.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.settings.max_message_bytes}"
             )
         return p.parse_message(frame, VOICES, self.settings.max_text_chars)
+
+    async def send_error(self, code: str, message: str, context_id: str | None = None) -> None:
+        self.metrics.errors.labels(code).inc()
+        await self.ws.send(p.error(code, message, context_id))
 
     async def send_ready(self) -> None:
         c = self.config
@@ -152,7 +189,7 @@ class Session:
         elif context.closed:
             raise p.ProtocolError(p.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
         elif message.type == "flush":
-            context.inbox.put(*context.segmenter.flush(), Mark.FLUSH)
+            context.submit(*context.segmenter.flush(), Mark.FLUSH)
         else:
             self.close(context)
 
@@ -164,7 +201,7 @@ class Session:
                 f"{waiting} characters are already waiting for synthesis; the limit is {self.settings.max_text_chars}",
                 context.id,
             )
-        context.inbox.put(*context.segmenter.append(text))
+        context.submit(*context.segmenter.append(text))
 
     async def open(self, context_id: str) -> Context:
         if len(self.contexts) >= self.settings.max_contexts:
@@ -177,7 +214,7 @@ class Session:
         return context
 
     def close(self, context: Context) -> None:
-        context.inbox.put(*context.segmenter.flush(), Mark.CLOSE)
+        context.submit(*context.segmenter.flush(), Mark.CLOSE)
         context.closed = True
 
     async def speak(self, context: Context) -> None:
@@ -188,9 +225,8 @@ class Session:
         """
         c = self.config
         encoder = FrameEncoder(VOICE_RATE, c.sample_rate, c.frame_ms, c.format)
-        tts = TtsStream(self.triton)
+        tts = TtsStream(self.triton, self.metrics.triton_first_response.observe)
         seq = 0
-
         async def send(payloads: list[bytes], last: bool = False) -> None:
             nonlocal seq
             first = encoder.samples - len(payloads) * encoder.frame_samples
@@ -198,6 +234,10 @@ class Session:
                 end = last and i == len(payloads) - 1
                 await self.ws.send(p.audio_frame(context.stream, seq, first + i * encoder.frame_samples, payload, end))
                 seq += 1
+            if payloads and context.ready_at is not None:
+                self.metrics.ttfp.observe(time.monotonic() - context.ready_at)
+                context.ready_at = None
+            self.metrics.audio.inc(len(payloads) * c.frame_ms / 1000)
 
         try:
             while True:
@@ -237,7 +277,7 @@ class Session:
     async def _fail(self, context: Context, code: str, message: str) -> None:
         self.contexts.pop(context.id, None)
         with contextlib.suppress(ConnectionClosed):
-            await self.ws.send(p.error(code, message, context.id))
+            await self.send_error(code, message, context.id)
 
 
 def timestamps(context_id: str, words: list[tuple[str, int, int]], start_ms: float) -> str:
@@ -252,23 +292,45 @@ def timestamps(context_id: str, words: list[tuple[str, int, int]], start_ms: flo
     )
 
 
-def http_handler(settings: Settings, triton: grpcclient.InferenceServerClient):
+def http_handler(gateway: Gateway):
+    settings = gateway.settings
+
     async def process_request(connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
         if path == p.PATH:
             return admit(connection, request, settings)
         if path == "/healthz":
-            return await health(triton)
+            return await health(gateway.triton)
+        if path == "/metrics":
+            body, content_type = gateway.metrics.exposition()
+            return Response(HTTPStatus.OK.value, "OK", Headers({"Content-Type": content_type}), body)
+        if path == "/v1/voices":
+            return unauthorized(connection, request, settings) or json_response(HTTPStatus.OK, {"voices": voices()})
         return static_file(connection, "index.html" if path == "/" else path.removeprefix("/static/"))
 
     return process_request
 
 
+def voices() -> list[dict]:
+    return [{"id": name, "sample_rate": sample_rate(name)} for name in VOICES]
+
+
+def json_response(status: HTTPStatus, body: dict) -> Response:
+    return Response(status.value, status.phrase, Headers({"Content-Type": "application/json"}), json.dumps(body).encode())
+
+
+def unauthorized(connection: ServerConnection, request: Request, settings: Settings) -> Response | None:
+    """The 401 for a request without the configured API key; None when it may go on."""
+    if not settings.api_key or hmac.compare_digest(presented_key(request).encode(), settings.api_key.encode()):
+        return None
+    refusal = connection.respond(HTTPStatus.UNAUTHORIZED, "a valid API key is required\n")
+    refusal.headers["WWW-Authenticate"] = "Bearer"
+    return refusal
+
+
 def admit(connection: ServerConnection, request: Request, settings: Settings) -> Response | None:
     """None lets the WebSocket handshake go on; otherwise the refusal."""
-    if settings.api_key and not hmac.compare_digest(presented_key(request).encode(), settings.api_key.encode()):
-        refusal = connection.respond(HTTPStatus.UNAUTHORIZED, "a valid API key is required\n")
-        refusal.headers["WWW-Authenticate"] = "Bearer"
+    if refusal := unauthorized(connection, request, settings):
         return refusal
     client = connection.remote_address[0]
     open_here = sum(1 for other in connection.server.connections if other.remote_address[0] == client)
@@ -301,8 +363,7 @@ async def health(triton: grpcclient.InferenceServerClient) -> Response:
     except Exception:  # unreachable or refusing: not ready, whatever the cause
         ready = False
     status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
-    body = json.dumps({"gateway": "ok", "triton": "ready" if ready else "unavailable"}).encode()
-    return Response(status.value, status.phrase, Headers({"Content-Type": "application/json"}), body)
+    return json_response(status, {"gateway": "ok", "triton": "ready" if ready else "unavailable"})
 
 
 def static_file(connection: ServerConnection, name: str) -> Response:
@@ -315,14 +376,10 @@ def static_file(connection: ServerConnection, name: str) -> Response:
 
 
 async def serve_forever(settings: Settings) -> None:
-    triton = triton_client(settings.triton_url)
-
-    async def handler(ws: ServerConnection) -> None:
-        await Session(ws, triton, settings).run()
-
+    gateway = Gateway(settings)
     async with serve(
-        handler, settings.host, settings.port,
-        process_request=http_handler(settings, triton),
+        gateway.handler, settings.host, settings.port,
+        process_request=http_handler(gateway),
         origins=[*settings.allowed_origins, None] if settings.allowed_origins else None,  # None: no Origin header
         max_size=settings.max_frame_bytes,
         max_queue=4,  # frames received ahead of the session: with max_size, bounds memory per connection

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,7 +74,10 @@ class TtsStream:
     which makes Triton cancel the request in flight.
     """
 
-    def __init__(self, client: grpcclient.InferenceServerClient) -> None:
+    def __init__(
+        self, client: grpcclient.InferenceServerClient, first_response: Callable[[float], None] = lambda _: None
+    ) -> None:
+        self._first_response = first_response  # told each request's seconds to its first response
         self._outbox: asyncio.Queue = asyncio.Queue()
         self._call = client.stream_infer(self._requests())
         self._responses = aiter(self._call)
@@ -87,6 +91,7 @@ class TtsStream:
         """Stream the audio of `text`, chunk by chunk, until its final response."""
         self._count += 1
         self._outbox.put_nowait(tts_request(text, str(self._count), params))
+        sent = time.monotonic()
         while True:
             try:
                 result, error = await anext(self._responses)
@@ -94,6 +99,9 @@ class TtsStream:
                 raise BackendUnavailable("Triton closed the stream") from None
             except Exception as e:  # grpc.aio.AioRpcError and friends
                 raise BackendUnavailable(f"Triton unavailable: {e}") from None
+            if sent is not None:
+                self._first_response(time.monotonic() - sent)
+                sent = None
             if error is not None:
                 raise SynthesisError(error.message())
             pcm = result.as_numpy(c.PCM)

@@ -1,0 +1,38 @@
+"""The gateway's Prometheus metrics, served at GET /metrics.
+
+Gauges of what is open are read from the live sessions when scraped; counters and
+histograms are updated where the events happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Seconds; the goals are tens of milliseconds at the client, so most buckets sit there.
+LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
+
+
+class Metrics:
+    def __init__(self, connections: Callable[[], int], contexts: Callable[[], int], speaking: Callable[[], int]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        Gauge("speechstream_connections", "Open WebSocket connections", registry=r).set_function(connections)
+        Gauge("speechstream_contexts", "Open contexts, on all connections", registry=r).set_function(contexts)
+        Gauge("speechstream_active_streams", "Contexts with text being spoken now", registry=r).set_function(speaking)
+        self.ttfp = Histogram(
+            "speechstream_ttfp_seconds",
+            "From text ready for an idle context (speak, a completed sentence, flush) to its first audio frame sent",
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.triton_first_response = Histogram(
+            "speechstream_triton_first_response_seconds", "From a tts request sent to Triton to its first response",
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.audio = Counter("speechstream_audio_seconds", "Audio sent to clients", registry=r)
+        self.errors = Counter("speechstream_errors", "Error messages sent to clients, by code", ["code"], registry=r)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text format and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
