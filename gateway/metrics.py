@@ -10,12 +10,17 @@ from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from .backends import Backend
+
 # Seconds; the goals are tens of milliseconds at the client, so most buckets sit there.
 LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
 
 
 class Metrics:
-    def __init__(self, connections: Callable[[], int], contexts: Callable[[], int], speaking: Callable[[], int]) -> None:
+    def __init__(
+        self, connections: Callable[[], int], contexts: Callable[[], int], speaking: Callable[[], int],
+        backends: list[Backend],
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         Gauge("speechstream_connections", "Open WebSocket connections", registry=r).set_function(connections)
@@ -30,6 +35,11 @@ class Metrics:
             "speechstream_triton_first_response_seconds", "From a tts request sent to Triton to its first response",
             buckets=LATENCY_BUCKETS, registry=r,
         )
+        up = Gauge("speechstream_triton_up", "1 while a Triton server is ready", ["url"], registry=r)
+        load = Gauge("speechstream_triton_outstanding", "Contexts speaking through a Triton server", ["url"], registry=r)
+        for b in backends:
+            up.labels(b.url).set_function(lambda b=b: float(b.up))
+            load.labels(b.url).set_function(lambda b=b: b.outstanding)
         self.audio = Counter("speechstream_audio_seconds", "Audio sent to clients", registry=r)
         self.errors = Counter("speechstream_errors", "Error messages sent to clients, by code", ["code"], registry=r)
 

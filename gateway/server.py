@@ -20,7 +20,6 @@ from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import tritonclient.grpc.aio as grpcclient
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
@@ -31,11 +30,12 @@ from python_backends.voice import DEFAULT_VOICE, sample_rate
 from . import protocol as p
 from . import settings as s
 from .audio import FrameEncoder
+from .backends import Backends
 from .inbox import Inbox, Mark
 from .metrics import Metrics
 from .segmenter import Segmenter
 from .settings import Settings
-from .tts_client import BackendUnavailable, SynthesisError, TtsStream, triton_client
+from .tts_client import BackendUnavailable, SynthesisError, TtsStream
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -79,12 +79,13 @@ class Gateway:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.triton = triton_client(settings.triton_url)
+        self.backends = Backends(settings.triton_urls)
         self.sessions: set[Session] = set()
         self.metrics = Metrics(
             connections=lambda: len(self.sessions),
             contexts=lambda: sum(len(s.contexts) for s in self.sessions),
             speaking=lambda: sum(c.busy for s in self.sessions for c in s.contexts.values()),
+            backends=self.backends.all,
         )
 
     async def handler(self, ws: ServerConnection) -> None:
@@ -101,7 +102,7 @@ class Session:
 
     def __init__(self, ws: ServerConnection, gateway: Gateway) -> None:
         self.ws = ws
-        self.triton = gateway.triton
+        self.backends = gateway.backends
         self.settings = gateway.settings
         self.metrics = gateway.metrics
         self.id = uuid.uuid4().hex[:12]
@@ -225,7 +226,8 @@ class Session:
         """
         c = self.config
         encoder = FrameEncoder(VOICE_RATE, c.sample_rate, c.frame_ms, c.format)
-        tts = TtsStream(self.triton, self.metrics.triton_first_response.observe)
+        backend = self.backends.acquire()
+        tts = TtsStream(backend.client, self.metrics.triton_first_response.observe)
         seq = 0
         async def send(payloads: list[bytes], last: bool = False) -> None:
             nonlocal seq
@@ -259,7 +261,8 @@ class Session:
                         await self.ws.send(timestamps(context.id, chunk.words, start_ms))
                     await send(encoder.push(chunk.pcm))
         except BackendUnavailable as e:
-            log.error("context %s: %s", context.id, e)
+            log.error("context %s: Triton %s: %s", context.id, backend.url, e)
+            backend.mark(False, str(e).splitlines()[0])
             await self._fail(context, p.BACKEND_UNAVAILABLE, str(e))
         except SynthesisError as e:
             log.warning("context %s: synthesis failed: %s", context.id, e)
@@ -271,6 +274,7 @@ class Session:
             await self._fail(context, p.INTERNAL_ERROR, "the server failed while speaking this context")
         finally:
             tts.close()
+            self.backends.release(backend)
             if self.contexts.get(context.id) is context and context.closed:
                 del self.contexts[context.id]
 
@@ -300,7 +304,7 @@ def http_handler(gateway: Gateway):
         if path == p.PATH:
             return admit(connection, request, settings)
         if path == "/healthz":
-            return await health(gateway.triton)
+            return await health(gateway.backends)
         if path == "/metrics":
             body, content_type = gateway.metrics.exposition()
             return Response(HTTPStatus.OK.value, "OK", Headers({"Content-Type": content_type}), body)
@@ -357,13 +361,16 @@ def presented_key(request: Request) -> str:
     return key[0] if len(key) == 1 else ""
 
 
-async def health(triton: grpcclient.InferenceServerClient) -> Response:
-    try:
-        ready = await triton.is_server_ready(client_timeout=1)  # a hung Triton is not ready
-    except Exception:  # unreachable or refusing: not ready, whatever the cause
-        ready = False
+async def health(backends: Backends) -> Response:
+    """200 while at least one Triton is ready (asked now, answering within a second)."""
+    await backends.poll()
+    ready = any(b.up for b in backends.all)
     status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
-    return json_response(status, {"gateway": "ok", "triton": "ready" if ready else "unavailable"})
+    return json_response(status, {
+        "gateway": "ok",
+        "triton": "ready" if ready else "unavailable",
+        "backends": {b.url: "ready" if b.up else "unavailable" for b in backends.all},
+    })
 
 
 def static_file(connection: ServerConnection, name: str) -> Response:
@@ -377,6 +384,7 @@ def static_file(connection: ServerConnection, name: str) -> Response:
 
 async def serve_forever(settings: Settings) -> None:
     gateway = Gateway(settings)
+    watch = asyncio.create_task(gateway.backends.watch())
     async with serve(
         gateway.handler, settings.host, settings.port,
         process_request=http_handler(gateway),
@@ -385,8 +393,12 @@ async def serve_forever(settings: Settings) -> None:
         max_queue=4,  # frames received ahead of the session: with max_size, bounds memory per connection
         write_limit=settings.max_buffered_bytes,
     ) as server:
-        log.info("gateway on ws://%s:%d%s, Triton at %s", settings.host, settings.port, p.PATH, settings.triton_url)
-        await server.serve_forever()
+        log.info("gateway on ws://%s:%d%s, Triton at %s", settings.host, settings.port, p.PATH,
+                 ", ".join(settings.triton_urls))
+        try:
+            await server.serve_forever()
+        finally:
+            watch.cancel()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,7 +22,10 @@ def _setting(default, help: str, env: str | None = None, secret: bool = False):
 class Settings:
     host: str = _setting("127.0.0.1", "address the gateway listens on")
     port: int = _setting(8080, "port for WebSocket, HTTP and the page")
-    triton_url: str = _setting("127.0.0.1:8001", "Triton's gRPC address", env="TRITON_GRPC_URL")
+    triton_urls: tuple[str, ...] = _setting(
+        ("127.0.0.1:8001",), "Triton gRPC addresses, comma-separated; contexts go to the least busy one that is up",
+        env="TRITON_GRPC_URL",
+    )
     max_text_chars: int = _setting(MAX_TEXT_CHARS, "characters per text message, and waiting per context")
     max_contexts: int = _setting(16, "open contexts per connection")
     max_connections_per_client: int = _setting(

@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
@@ -97,8 +98,10 @@ class TtsStream:
                 result, error = await anext(self._responses)
             except StopAsyncIteration:
                 raise BackendUnavailable("Triton closed the stream") from None
-            except Exception as e:  # grpc.aio.AioRpcError and friends
-                raise BackendUnavailable(f"Triton unavailable: {e}") from None
+            except grpc.aio.AioRpcError as e:
+                raise BackendUnavailable(f"Triton unavailable: {e.code().name}: {e.details()}") from None
+            except Exception as e:  # the channel failing in other ways
+                raise BackendUnavailable(f"Triton unavailable: {e!r}") from None
             if sent is not None:
                 self._first_response(time.monotonic() - sent)
                 sent = None

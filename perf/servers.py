@@ -39,10 +39,10 @@ def wait_for_http(url: str, process: subprocess.Popen, timeout: float, log_path=
             time.sleep(0.1)
 
 
-def start_gateway(triton_url: str, log: IO, *flags: str, port: int | None = None) -> tuple[subprocess.Popen, int]:
+def start_gateway(triton_urls: str, log: IO, *flags: str, port: int | None = None) -> tuple[subprocess.Popen, int]:
     """`python -m gateway.server` on `port` (or a free one), once /healthz answers (Triton ready)."""
     port = port or free_ports(1)[0]
-    cmd = [sys.executable, "-m", "gateway.server", "--port", str(port), "--triton-url", triton_url, *flags]
+    cmd = [sys.executable, "-m", "gateway.server", "--port", str(port), "--triton-urls", triton_urls, *flags]
     process = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
     wait_for_http(f"http://127.0.0.1:{port}/healthz", process, 30, getattr(log, "name", None))
     return process, port

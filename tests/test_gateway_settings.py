@@ -28,7 +28,7 @@ def test_flags_and_environment(monkeypatch):
     assert settings.max_contexts == 3  # a flag beats the environment
     assert settings.idle_timeout_s == 2.5
     assert settings.allowed_origins == ("http://a.test", "http://b.test")
-    assert settings.api_key == "k" and settings.triton_url == "triton:8001"
+    assert settings.api_key == "k" and settings.triton_urls == ("triton:8001",)
 
 
 def test_a_bad_value_is_refused(monkeypatch):

@@ -1,0 +1,69 @@
+"""The Triton servers behind a gateway: each context goes to the one with the least
+outstanding work among those up; a health poll marks them down and up again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import tritonclient.grpc.aio as grpcclient
+
+from .tts_client import triton_client
+
+log = logging.getLogger("speechstream.gateway")
+
+HEALTH_INTERVAL_S = 1.0
+
+
+@dataclass(eq=False)
+class Backend:
+    url: str
+    client: grpcclient.InferenceServerClient = field(repr=False)
+    up: bool = True  # until a health poll or a failed stream says otherwise
+    outstanding: int = 0  # contexts speaking through it now
+
+    def mark(self, up: bool, why: str = "") -> None:
+        if up != self.up:
+            log.warning("Triton %s is %s%s", self.url, "up" if up else "down", f": {why}" if why else "")
+        self.up = up
+
+
+def choose(backends: list[Backend]) -> Backend:
+    """The backend with the least outstanding work among those up; when none is up, the
+    least loaded of all (a stream to a server that is down fails at once, and one that
+    just came back is used before the next health poll notices)."""
+    candidates = [b for b in backends if b.up] or backends
+    return min(candidates, key=lambda b: b.outstanding)
+
+
+class Backends:
+    def __init__(self, urls: tuple[str, ...]) -> None:
+        self.all = [Backend(url, triton_client(url)) for url in urls]
+
+    def acquire(self) -> Backend:
+        backend = choose(self.all)
+        backend.outstanding += 1
+        return backend
+
+    @staticmethod
+    def release(backend: Backend) -> None:
+        backend.outstanding -= 1
+
+    async def poll(self) -> None:
+        """Ask every backend whether it is ready, at once; a hung one counts as down."""
+
+        async def ready(backend: Backend) -> None:
+            try:
+                up = await backend.client.is_server_ready(client_timeout=1)
+            except Exception as e:  # unreachable, refusing or hung: down, whatever the cause
+                backend.mark(False, str(e).splitlines()[0] if str(e) else type(e).__name__)
+                return
+            backend.mark(up, "" if up else "not ready")
+
+        await asyncio.gather(*(ready(b) for b in self.all))
+
+    async def watch(self) -> None:
+        while True:
+            await self.poll()
+            await asyncio.sleep(HEALTH_INTERVAL_S)

@@ -1,0 +1,115 @@
+"""One gateway, two real Triton servers on loopback: contexts are spread across both, and
+when one is killed mid-run the other carries on and takes every new context."""
+
+import asyncio
+import urllib.request
+
+import psutil
+import pytest
+
+from gateway import protocol as p
+from perf.servers import free_ports, start_gateway, stop, triton_metrics
+from perf.workloads import workload
+from python_backends import contract as c
+from python_backends.launcher import TritonServer
+
+from .test_triton_faults import health, stub_regions
+from .wsclient import Client, connect
+
+pytestmark = pytest.mark.triton
+
+
+@pytest.fixture
+def two_tritons(tmp_path):
+    servers = [TritonServer(*free_ports(3)) for _ in range(2)]
+    logs = [(tmp_path / f"triton{i}.log").open("w") for i in range(2)]
+    for server, log in zip(servers, logs):
+        server.start(stdout=log)
+    try:
+        for server in servers:
+            server.wait_ready()
+        yield servers
+    finally:
+        for server, log in zip(servers, logs):
+            server.stop()
+            log.close()
+
+
+def kill_tree(server: TritonServer) -> None:
+    """Kill Triton and its stubs at once, as a lost pod would, and drop their shared memory."""
+    stubs = psutil.Process(server.process.pid).children(recursive=True)
+    regions = stub_regions(stubs)
+    for process in [*stubs, server.process]:
+        process.kill()
+    server.process.wait()
+    for region in regions:
+        region.unlink()
+
+
+def gateway_metric(port: int, name: str, url: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(f'{name}{{url="{url}"}}'):
+                return float(line.split()[-1])
+    raise AssertionError(f"no {name} for {url}")
+
+
+def test_contexts_spread_across_two_tritons_and_survive_losing_one(two_tritons, tmp_path):
+    a, b = two_tritons
+    urls = [f"127.0.0.1:{s.grpc_port}" for s in two_tritons]
+    with (tmp_path / "gateway.log").open("w") as log:
+        gateway, port = start_gateway(",".join(urls), log)
+        try:
+            run(a, b, urls, port)
+        finally:
+            stop(gateway)
+
+
+def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:
+    url = f"ws://127.0.0.1:{port}{p.PATH}"
+
+    async def first_wave():
+        async with connect(url) as ws:
+            client = Client(ws)
+            await client.until("ready")
+            for i in range(4):
+                await client.send(type="speak", context_id=f"c{i}", text=workload("paragraph"))
+            while len(client.streams) < 4 or not all(client.audio(f"c{i}") for i in range(4)):
+                await client.read()
+            spread = [triton_metrics(s.metrics_port)[c.TTS_ACTIVE_METRIC] for s in (a, b)]
+            outstanding = [gateway_metric(port, "speechstream_triton_outstanding", u) for u in urls]
+            kill_tree(b)
+            ends = {}
+            async with asyncio.timeout(120):
+                while len(ends) < 4:
+                    m = await client.read()
+                    if m and m["type"] in ("done", "error"):
+                        ends[m["context_id"]] = m
+            return spread, outstanding, ends, client
+
+    spread, outstanding, ends, client = asyncio.run(first_wave())
+    assert spread == [2, 2] and outstanding == [2, 2]  # two contexts on each server
+    kinds = sorted(m["type"] if m["type"] == "done" else m["code"] for m in ends.values())
+    assert kinds == [p.BACKEND_UNAVAILABLE] * 2 + ["done"] * 2  # the survivor's streams finished
+    for context_id, m in ends.items():
+        if m["type"] == "done":
+            frames = client.audio(context_id)
+            assert frames[-1].last and [f.seq for f in frames] == list(range(len(frames)))
+
+    status, body = health(port)
+    assert status == 200 and body["backends"] == {urls[0]: "ready", urls[1]: "unavailable"}
+    assert gateway_metric(port, "speechstream_triton_up", urls[1]) == 0
+
+    async def second_wave():
+        async with connect(url) as ws:
+            client = Client(ws)
+            await client.until("ready")
+            for i in range(3):
+                await client.send(type="speak", context_id=f"n{i}", text="Still speaking, on one server.")
+            async with asyncio.timeout(60):
+                while sum(m["type"] == "done" for _, m in client.messages) < 3:
+                    await client.read()
+            return [m for _, m in client.messages if m["type"] in ("done", "error")]
+
+    ends = asyncio.run(second_wave())
+    assert [m["type"] for m in ends] == ["done"] * 3 and all(m["audio_ms"] > 1000 for m in ends)
