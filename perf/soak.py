@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO
 
 import psutil
+import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
@@ -355,13 +356,16 @@ class Listener:
             await ws.close()
 
     async def connect(self) -> tuple[ClientConnection | None, float]:
+        """A bare connection: the listener checks protocol v1 itself, message by message."""
         try:
-            client = await asyncio.wait_for(SpeechClient.connect(self.url), STALL_S)
+            async with asyncio.timeout(STALL_S):
+                ws = await websockets.connect(self.url, max_size=None)
+                ready = json.loads(await ws.recv())
         except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as e:
             self.tally.errors[f"connect_failed_{type(e).__name__}"] += 1
             await asyncio.sleep(1)
             return None, 0.0
-        return client.ws, client.ready["frame_ms"] / 1000
+        return ws, ready["frame_ms"] / 1000
 
     def plan(self) -> tuple[str | None, float]:
         """Whether to cancel or abort this utterance, and when (seconds after `speak`)."""
