@@ -1,5 +1,5 @@
-"""`speechstream-say`: speak text through the gateway into an .ogg (Opus) or .wav file,
-or to the speakers.
+"""`speechstream-say`: speak text through the gateway into an .ogg (Opus), .wav, .flac or
+raw .pcm file, or to the speakers.
 
     speechstream-say "Hello there." --out hello.ogg
     speechstream-say --file story.txt --out story.wav
@@ -18,51 +18,29 @@ import shutil
 import subprocess
 import sys
 import time
-import wave
-from fractions import Fraction
 from pathlib import Path
 
-import av
-
 from .client import SpeechClient, SpeechError
+from .containers import FRAME_FORMATS, ContainerWriter
 
 RATE = 48000
 FRAME_MS = 20
+SUFFIXES = {".ogg": "opus", ".opus": "opus", ".wav": "wav", ".flac": "flac", ".pcm": "pcm", ".raw": "pcm"}
 
 
-class OggOpusWriter:
-    """Opus packets into an Ogg file, as they are (no re-encoding), muxed by PyAV."""
+class FileWriter:
+    """A container file, chosen by the suffix (see SUFFIXES)."""
 
-    def __init__(self, path: Path) -> None:
-        self._container = av.open(str(path), "w", format="ogg")
-        self._stream = self._container.add_stream("opus", rate=RATE)
-        self._stream.layout = "mono"
-        self._stream.time_base = Fraction(1, RATE)
-
-    def write(self, payload: bytes, sample_offset: int) -> None:
-        packet = av.Packet(payload)
-        packet.stream = self._stream
-        packet.time_base = self._stream.time_base
-        packet.pts = packet.dts = sample_offset
-        packet.duration = RATE * FRAME_MS // 1000
-        self._container.mux(packet)
-
-    def close(self) -> None:
-        self._container.close()
-
-
-class WavWriter:
-    def __init__(self, path: Path) -> None:
-        self._wav = wave.open(str(path), "wb")
-        self._wav.setnchannels(1)
-        self._wav.setsampwidth(2)
-        self._wav.setframerate(RATE)
+    def __init__(self, path: Path, fmt: str) -> None:
+        self._file = path.open("wb")
+        self._container = ContainerWriter(fmt, RATE, RATE * FRAME_MS // 1000, self._file)
 
     def write(self, payload: bytes, sample_offset: int) -> None:
-        self._wav.writeframes(payload)
+        self._container.push(payload, sample_offset)
 
     def close(self) -> None:
-        self._wav.close()
+        self._container.finish()
+        self._file.close()
 
 
 class PlayerWriter:
@@ -93,10 +71,10 @@ def default_player() -> str | None:
 
 async def say(url: str, text: str, out: Path | None, player: str | None = None, **voice) -> tuple[float, float]:
     """Speak `text` into `out` (or into `player`); return (seconds to first audio, audio seconds)."""
-    ogg = out is not None and out.suffix.lower() in (".ogg", ".opus")
-    config = {"format": "opus" if ogg else "pcm_s16le", "sample_rate": RATE, "frame_ms": FRAME_MS}
+    container = None if out is None else SUFFIXES[out.suffix.lower()]
+    config = {"format": FRAME_FORMATS.get(container, "pcm_s16le"), "sample_rate": RATE, "frame_ms": FRAME_MS}
     client = await SpeechClient.connect(url, **config, **{k: v for k, v in voice.items() if v is not None})
-    writer = PlayerWriter(player) if out is None else OggOpusWriter(out) if ogg else WavWriter(out)
+    writer = PlayerWriter(player) if out is None else FileWriter(out, container)
     first = None
     samples = 0
     try:
@@ -116,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("text", nargs="?", help="text to speak (or --file)")
     parser.add_argument("--file", type=Path, help="read the text from this file")
     output = parser.add_mutually_exclusive_group(required=True)
-    output.add_argument("--out", type=Path, help="output file: .ogg/.opus (Opus) or .wav (PCM)")
+    output.add_argument("--out", type=Path, help="output file: .ogg/.opus (Opus), .wav, .flac or .pcm (s16le)")
     output.add_argument("--play", action="store_true", help="play through the speakers")
     parser.add_argument("--player", help="player command reading raw s16le mono 48 kHz PCM on stdin")
     parser.add_argument("--url", default="ws://127.0.0.1:8080/v1/stream")
@@ -126,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     text = args.file.read_text(encoding="utf-8") if args.file else args.text
     if not text:
         parser.error("give the text, or --file")
-    if args.out and args.out.suffix.lower() not in (".ogg", ".opus", ".wav"):
-        parser.error("--out must end in .ogg, .opus or .wav")
+    if args.out and args.out.suffix.lower() not in SUFFIXES:
+        parser.error(f"--out must end in one of {', '.join(SUFFIXES)}")
     player = args.player or default_player() if args.play else None
     if args.play and not player:
         parser.error(f"no player found ({', '.join(PLAYERS)}); give --player or --out")

@@ -12,7 +12,7 @@ from perf.workloads import workload
 pytestmark = pytest.mark.triton
 
 
-@pytest.mark.parametrize("suffix", [".ogg", ".wav"])
+@pytest.mark.parametrize("suffix", [".ogg", ".wav", ".flac"])
 def test_say_writes_a_file_of_the_spoken_duration(gateway, tmp_path, suffix):
     text = tmp_path / "text.txt"
     text.write_text(workload("short"), encoding="utf-8")
@@ -30,7 +30,7 @@ def test_say_writes_a_file_of_the_spoken_duration(gateway, tmp_path, suffix):
             decoded = w.getnframes() / 48000
     else:
         with av.open(str(out)) as container:
-            assert container.streams.audio[0].codec_context.name == "opus"
+            assert container.streams.audio[0].codec_context.name == {".ogg": "opus", ".flac": "flac"}[suffix]
             decoded = sum(f.samples for f in container.decode(audio=0)) / 48000
     assert 2.0 < seconds and abs(decoded - seconds) <= 0.02  # within one frame (plus Opus pre-skip)
 
