@@ -23,7 +23,7 @@ def test_serves_speech_and_stops_both_on_sigterm(tmp_path):
     serve = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     try:
         health = wait_for_http(f"http://127.0.0.1:{gateway}/healthz", serve, 120, log_path)
-        assert json.loads(health) == {"gateway": "ok", "triton": "ready"}
+        assert json.loads(health) == {"gateway": "ok", "triton": "ready", "backends": {f"127.0.0.1:{grpc}": "ready"}}
 
         async def speak():
             async with websockets.connect(f"ws://127.0.0.1:{gateway}/v1/stream") as ws:
