@@ -229,6 +229,7 @@ class Session:
         backend = self.backends.acquire()
         tts = TtsStream(backend.client, self.metrics.triton_first_response.observe)
         seq = 0
+
         async def send(payloads: list[bytes], last: bool = False) -> None:
             nonlocal seq
             first = encoder.samples - len(payloads) * encoder.frame_samples
