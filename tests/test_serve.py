@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 import websockets
 
-from perf.servers import free_ports, wait_for_http
+from perf.servers import free_ports, stop, wait_for_http
 
 pytestmark = pytest.mark.triton
 
@@ -43,4 +43,4 @@ def test_serves_speech_and_stops_both_on_sigterm(tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2)
     finally:
         if serve.poll() is None:
-            serve.kill()
+            stop(serve, timeout=60)  # SIGTERM first: a killed serve would leave its Triton running
