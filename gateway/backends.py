@@ -20,12 +20,13 @@ HEALTH_INTERVAL_S = 1.0
 class Backend:
     url: str
     client: grpcclient.InferenceServerClient = field(repr=False)
-    up: bool = True  # until a health poll or a failed stream says otherwise
+    up: bool = False  # until a health poll says it is ready
     outstanding: int = 0  # contexts speaking through it now
 
     def mark(self, up: bool, why: str = "") -> None:
         if up != self.up:
-            log.warning("Triton %s is %s%s", self.url, "up" if up else "down", f": {why}" if why else "")
+            level = logging.INFO if up else logging.WARNING
+            log.log(level, "Triton %s is %s%s", self.url, "up" if up else "down", f": {why}" if why else "")
         self.up = up
 
 

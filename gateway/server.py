@@ -305,7 +305,7 @@ def http_handler(gateway: Gateway):
         if path == p.PATH:
             return admit(connection, request, settings)
         if path == "/healthz":
-            return await health(gateway.backends)
+            return health(gateway.backends)
         if path == "/metrics":
             body, content_type = gateway.metrics.exposition()
             return Response(HTTPStatus.OK.value, "OK", Headers({"Content-Type": content_type}), body)
@@ -362,9 +362,8 @@ def presented_key(request: Request) -> str:
     return key[0] if len(key) == 1 else ""
 
 
-async def health(backends: Backends) -> Response:
-    """200 while at least one Triton is ready (asked now, answering within a second)."""
-    await backends.poll()
+def health(backends: Backends) -> Response:
+    """200 while at least one Triton is ready, as the health poll and the streams last saw."""
     ready = any(b.up for b in backends.all)
     status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
     return json_response(status, {

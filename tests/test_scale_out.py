@@ -4,7 +4,6 @@ when one is killed mid-run the other carries on and takes every new context."""
 import asyncio
 import urllib.request
 
-import psutil
 import pytest
 
 from gateway import protocol as p
@@ -13,7 +12,7 @@ from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.launcher import TritonServer
 
-from .test_triton_faults import health, stub_regions
+from .test_triton_faults import health, kill_tree
 from .wsclient import Client, connect
 
 pytestmark = pytest.mark.triton
@@ -33,17 +32,6 @@ def two_tritons(tmp_path):
         for server, log in zip(servers, logs):
             server.stop()
             log.close()
-
-
-def kill_tree(server: TritonServer) -> None:
-    """Kill Triton and its stubs at once, as a lost pod would, and drop their shared memory."""
-    stubs = psutil.Process(server.process.pid).children(recursive=True)
-    regions = stub_regions(stubs)
-    for process in [*stubs, server.process]:
-        process.kill()
-    server.process.wait()
-    for region in regions:
-        region.unlink()
 
 
 def gateway_metric(port: int, name: str, url: str) -> float:

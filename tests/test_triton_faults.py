@@ -40,6 +40,18 @@ def stub_regions(stubs: list[psutil.Process]) -> list[Path]:
     return [Path("/dev/shm", arg) for stub in stubs for arg in stub.cmdline() if arg.startswith(SHM_PREFIX)]
 
 
+def kill_tree(server: TritonServer) -> None:
+    """Kill Triton and its stubs at once, as a crashed container or a lost pod would,
+    and drop their shared memory as the container's /dev/shm would go."""
+    stubs = psutil.Process(server.process.pid).children(recursive=True)
+    regions = stub_regions(stubs)
+    for process in [*stubs, server.process]:
+        process.kill()
+    server.process.wait()
+    for region in regions:
+        region.unlink()
+
+
 def active_tts_requests(metrics_port: int) -> float:
     return triton_metrics(metrics_port)[c.TTS_ACTIVE_METRIC]
 
@@ -100,14 +112,8 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
                     await client.send(type="speak", context_id="c", text=workload("long"))
                 while not all(len(cl.audio("c")) > 5 if "c" in cl.streams else False for cl in clients):
                     await asyncio.wait_for(asyncio.gather(*(cl.read() for cl in clients)), 30)
-                # A crash takes the stubs too, as when Triton's container dies.
-                stubs = psutil.Process(triton.process.pid).children(recursive=True)
-                regions = stub_regions(stubs)
-                for process in [*stubs, triton.process]:
-                    process.kill()
                 killed_at = time.monotonic()
-                for region in regions:  # as the container's /dev/shm would go
-                    region.unlink()
+                kill_tree(triton)
                 errors = [await cl.until("error", "c", timeout=5) for cl in clients]
                 seen_after = time.monotonic() - killed_at
                 status = health(port)
@@ -123,7 +129,6 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
         assert refused["code"] == p.BACKEND_UNAVAILABLE and refused_after < 2
         assert gateway.poll() is None
 
-        triton.process.wait()
         triton = own_triton(tmp_path, ports)  # the same ports; the gateway is not restarted
         deadline = time.monotonic() + 10
         while health(port)[0] != 200 and time.monotonic() < deadline:
