@@ -73,12 +73,14 @@ VOICE_PARAMS = (
 )
 
 # Frames are 256 samples at 22,050 Hz (11.6 ms). A small first chunk gives a fast
-# first packet; later chunks double up to CHUNK_FRAMES so the context overhead shrinks.
-# 16 frames of left and 8 of right context match whole-utterance vocoding at ~66 dB.
+# first packet; later chunks double up to CHUNK_FRAMES so the context overhead shrinks
+# (16 context frames on 128 spoken) while one call (~0.15 s of a core) stays short
+# enough not to hold up other streams. 8 frames of context on each side match
+# whole-utterance vocoding at ~65 dB (16 left: ~69 dB, for 6 % more vocoder work).
 CHUNK_PARAMS = (
     Param(INITIAL_CHUNK_FRAMES, "TYPE_INT32", 8, 1, 256),
-    Param(CHUNK_FRAMES, "TYPE_INT32", 64, 1, 256),
-    Param(LEFT_CONTEXT_FRAMES, "TYPE_INT32", 16, 0, 64),
+    Param(CHUNK_FRAMES, "TYPE_INT32", 128, 1, 256),
+    Param(LEFT_CONTEXT_FRAMES, "TYPE_INT32", 8, 0, 64),
     Param(RIGHT_CONTEXT_FRAMES, "TYPE_INT32", 8, 0, 64),
 )
 

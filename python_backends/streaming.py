@@ -4,7 +4,8 @@ The stages are reached through injected coroutines, so this runs the same agains
 Triton (BLS calls) and in-process engines (tests). Work is started up to `depth` items
 ahead of the one being delivered, so the next sentence's acoustic work and the next
 chunk's vocoding overlap delivery, and nothing new is started once the request is
-cancelled.
+cancelled. Each call carries a deadline from the stream's PlaybackClock: when its
+listener will need that audio, so a scheduler can serve the most urgent stream first.
 """
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ import numpy as np
 
 from .chunking import Chunk, bucket_frames, chunk_sizes, plan_chunks
 from .engines import SAMPLES_PER_FRAME
+from .requests import ChunkParams
+from .scheduler import PlaybackClock
 from .text import Sentence
 
 T = TypeVar("T")
 SENTENCE_LOOKAHEAD = 2  # acoustic requests a stream keeps open ahead of delivery
 CHUNK_LOOKAHEAD = 2  # vocoder calls a stream keeps open ahead of delivery
-Vocode = Callable[[np.ndarray], Awaitable[np.ndarray]]  # [channels, frames] → [frames · 256]
-Synthesize = Callable[[int, Sentence], Awaitable["LatentSentence"]]
+# (window [channels, frames], deadline) → PCM [frames · 256]
+Vocode = Callable[[np.ndarray, float], Awaitable[np.ndarray]]
+# (index, sentence, deadline) → its latent frames
+Synthesize = Callable[[int, Sentence, float], Awaitable["LatentSentence"]]
 
 
 @dataclass(frozen=True)
@@ -94,11 +99,12 @@ async def ordered(
                 item[1].cancel()
 
 
-async def vocode_chunk(vocode: Vocode, latent: np.ndarray, chunk: Chunk) -> np.ndarray:
-    """Vocode the chunk's window, zero-padded to its bucket, and cut the context off."""
-    window = np.zeros((latent.shape[0], bucket_frames(chunk.window_frames)), dtype=np.float32)
+async def vocode_chunk(vocode: Vocode, latent: np.ndarray, chunk: Chunk, deadline: float, pad: bool) -> np.ndarray:
+    """Vocode the chunk's window (zero-padded to its bucket if `pad`) and cut the context off."""
+    frames = bucket_frames(chunk.window_frames) if pad else chunk.window_frames
+    window = np.zeros((latent.shape[0], frames), dtype=np.float32)
     window[:, : chunk.window_frames] = latent[:, chunk.window_start : chunk.window_end]
-    pcm = await vocode(window)
+    pcm = await vocode(window, deadline)
     first = chunk.lead_frames * SAMPLES_PER_FRAME
     return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]
 
@@ -106,14 +112,16 @@ async def vocode_chunk(vocode: Vocode, latent: np.ndarray, chunk: Chunk) -> np.n
 async def sentence_latents(
     sentences: Iterable[Sentence],
     synthesize: Synthesize,
+    clock: PlaybackClock,
     is_cancelled: Callable[[], bool] = lambda: False,
     depth: int = SENTENCE_LOOKAHEAD,
 ) -> AsyncIterator[LatentSentence]:
-    """Each sentence's latent frames, in order, synthesized up to `depth` ahead."""
+    """Each sentence's latent frames, in order, synthesized up to `depth` ahead. A
+    sentence is due when the audio planned before it runs out."""
 
     async def jobs():
         for index, sentence in enumerate(sentences):
-            yield None, synthesize(index, sentence)
+            yield None, synthesize(index, sentence, clock.deadline())
 
     async for _, latent in ordered(jobs(), depth, is_cancelled):
         yield latent
@@ -122,21 +130,27 @@ async def sentence_latents(
 async def stream_pcm(
     sentences: AsyncIterator[LatentSentence],
     vocode: Vocode,
-    initial_frames: int,
-    chunk_frames: int,
-    left_context: int,
-    right_context: int,
+    chunking: ChunkParams,
+    clock: PlaybackClock,
     is_cancelled: Callable[[], bool] = lambda: False,
     depth: int = CHUNK_LOOKAHEAD,
+    pad_to_buckets: bool = False,
 ) -> AsyncIterator[PcmChunk]:
-    """Yield the PCM of every sentence, chunk by chunk, in order."""
+    """Yield the PCM of every sentence, chunk by chunk, in order; the clock starts when
+    the first chunk is yielded. Padding windows to buckets lets Triton batch chunks of
+    different streams, which pays where batching is cheaper than one call per window
+    (a GPU); on a CPU a batch costs as much as its calls, so padding is pure waste."""
 
     async def jobs():
-        sizes = chunk_sizes(initial_frames, chunk_frames)
+        sizes = chunk_sizes(chunking.initial_frames, chunking.frames)
         async with aclosing(sentences):
             async for sentence in sentences:
-                for chunk in plan_chunks(sentence.latent.shape[1], sizes, left_context, right_context):
-                    yield (sentence, chunk), vocode_chunk(vocode, sentence.latent, chunk)
+                for chunk in plan_chunks(
+                    sentence.latent.shape[1], sizes, chunking.left_context, chunking.right_context
+                ):
+                    deadline = clock.deadline()
+                    clock.planned += chunk.frames * SAMPLES_PER_FRAME
+                    yield (sentence, chunk), vocode_chunk(vocode, sentence.latent, chunk, deadline, pad_to_buckets)
 
     index = offset = 0
     async for (sentence, chunk), pcm in ordered(jobs(), depth, is_cancelled):
@@ -144,6 +158,7 @@ async def stream_pcm(
         if chunk.start == 0:
             f = SAMPLES_PER_FRAME
             words = tuple((w, offset + a * f, offset + b * f) for w, a, b in sentence.words)
+        clock.start()
         yield PcmChunk(index, offset, sentence.index, sentence.span, pcm, words)
         index += 1
         offset += pcm.size

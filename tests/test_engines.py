@@ -1,13 +1,17 @@
 """The split graphs and the streaming core, in process (no Triton)."""
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 from perf.workloads import workload
+from python_backends.contract import VOCODER_BUCKETS
 from python_backends.engines import AcousticEngine, VocoderEngine, VoiceParams
+from python_backends.requests import ChunkParams, read_chunk_params
+from python_backends.scheduler import PlaybackClock
 from python_backends.streaming import LatentSentence, sentence_latents, stream_pcm
 from python_backends.text import split_sentences
 from python_backends.voice import embedded_voice_files, load_voice
@@ -80,18 +84,21 @@ async def as_stream(items):
         yield LatentSentence(s.index, (s.sentence.start, s.sentence.end), s.latent)
 
 
-def run_stream(sentences, vocoder, calls=None, cancel_after=None, **chunking):
-    async def vocode(window):
+def run_stream(sentences, vocoder, calls=None, cancel_after=None, pad_to_buckets=False, **chunking):
+    async def vocode(window, deadline):
         if calls is not None:
             calls.append(window.shape[1])
         await asyncio.sleep(0)
         return vocoder.vocode(window[None])[0]
 
+    params = replace(read_chunk_params({}), **chunking)  # the defaults a client gets
+
     async def collect():
         out = []
         async for chunk in stream_pcm(
-            as_stream(sentences), vocode, **({"initial_frames": 8, "chunk_frames": 64, "left_context": 16, "right_context": 8} | chunking),
+            as_stream(sentences), vocode, params, PlaybackClock(22050),
             is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after,
+            pad_to_buckets=pad_to_buckets,
         ):
             out.append(chunk)
         return out
@@ -118,11 +125,14 @@ def test_less_context_is_measurably_worse(acoustic, vocoder):
     assert snr_db(whole, bare) < 40
 
 
-def test_windows_are_padded_to_buckets(acoustic, vocoder):
-    calls = []
-    run_stream(latents(acoustic, workload("short")), vocoder, calls=calls)
-    from python_backends.contract import VOCODER_BUCKETS
-    assert calls and set(calls) <= set(VOCODER_BUCKETS)
+def test_windows_are_padded_to_buckets_when_asked(acoustic, vocoder):
+    sentences = latents(acoustic, workload("short"))
+    padded, bare = [], []
+    run_stream(sentences, vocoder, calls=padded, pad_to_buckets=True)
+    run_stream(sentences, vocoder, calls=bare)
+    assert padded and set(padded) <= set(VOCODER_BUCKETS)
+    assert not set(bare) <= set(VOCODER_BUCKETS)
+    assert all(b <= p for b, p in zip(bare, padded))
 
 
 def test_cancellation_stops_issuing_vocoder_work(acoustic, vocoder):
@@ -138,11 +148,12 @@ def test_cancellation_stops_issuing_vocoder_work(acoustic, vocoder):
 def test_a_vocoder_failure_ends_the_stream_with_that_error(acoustic):
     sentences = latents(acoustic, workload("short"))
 
-    async def failing(window):
+    async def failing(window, deadline):
         raise RuntimeError("vocoder down")
 
     async def collect():
-        return [c async for c in stream_pcm(as_stream(sentences), failing, 8, 64, 16, 8)]
+        chunking = ChunkParams(8, 64, 16, 8)
+        return [c async for c in stream_pcm(as_stream(sentences), failing, chunking, PlaybackClock(22050))]
 
     with pytest.raises(RuntimeError, match="vocoder down"):
         asyncio.run(collect())
@@ -153,13 +164,13 @@ def test_sentences_are_synthesized_in_order_a_bounded_way_ahead():
     started = []
     taken = []
 
-    async def synthesize(index, sentence):
+    async def synthesize(index, sentence, deadline):
         started.append(index)
         await asyncio.sleep(0.01 * (6 - index))  # later sentences finish first
         return LatentSentence(index, (sentence.start, sentence.end), np.zeros((1, 1), np.float32))
 
     async def collect():
-        async for s in sentence_latents(sentences, synthesize, is_cancelled=lambda: len(taken) >= 3, depth=2):
+        async for s in sentence_latents(sentences, synthesize, PlaybackClock(22050), is_cancelled=lambda: len(taken) >= 3, depth=2):
             taken.append(s.index)
             assert len(started) <= len(taken) + 2
 

@@ -16,9 +16,11 @@ import triton_python_backend_utils as pb_utils
 
 from python_backends import contract as c
 from python_backends.requests import read_chunk_params, read_params, read_text
+from python_backends.scheduler import DeadlineScheduler, PlaybackClock
 from python_backends.streaming import SENTENCE_LOOKAHEAD, LatentSentence, sentence_latents, stream_pcm
 from python_backends.text import split_sentences
 from python_backends.triton_glue import FINAL, declare, gauge, log_error, parameters, request_inputs, response, send_error
+from python_backends.voice import DEFAULT_VOICE, sample_rate
 
 
 class StageError(RuntimeError):
@@ -38,6 +40,12 @@ class TritonPythonModel:
         waiters = int(p.get("max_streams", "256")) * SENTENCE_LOOKAHEAD
         self.waiters = ThreadPoolExecutor(waiters, thread_name_prefix="acoustic-wait")
         self.metric_family, self.active = gauge(c.TTS_ACTIVE_METRIC, "tts requests being synthesized now")
+        # One slot per instance of each stage (keep them equal to the stages' configs),
+        # handed to the stream whose listener needs audio soonest.
+        self.acoustic_slots = DeadlineScheduler(int(p.get("acoustic_slots", "2")))
+        self.vocoder_slots = DeadlineScheduler(int(p.get("vocoder_slots", "2")))
+        self.pad_to_buckets = p.get("pad_to_buckets", "false") == "true"
+        self.rate = sample_rate(p.get("voice", DEFAULT_VOICE))
 
     async def execute(self, requests):
         await asyncio.gather(*(self._serve(request) for request in requests))
@@ -51,12 +59,13 @@ class TritonPythonModel:
             read_params(inputs, c.VOICE_PARAMS)
             chunking = read_chunk_params(inputs)
             voice = {p.name: inputs[p.name] for p in c.VOICE_PARAMS if p.name in inputs}
+            clock = PlaybackClock(self.rate)
             synthesize = functools.partial(self._acoustic, voice)
-            sentences = sentence_latents(split_sentences(text, c.MAX_SENTENCE_CHARS), synthesize, request.is_cancelled)
+            sentences = sentence_latents(
+                split_sentences(text, c.MAX_SENTENCE_CHARS), synthesize, clock, request.is_cancelled
+            )
             chunks = stream_pcm(
-                sentences, self._vocode,
-                chunking.initial_frames, chunking.frames, chunking.left_context, chunking.right_context,
-                is_cancelled=request.is_cancelled,
+                sentences, self._vocode, chunking, clock, request.is_cancelled, pad_to_buckets=self.pad_to_buckets
             )
             async for chunk in chunks:
                 outputs = {
@@ -79,16 +88,16 @@ class TritonPythonModel:
         finally:
             self.active.increment(-1)
 
-    async def _acoustic(self, voice, index, sentence):
+    async def _acoustic(self, voice, index, sentence, deadline):
         """One sentence's latent frames from the acoustic model.
 
         One request per sentence, issued only as far ahead as the stream needs, so a
         cancelled stream stops acoustic work too (Triton 2.51's BLS cannot cancel a
-        request it has sent). The request runs shielded to its last response even if
-        the stream is cancelled meanwhile: a response iterator dropped unread
+        request it has sent). The scheduler runs the request to its last response even
+        if the stream is cancelled meanwhile: a response iterator dropped unread
         deadlocks the 2.51 stub when the model unloads.
         """
-        return await asyncio.shield(self._acoustic_responses(voice, index, sentence))
+        return await self.acoustic_slots.run(deadline, lambda: self._acoustic_responses(voice, index, sentence))
 
     async def _acoustic_responses(self, voice, index, sentence):
         acoustic = pb_utils.InferenceRequest(
@@ -115,7 +124,10 @@ class TritonPythonModel:
         latent = np.concatenate(latents, axis=1)
         return LatentSentence(index, (sentence.start, sentence.end), latent, tuple(words))
 
-    async def _vocode(self, window):
+    async def _vocode(self, window, deadline):
+        return await self.vocoder_slots.run(deadline, lambda: self._vocoder_call(window))
+
+    async def _vocoder_call(self, window):
         vocoder = pb_utils.InferenceRequest(
             model_name=c.VOCODER_MODEL,
             inputs=[pb_utils.Tensor(c.LATENT, window[None])],

@@ -12,7 +12,7 @@ import triton_python_backend_utils as pb_utils
 
 from python_backends import contract as c
 from python_backends.engines import VocoderEngine
-from python_backends.triton_glue import declare, log_warn, parameters, response
+from python_backends.triton_glue import declare, parameters, response
 from python_backends.voice import DEFAULT_VOICE, load_voice
 
 
@@ -26,10 +26,12 @@ class TritonPythonModel:
         self.engine = VocoderEngine(load_voice(p.get("voice", DEFAULT_VOICE)), threads=int(p.get("threads", "1")))
 
     def execute(self, requests):
-        # The dynamic batcher joins only equal shapes, so one run serves the batch.
+        # The dynamic batcher may join windows of different lengths: one run per length.
         latents = [pb_utils.get_input_tensor_by_name(r, c.LATENT).as_numpy() for r in requests]
-        if len({x.shape for x in latents}) > 1:
-            log_warn(f"vocoder: batch of mixed shapes {[x.shape for x in latents]}; vocoding one by one")
-            return [response({c.PCM: self.engine.vocode(x)}) for x in latents]
-        pcm = self.engine.vocode(np.concatenate(latents))
-        return [response({c.PCM: pcm[i : i + 1]}) for i in range(len(requests))]
+        pcm = [None] * len(latents)
+        for shape in {x.shape for x in latents}:
+            same = [i for i, x in enumerate(latents) if x.shape == shape]
+            audio = self.engine.vocode(np.concatenate([latents[i] for i in same]))
+            for row, i in enumerate(same):
+                pcm[i] = audio[row : row + 1]
+        return [response({c.PCM: x}) for x in pcm]

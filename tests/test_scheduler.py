@@ -1,0 +1,163 @@
+"""The deadline scheduler and playback clock, in process (no Triton)."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from python_backends.requests import ChunkParams
+from python_backends.scheduler import PLAYER_LEAD_S, DeadlineScheduler, PlaybackClock
+from python_backends.streaming import LatentSentence, stream_pcm
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 10))
+
+
+async def occupy(scheduler: DeadlineScheduler, release: asyncio.Event) -> asyncio.Task:
+    """A call holding one slot until `release` is set."""
+    task = asyncio.ensure_future(scheduler.run(0.0, release.wait))
+    await asyncio.sleep(0)
+    return task
+
+
+def test_waiting_calls_run_earliest_deadline_first():
+    async def main():
+        scheduler = DeadlineScheduler(1)
+        release = asyncio.Event()
+        holder = await occupy(scheduler, release)
+        order = []
+
+        async def call(deadline):
+            async def work():
+                order.append(deadline)
+            await scheduler.run(deadline, work)
+
+        calls = [asyncio.ensure_future(call(d)) for d in (5.0, 1.0, 3.0, 1.0, 2.0)]
+        await asyncio.sleep(0)
+        assert scheduler.waiting == 5 and order == []
+        release.set()
+        await asyncio.gather(holder, *calls)
+        return order
+
+    assert run(main()) == [1.0, 1.0, 2.0, 3.0, 5.0]
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_no_more_than_slots_calls_run_at_once(slots):
+    async def main():
+        scheduler = DeadlineScheduler(slots)
+        running, peak = 0, 0
+
+        async def work():
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.001)
+            running -= 1
+
+        await asyncio.gather(*(scheduler.run(float(i % 4), work) for i in range(20)))
+        return peak, scheduler.busy
+
+    assert run(main()) == (slots, 0)
+
+
+def test_a_caller_cancelled_while_waiting_never_runs_and_frees_nothing_twice():
+    async def main():
+        scheduler = DeadlineScheduler(1)
+        release = asyncio.Event()
+        holder = await occupy(scheduler, release)
+        ran = []
+
+        async def work(name):
+            ran.append(name)
+
+        doomed = asyncio.ensure_future(scheduler.run(1.0, lambda: work("doomed")))
+        kept = asyncio.ensure_future(scheduler.run(2.0, lambda: work("kept")))
+        await asyncio.sleep(0)
+        doomed.cancel()
+        release.set()
+        await asyncio.gather(holder, kept)
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        return ran, scheduler.busy, scheduler.waiting
+
+    assert run(main()) == (["kept"], 0, 0)
+
+
+def test_work_cancelled_by_its_caller_still_holds_the_slot_to_its_end():
+    async def main():
+        scheduler = DeadlineScheduler(1)
+        finish = asyncio.Event()
+        finished = []
+
+        async def work():
+            await finish.wait()
+            finished.append(True)
+
+        caller = asyncio.ensure_future(scheduler.run(0.0, work))
+        await asyncio.sleep(0)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        busy_while_running = scheduler.busy
+        finish.set()
+        await asyncio.sleep(0.01)
+        return busy_while_running, finished, scheduler.busy
+
+    assert run(main()) == (1, [True], 0)
+
+
+def test_the_clock_counts_a_new_stream_as_starting_now_and_then_plays_in_real_time():
+    now = [100.0]
+    clock = PlaybackClock(1000, now=lambda: now[0])
+    assert clock.deadline(500) == pytest.approx(100.0 + PLAYER_LEAD_S + 0.5)
+    now[0] = 101.0
+    assert clock.deadline(500) == pytest.approx(101.0 + PLAYER_LEAD_S + 0.5)  # not started: still now
+    clock.start()
+    now[0] = 105.0
+    clock.start()  # only the first start counts
+    assert clock.deadline(500) == pytest.approx(101.0 + PLAYER_LEAD_S + 0.5)
+    clock.planned = 2000
+    assert clock.deadline() == pytest.approx(101.0 + PLAYER_LEAD_S + 2.0)
+
+
+def test_a_new_streams_first_chunk_overtakes_running_streams_ahead_of_their_listeners():
+    """Four streams share one vocoder slot and are ahead of their listeners, each with
+    calls queued, when a fifth arrives: its first chunk must be the next one vocoded,
+    not the last of the queue."""
+    frames = 64 * 8
+    sentence = LatentSentence(0, (0, 1), np.zeros((2, frames), np.float32))
+    chunking = ChunkParams(8, 64, 0, 0)
+
+    async def main():
+        scheduler = DeadlineScheduler(1)
+        order = []
+
+        def vocoder(name):
+            async def vocode(window, deadline):
+                async def work():
+                    order.append(name)
+                    await asyncio.sleep(0.002)
+                    return np.zeros(window.shape[1] * 256, np.float32)
+                return await scheduler.run(deadline, work)
+            return vocode
+
+        async def listen(name, going=None):
+            async def one():
+                yield sentence
+            async for chunk in stream_pcm(one(), vocoder(name), chunking, PlaybackClock(22050)):
+                if going and chunk.index == 1:
+                    going.set()
+
+        started = [asyncio.Event() for _ in range(4)]
+        old = [asyncio.ensure_future(listen(f"old{i}", e)) for i, e in enumerate(started)]
+        await asyncio.gather(*(e.wait() for e in started))
+        queued_behind = scheduler.waiting
+        before = len(order)
+        await asyncio.gather(*old, listen("new"))
+        return order, before, queued_behind
+
+    order, before, queued_behind = run(main())
+    assert queued_behind >= 3  # in arrival order the new stream would wait behind these
+    assert order.index("new") <= before + 1, order  # only the call already running goes first
