@@ -1,6 +1,13 @@
-"""Drive the decoupled `tts` model with Triton's perf_analyzer (gRPC streaming).
+"""A concurrency sweep of the decoupled `tts` model with Triton's perf_analyzer (gRPC streaming).
 
-    python -m perf.perf_analyzer --url 127.0.0.1:8001 --concurrency-range 1:8:2
+    python -m perf.perf_analyzer --url 127.0.0.1:8001 --concurrency 1,2,4,8 --output perf/results/perf_analyzer.md
+
+For each level, perf_analyzer sends a fixed number of requests (`--rounds` per concurrent
+stream: this shared machine may never reach perf_analyzer's stable measurement) and
+writes its profile export; the table's first-response latency comes from that export
+(per request, first response timestamp minus request timestamp), because perf_analyzer
+2.51's own "latency" for a decoupled model is that of the last response, i.e. the whole
+utterance, despite what it prints.
 
 perf_analyzer 2.51 comes in the tritonclient wheel; it needs libb64 (Debian's
 libb64-0d) and libcudart.so.12, taken from the nvidia-cuda-runtime-cu12 wheel.
@@ -10,12 +17,29 @@ Extra arguments are passed to perf_analyzer as they are.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 INPUT_DATA = Path(__file__).parent / "tts_input.json"
+NS = 1e9
+
+
+@dataclass(frozen=True)
+class Level:
+    """One concurrency level's numbers: latencies in ms, rates per second."""
+
+    concurrency: int
+    requests: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    requests_per_s: float
+    responses_per_s: float
 
 
 def environment() -> dict[str, str]:
@@ -27,25 +51,118 @@ def environment() -> dict[str, str]:
     return env
 
 
-def command(url: str, concurrency_range: str, export: Path | None, extra: list[str]) -> list[str]:
-    cmd = [
+def command(url: str, concurrency: int, request_count: int, export: Path, extra: list[str]) -> list[str]:
+    """One level per run: perf_analyzer refuses --request-count with a concurrency range."""
+    return [
         str(Path(sys.executable).parent / "perf_analyzer"),
         "-m", "tts", "-u", url, "-i", "grpc", "--streaming",
         "--input-data", str(INPUT_DATA),
-        "--concurrency-range", concurrency_range,
+        "--concurrency-range", str(concurrency),
+        "--request-count", str(request_count),
+        "--profile-export-file", str(export),
+        *extra,
     ]
-    if export:
-        cmd += ["--profile-export-file", str(export)]
-    return cmd + extra
+
+
+def parse_export(raw: bytes) -> dict:
+    """The profile export copies raw output bytes (WORDS) into its strings and every PCM
+    sample as a JSON number: decode leniently, drop the floats (only timestamps, which are
+    integers, are read; this keeps a many-megabyte export small in memory), and name the
+    spot when it still is not JSON."""
+    try:
+        return json.loads(raw.decode("utf-8", "replace"), strict=False, parse_float=lambda _: None)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"profile export is not JSON: {e}; {len(raw)} bytes, near {raw[max(0, e.pos - 80) : e.pos + 40]!r}") from None
+
+
+def first_response_ms(experiment: dict) -> list[float]:
+    """Per request that got a response: its first response's time after the request, in ms."""
+    return [(r["response_timestamps"][0] - r["timestamp"]) / 1e6 for r in experiment["requests"] if r["response_timestamps"]]
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks (numpy's default), defined for one value too."""
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def duration_s(experiment: dict) -> float:
+    """The measurement window, or first request to last response where the export has none."""
+    if bounds := experiment.get("window_boundaries"):
+        return (bounds[-1] - bounds[0]) / NS
+    requests = experiment["requests"]
+    last = max(t for r in requests for t in r["response_timestamps"] or [r["timestamp"]])
+    return (last - min(r["timestamp"] for r in requests)) / NS
+
+
+def summarize(experiment: dict) -> Level:
+    latencies = first_response_ms(experiment)
+    if not latencies:
+        raise ValueError(f"no request got a response at {experiment['experiment']}")
+    seconds = duration_s(experiment)
+    responses = sum(len(r["response_timestamps"]) for r in experiment["requests"])
+    return Level(
+        concurrency=experiment["experiment"]["value"],
+        requests=len(latencies),
+        p50_ms=percentile(latencies, 50),
+        p90_ms=percentile(latencies, 90),
+        p99_ms=percentile(latencies, 99),
+        requests_per_s=len(latencies) / seconds,
+        responses_per_s=responses / seconds,
+    )
+
+
+def table(levels: list[Level]) -> str:
+    lines = [
+        "| concurrency | requests | first response p50 ms | p90 ms | p99 ms | requests/s | responses/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {x.concurrency} | {x.requests} | {x.p50_ms:.1f} | {x.p90_ms:.1f} | {x.p99_ms:.1f} | {x.requests_per_s:.2f} | {x.responses_per_s:.1f} |"
+        for x in levels
+    ]
+    return "\n".join(lines)
+
+
+def run_level(url: str, concurrency: int, rounds: int, export_dir: Path, extra: list[str]) -> Level:
+    export = export_dir / f"tts_c{concurrency}.json"
+    export.unlink(missing_ok=True)  # perf_analyzer refuses an existing export path
+    cmd = command(url, concurrency, rounds * concurrency, export, extra)
+    run = subprocess.run(cmd, env=environment(), capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"perf_analyzer exited {run.returncode} at concurrency {concurrency}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
+    return summarize(parse_export(export.read_bytes())["experiments"][0])
+
+
+def sweep(url: str, levels: list[int], rounds: int, export_dir: Path, extra: list[str]) -> list[Level]:
+    results = []
+    for concurrency in levels:
+        results.append(run_level(url, concurrency, rounds, export_dir, extra))
+        print(table(results[-1:]).splitlines()[-1], file=sys.stderr, flush=True)  # progress
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # No abbreviations: unknown options go to perf_analyzer as they are.
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--url", default="127.0.0.1:8001", help="Triton gRPC address")
-    parser.add_argument("--concurrency-range", default="1:4:1")
-    parser.add_argument("--export", type=Path, help="perf_analyzer's profile export (JSON, per-response times)")
+    parser.add_argument("--concurrency", default="1,2,4,8", help="comma-separated levels")
+    parser.add_argument("--rounds", type=int, default=4, help="requests per concurrent stream, per level")
+    parser.add_argument("--export-dir", type=Path, help="keep perf_analyzer's profile exports here (large: PCM as JSON)")
+    parser.add_argument("--output", type=Path, help="also write the table here (Markdown)")
     args, extra = parser.parse_known_args(argv)
-    return subprocess.call(command(args.url, args.concurrency_range, args.export, extra), env=environment())
+    levels = [int(x) for x in args.concurrency.split(",")]
+    with tempfile.TemporaryDirectory() as scratch:
+        export_dir = args.export_dir or Path(scratch)
+        export_dir.mkdir(parents=True, exist_ok=True)
+        result = table(sweep(args.url, levels, args.rounds, export_dir, extra))
+    print(result)
+    if args.output:
+        args.output.write_text(result + "\n", encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,37 +1,85 @@
-"""perf_analyzer (the real binary) can drive the streaming `tts` model with perf/'s data."""
-
-import json
-import subprocess
+"""perf_analyzer (the real binary) drives the streaming `tts` model with perf/'s data, and
+the sweep's numbers are read correctly from its profile export."""
 
 import pytest
 
-from perf import perf_analyzer
+from perf import perf_analyzer as pa
 
-pytestmark = pytest.mark.triton
+MS = 1_000_000  # ns
+
+# The export's layout (perf_analyzer 2.51), cut down: timestamps in ns, outputs copied in,
+# WORDS with its raw length prefixes, PCM as floats.
+EXPORT = (
+    b'{"experiments":[{"experiment":{"mode":"concurrency","value":2},"requests":['
+    b'{"timestamp":1000000000,"request_inputs":{"TEXT":"a"},'
+    b'"response_timestamps":[1030000000,1100000000,1200000000],'
+    b'"response_outputs":[{"WORDS":"The\x05\x00\x00\x00birch\xff","PCM":[0.25,-1.5e-7]},{},{}]},'
+    b'{"timestamp":1010000000,"request_inputs":{"TEXT":"b"},'
+    b'"response_timestamps":[1060000000,1500000000],"response_outputs":[{},{}]},'
+    b'{"timestamp":1020000000,"request_inputs":{"TEXT":"c"},'
+    b'"response_timestamps":[1120000000,1130000000,1140000000,1900000000],"response_outputs":[{},{},{},{}]}],'
+    b'"window_boundaries":[1000000000,3000000000]}],'
+    b'"version":"2.51.0","service_kind":"triton","endpoint":""}'
+)
 
 
-def read_export(path):
-    """The profile export copies raw output bytes (PCM, WORDS) into its strings: read it
-    leniently, and name the spot when it still is not JSON (seen once in a full run)."""
-    raw = path.read_bytes()
-    try:
-        return json.loads(raw.decode("utf-8", "replace"), strict=False)
-    except json.JSONDecodeError as e:
-        raise AssertionError(f"{e}; {len(raw)} bytes, near: {raw[max(0, e.pos - 80) : e.pos + 40]!r}") from None
+def test_parse_export_survives_raw_bytes_and_drops_pcm():
+    doc = pa.parse_export(EXPORT)
+    request = doc["experiments"][0]["requests"][0]
+    assert request["response_outputs"][0]["PCM"] == [None, None]
+    assert request["response_timestamps"][0] == 1030000000
 
 
-def test_perf_analyzer_streams_tts(triton, tmp_path):
-    export = tmp_path / "profile.json"
-    # A fixed request count: this is a functional check, not a stable measurement.
-    cmd = perf_analyzer.command(triton.grpc_url, "2", export, ["--request-count", "6"])
-    run = subprocess.run(cmd, env=perf_analyzer.environment(), capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "Detected decoupled model" in run.stdout
-    experiments = read_export(export)["experiments"]
-    assert [e["experiment"]["value"] for e in experiments] == [2]
-    for e in experiments:
-        assert len(e["requests"]) >= 6
-        # Every request streamed several chunks, the first well before the last.
-        for r in e["requests"]:
-            times = r["response_timestamps"]
-            assert len(times) >= 2 and times[0] < times[-1]
+def test_parse_export_names_the_spot_when_truncated():
+    with pytest.raises(ValueError, match="near"):
+        pa.parse_export(EXPORT[:200])
+
+
+def test_first_response_is_first_timestamp_minus_request_timestamp():
+    experiment = pa.parse_export(EXPORT)["experiments"][0]
+    assert pa.first_response_ms(experiment) == pytest.approx([30.0, 50.0, 100.0])
+
+
+def test_percentile_interpolates_between_ranks():
+    values = [30.0, 100.0, 50.0]
+    assert pa.percentile(values, 50) == 50.0
+    assert pa.percentile(values, 90) == pytest.approx(90.0)  # 50 + 0.8 * 50
+    assert pa.percentile(values, 100) == 100.0
+    assert pa.percentile([7.0], 99) == 7.0
+
+
+def test_summarize_one_level():
+    level = pa.summarize(pa.parse_export(EXPORT)["experiments"][0])
+    assert (level.concurrency, level.requests) == (2, 3)
+    assert level.p50_ms == pytest.approx(50.0)
+    assert level.p99_ms == pytest.approx(99.0)  # 50 + 0.98 * 50
+    assert level.requests_per_s == pytest.approx(1.5)  # 3 requests in a 2 s window
+    assert level.responses_per_s == pytest.approx(4.5)  # 9 responses
+
+
+def test_duration_without_window_is_first_request_to_last_response():
+    experiment = pa.parse_export(EXPORT)["experiments"][0]
+    del experiment["window_boundaries"]
+    assert pa.duration_s(experiment) == pytest.approx(0.9)
+
+
+def test_a_level_without_responses_is_an_error():
+    experiment = {"experiment": {"value": 1}, "requests": [{"timestamp": 0, "response_timestamps": []}]}
+    with pytest.raises(ValueError, match="no request"):
+        pa.summarize(experiment)
+
+
+@pytest.mark.triton
+def test_sweep_streams_tts(triton, tmp_path):
+    # A fixed request count per level: a functional check, not a stable measurement.
+    levels = pa.sweep(triton.grpc_url, [1, 2], rounds=2, export_dir=tmp_path, extra=[])
+    assert [(x.concurrency, x.requests) for x in levels] == [(1, 2), (2, 4)]
+    for level in levels:
+        # Every request streamed several chunks, the first in well under the whole utterance.
+        assert 0 < level.p50_ms <= level.p90_ms <= level.p99_ms < 10_000
+        assert level.responses_per_s >= 2 * level.requests_per_s > 0
+    export = pa.parse_export((tmp_path / "tts_c2.json").read_bytes())
+    for r in export["experiments"][0]["requests"]:
+        times = r["response_timestamps"]
+        assert len(times) >= 2 and times[0] < times[-1]
+    assert "| 2 | 4 |" in pa.table(levels)
