@@ -1,5 +1,6 @@
 """Servers on free loopback ports, for the tests and the benchmarks: the gateway as a
-subprocess, readiness polling, and Triton's Prometheus metrics."""
+subprocess, readiness polling, Triton and the gateway together (`Servers`), the CPU
+time of their processes, and Triton's Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import IO
 
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from python_backends.launcher import PROJECT_ROOT
+from gateway import protocol as p
+from python_backends.launcher import PROJECT_ROOT, TritonServer
+
+SHM = Path("/dev/shm")
 
 
 def free_ports(n: int) -> list[int]:
@@ -67,3 +73,91 @@ def triton_metrics(port: int, host: str = "127.0.0.1") -> dict[str, float]:
         for point in family.samples:
             totals[point.name] = totals.get(point.name, 0.0) + point.value
     return totals
+
+
+class Servers:
+    """tritonserver and the gateway on free loopback ports, logging into `log_dir`."""
+
+    def __init__(self, log_dir: Path) -> None:
+        http, grpc, self.metrics_port, self.port = free_ports(4)
+        self.triton = TritonServer(http, grpc, self.metrics_port)
+        self.logs = {"gateway": log_dir / "gateway.log", "triton": log_dir / "tritonserver.log"}
+        self.gateway: subprocess.Popen | None = None
+        self._logs: list[IO] = []
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}{p.PATH}"
+
+    def start(self) -> None:
+        self._logs = [self.logs["gateway"].open("w"), self.logs["triton"].open("w")]
+        self.triton.start(stdout=self._logs[1])
+        self.triton.wait_ready()
+        # Every simulated listener comes from 127.0.0.1: lift the per-address cap.
+        self.gateway, self.port = start_gateway(
+            f"127.0.0.1:{self.triton.grpc_port}", self._logs[0], "--max-connections-per-client", "1024"
+        )
+
+    def stop(self) -> dict[str, float | int | None]:
+        """Stop both, and check that Triton left nothing behind (it drains, unloads, exits).
+
+        A stub whose model fails to unload outlives tritonserver, holding its shm region:
+        such stubs are ours to kill, and their regions ours to remove, once counted.
+        """
+        tree = self.triton_tree() if self.triton.process and self.triton.process.poll() is None else []
+        # A stub's region: the /dev/shm file it maps and is named by on its command line.
+        named = {arg for proc in tree[1:] for arg in proc.cmdline()[1:]}
+        regions = shm_mapped_by({proc.pid for proc in tree[1:]}) & named
+        if self.gateway is not None and self.gateway.poll() is None:
+            stop(self.gateway)
+        start = time.monotonic()
+        code = self.triton.stop()
+        stop_s = time.monotonic() - start
+        left = [proc for proc in tree[1:] if alive(proc)]
+        for proc in left:
+            proc.kill()
+        psutil.wait_procs(left, timeout=10)
+        stale = [SHM / name for name in regions if (SHM / name).exists()]
+        for path in stale:
+            path.unlink()
+        for f in self._logs:
+            f.close()
+        return {"triton_stop_s": round(stop_s, 1), "triton_exit_code": code,
+                "stubs_left_running": len(left), "shm_left_after_exit": len(stale)}
+
+    def triton_tree(self) -> list[psutil.Process]:
+        """tritonserver and its children (one Python backend stub per model instance)."""
+        root = psutil.Process(self.triton.process.pid)
+        return [root, *root.children(recursive=True)]
+
+
+def alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def shm_mapped_by(pids: set[int]) -> set[str]:
+    """/dev/shm names that these processes map."""
+    names = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        names.update(line.split("/dev/shm/", 1)[1].split(" ")[0] for line in maps.splitlines() if "/dev/shm/" in line)
+    return names
+
+
+def cpu_seconds(processes: list[psutil.Process]) -> float:
+    """User + system CPU time of these processes (not of their children, which are listed
+    themselves), skipping any that have exited."""
+    total = 0.0
+    for proc in processes:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total

@@ -26,7 +26,6 @@ import platform
 import random
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from pathlib import Path
-from typing import IO
 
 import psutil
 import websockets
@@ -43,17 +41,15 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from gateway import protocol as p
 from gateway.client import SpeechClient
-from perf.servers import free_ports, start_gateway, stop, triton_metrics
+from perf.servers import SHM, Servers, shm_mapped_by, triton_metrics
 from perf.workloads import harvard_sentences
 from python_backends.contract import TTS_ACTIVE_METRIC
-from python_backends.launcher import TritonServer
 
 MAX_DURATION_S = 600.0
 MIN_DURATION_S = 30.0
 RESULTS = Path(__file__).parent / "results"
 PARAGRAPH_SENTENCES = 8  # as perf.workloads' "paragraph"
 PENDING_METRIC = "nv_inference_pending_request_count"
-SHM = Path("/dev/shm")
 
 LEAD_S = 1.0  # a player holds about a second of audio ahead of playback
 STALL_S = 30.0  # no message for this long while waiting for one is a hang
@@ -88,72 +84,6 @@ def random_text(rng: random.Random) -> str:
     n = rng.choice((1, PARAGRAPH_SENTENCES))
     start = rng.randrange(len(SENTENCES) - n + 1)
     return " ".join(SENTENCES[start : start + n])
-
-
-# --- servers ---------------------------------------------------------------------
-
-
-class Servers:
-    """tritonserver and the gateway on free loopback ports, logging into `log_dir`."""
-
-    def __init__(self, log_dir: Path) -> None:
-        http, grpc, self.metrics_port, self.port = free_ports(4)
-        self.triton = TritonServer(http, grpc, self.metrics_port)
-        self.logs = {"gateway": log_dir / "gateway.log", "triton": log_dir / "tritonserver.log"}
-        self.gateway: subprocess.Popen | None = None
-        self._logs: list[IO] = []
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}{p.PATH}"
-
-    def start(self) -> None:
-        self._logs = [self.logs["gateway"].open("w"), self.logs["triton"].open("w")]
-        self.triton.start(stdout=self._logs[1])
-        self.triton.wait_ready()
-        # Every simulated listener comes from 127.0.0.1: lift the per-address cap.
-        self.gateway, self.port = start_gateway(
-            f"127.0.0.1:{self.triton.grpc_port}", self._logs[0], "--max-connections-per-client", "1024"
-        )
-
-    def stop(self) -> dict[str, float | int | None]:
-        """Stop both, and check that Triton left nothing behind (it drains, unloads, exits).
-
-        A stub whose model fails to unload outlives tritonserver, holding its shm region:
-        such stubs are ours to kill, and their regions ours to remove, once counted.
-        """
-        tree = self.triton_tree() if self.triton.process and self.triton.process.poll() is None else []
-        # A stub's region: the /dev/shm file it maps and is named by on its command line.
-        named = {arg for proc in tree[1:] for arg in proc.cmdline()[1:]}
-        regions = shm_mapped_by({proc.pid for proc in tree[1:]}) & named
-        if self.gateway is not None and self.gateway.poll() is None:
-            stop(self.gateway)
-        start = time.monotonic()
-        code = self.triton.stop()
-        stop_s = time.monotonic() - start
-        left = [proc for proc in tree[1:] if alive(proc)]
-        for proc in left:
-            proc.kill()
-        psutil.wait_procs(left, timeout=10)
-        stale = [SHM / name for name in regions if (SHM / name).exists()]
-        for path in stale:
-            path.unlink()
-        for f in self._logs:
-            f.close()
-        return {"triton_stop_s": round(stop_s, 1), "triton_exit_code": code,
-                "stubs_left_running": len(left), "shm_left_after_exit": len(stale)}
-
-    def triton_tree(self) -> list[psutil.Process]:
-        """tritonserver and its children (one Python backend stub per model instance)."""
-        root = psutil.Process(self.triton.process.pid)
-        return [root, *root.children(recursive=True)]
-
-
-def alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def log_errors(path: Path, offset: int) -> int:
@@ -198,18 +128,6 @@ def window_median(samples: list[Sample], column: int, start: float) -> float:
 
 def shm_entries() -> set[str]:
     return {entry.name for entry in SHM.iterdir()}
-
-
-def shm_mapped_by(pids: set[int]) -> set[str]:
-    """/dev/shm names that these processes map."""
-    names = set()
-    for pid in pids:
-        try:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-        except OSError:  # gone, or not ours to read
-            continue
-        names.update(line.split("/dev/shm/", 1)[1].split(" ")[0] for line in maps.splitlines() if "/dev/shm/" in line)
-    return names
 
 
 def shm_leaks(before: set[str], servers: Servers) -> list[str]:

@@ -1,0 +1,245 @@
+"""Benchmark: our gateway over real WebSockets against the compute limit and the peers.
+
+    python -m perf.bench                          # the full run, written to perf/results
+    python -m perf.bench --quick --skip-peers     # a smoke run
+
+In one invocation: (a) the compute limit, whole-utterance onnxruntime synthesis of the
+same texts in process, one process per core (perf.limit); (b) our Triton + gateway,
+started on free loopback ports (or --url), N clients at once for each concurrency level,
+each on its own WebSocket speaking the workload in Opus over protocol v1; (c) the peers,
+Piper's HTTP server and wyoming-piper, on the same voice from the benchmark's own
+environment (perf.peers), at the same levels. Per level: TTFP p50/p90/p99, per-stream RTF,
+throughput, underrun stalls and stalled ms (perf.metrics), and the CPU of the server
+processes, the gateway apart from Triton. Writes bench.json, bench.md, ttfp.png and
+throughput.png into --out. Clients speak back to back (a saturating closed loop) unless
+--listen makes each wait for its player to finish, like N real listeners.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime, UTC
+from pathlib import Path
+from urllib.parse import urlparse
+
+import psutil
+
+from perf.clients import Connect, GatewayClient, PiperHttpClient, WyomingClient, run_level
+from perf.limit import compute_limit
+from perf.metrics import summarize
+from perf.peers import start_piper_http, start_wyoming_piper
+from perf.report import OURS, goals, write_report
+from perf.servers import Servers, cpu_seconds, stop
+from perf.workloads import workload
+from python_backends.launcher import PROJECT_ROOT
+
+LEVELS = (1, 2, 4, 8, 16, 32)
+QUICK_LEVELS = (1, 2)
+WORKLOADS = ("short", "paragraph")
+RESULTS = Path(__file__).parent / "results"
+
+Groups = dict[str, list[psutil.Process]]
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class System:
+    """A server under test: how to open a client on it, and its processes by CPU group."""
+
+    name: str
+    connect: Connect
+    groups: Callable[[], Groups]
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def listening(port: int) -> psutil.Process | None:
+    """The local process that accepts connections on `port`, if any."""
+    for c in psutil.net_connections("tcp"):
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid:
+            return psutil.Process(c.pid)
+    return None
+
+
+def found_groups(url: str) -> Groups:
+    """For --url: the gateway listening on the URL's port and the tritonserver (with its
+    stubs) it is connected to, when they run on this machine; else nothing to measure."""
+    gateway = listening(urlparse(url).port or 80)
+    if gateway is None:
+        return {}
+    groups = {"gateway": [gateway]}
+    for port in {c.raddr.port for c in gateway.net_connections("tcp") if c.raddr}:
+        if (triton := listening(port)) is not None and triton.name() == "tritonserver":
+            groups["triton"] = tree(triton.pid)
+    return groups
+
+
+@contextmanager
+def ours(url: str | None, log_dir: Path) -> Iterator[System]:
+    """Our gateway at `url`, or our own Triton + gateway, stopped afterwards."""
+    if url:
+        yield System(OURS, lambda: GatewayClient.connect(url), lambda: found_groups(url))
+        return
+    servers = Servers(log_dir)
+    try:
+        log(f"starting tritonserver and the gateway (logs in {log_dir})")
+        servers.start()
+        groups = lambda: {"gateway": [psutil.Process(servers.gateway.pid)], "triton": servers.triton_tree()}  # noqa: E731
+        yield System(OURS, lambda: GatewayClient.connect(servers.url), groups)
+    finally:
+        log("stopping tritonserver and the gateway")
+        servers.stop()
+
+
+@contextmanager
+def piper_http(log_dir: Path) -> Iterator[System]:
+    with (log_dir / "piper_http.log").open("w") as f:
+        log("starting piper.http_server")
+        process, url = start_piper_http(f)
+        try:
+            yield System("piper-http", lambda: PiperHttpClient.connect(url), lambda: {"server": tree(process.pid)})
+        finally:
+            stop(process)
+
+
+@contextmanager
+def wyoming_piper(log_dir: Path) -> Iterator[System]:
+    with (log_dir / "wyoming_piper.log").open("w") as f:
+        log("starting wyoming_piper")
+        process, port = start_wyoming_piper(f, log_dir)
+        try:
+            yield System("wyoming-piper", lambda: WyomingClient.connect("127.0.0.1", port), lambda: {"server": tree(process.pid)})
+        finally:
+            stop(process)
+
+
+def cpu_use(before: dict[str, float], after: dict[str, float], wall_s: float, audio_s: float) -> dict:
+    """Per group: CPU seconds, cores busy on average, and CPU seconds per audio second."""
+    return {
+        name: {"cpu_s": round(after[name] - before[name], 2), "cores": round((after[name] - before[name]) / wall_s, 3),
+               "per_audio_s": round((after[name] - before[name]) / audio_s, 4) if audio_s else None}
+        for name in before
+    }
+
+
+async def measure(system: System, name: str, level: int, rounds: int, listen: bool) -> dict:
+    """One row: `level` clients speaking workload `name` `rounds` times each."""
+    groups = system.groups() | {"client": [psutil.Process()]}
+    before = {g: cpu_seconds(procs) for g, procs in groups.items()}
+    start = time.perf_counter()
+    streams = await run_level(system.connect, workload(name), level, rounds, listen)
+    wall = time.perf_counter() - start
+    row = {"system": system.name, "workload": name, "level": level, "rounds": rounds, "wall_s": round(wall, 2)}
+    row |= summarize(streams)
+    row["cpu"] = cpu_use(before, {g: cpu_seconds(procs) for g, procs in groups.items()}, wall, row["audio_s"])
+    return row
+
+
+def rounds_for(level: int, args: argparse.Namespace) -> int:
+    """At least --rounds each, and at least --min-streams in all, so p99 means something."""
+    return max(args.rounds, math.ceil(args.min_streams / level))
+
+
+async def bench_system(system: System, args: argparse.Namespace) -> list[dict]:
+    rows = []
+    for name in args.workloads:
+        await run_level(system.connect, workload(name), 1, 1)  # warm-up, not counted
+        for level in args.levels:
+            row = await measure(system, name, level, rounds_for(level, args), args.listen)
+            t = row["ttfp_ms"]
+            log(f"{system.name} {name} x{level}: TTFP p50 {t['p50']:.0f} p99 {t['p99']:.0f} ms, "
+                f"{row['throughput_audio_s_per_s']:.1f} audio-s/s, {row['stalls']} stalls, {row['errors']} errors")
+            rows.append(row)
+    return rows
+
+
+def machine() -> dict:
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        model = next(l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.startswith("Model name"))
+    except (OSError, StopIteration):
+        model = "unknown CPU"
+    return {"model": model, "cores": os.cpu_count(), "loadavg_before": os.getloadavg()}
+
+
+def commit() -> str:
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=PROJECT_ROOT, capture_output=True, text=True).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return (git("rev-parse", "--short", "HEAD") or "unknown") + ("-dirty" if dirty else "")
+
+
+def run(args: argparse.Namespace) -> dict:
+    texts = {name: workload(name) for name in args.workloads}
+    results = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(), "commit": commit(),
+               "command": "python -m perf.bench " + " ".join(sys.argv[1:]), "levels": args.levels,
+               "workloads": args.workloads, "mode": "listeners" if args.listen else "back to back", "limit": {}, "runs": []}
+    if args.limit_seconds > 0:
+        log(f"compute limit: {os.cpu_count()} processes, {args.limit_seconds:g} s per workload")
+        results["limit"] = compute_limit(texts, args.limit_seconds)
+        log(f"compute limit: {results['limit']}")
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-"))
+    systems = [lambda: ours(args.url, log_dir)]
+    if not args.skip_peers:
+        systems += [lambda: piper_http(log_dir), lambda: wyoming_piper(log_dir)]
+    for start in systems:  # one at a time, so that no two compete for the cores
+        with ExitStack() as stack:
+            results["runs"] += asyncio.run(bench_system(stack.enter_context(start()), args))
+    results["machine"]["loadavg_after"] = os.getloadavg()
+    results["goals"] = goals(results)
+    return results
+
+
+def levels(text: str) -> list[int]:
+    return [int(n) for n in text.split(",")]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m perf.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="benchmark this gateway (ws://.../v1/stream) instead of starting one")
+    parser.add_argument("--levels", type=levels, default=list(LEVELS), help="concurrency levels, comma-separated")
+    parser.add_argument("--workloads", type=lambda s: s.split(","), default=list(WORKLOADS), help="perf.workloads names, comma-separated")
+    parser.add_argument("--rounds", type=int, default=3, help="utterances per client at least")
+    parser.add_argument("--min-streams", type=int, default=24, help="utterances per level at least (more rounds at low levels)")
+    parser.add_argument("--limit-seconds", type=float, default=10.0, help="compute-limit run per workload (0 skips it)")
+    parser.add_argument("--listen", action="store_true", help="clients wait for their player to finish before speaking again")
+    parser.add_argument("--skip-peers", action="store_true", help="no piper-http or wyoming-piper")
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: levels {QUICK_LEVELS}, 1 round, 4 streams, 2 s limit")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory for bench.json, bench.md and the plots")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.levels, args.rounds, args.min_streams, args.limit_seconds = list(QUICK_LEVELS), 1, 4, min(args.limit_seconds, 2.0)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop what we started, as on Ctrl-C
+    results = run(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench.json").write_text(json.dumps(results, indent=1) + "\n")
+    print(write_report(results, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Load clients for the benchmark: one per system, each reducing an utterance to a
+`perf.metrics.Stream` (when the request went out, when each piece of audio came back).
+
+- `GatewayClient`: ours, protocol v1 over WebSocket (`gateway.client.SpeechClient`), Opus.
+- `PiperHttpClient`: Piper's HTTP server, `POST /synthesize`, which answers with the whole WAV.
+- `WyomingClient`: wyoming-piper over TCP, the Wyoming protocol (a JSON header line, then
+  optional JSON data and a binary payload), which streams PCM sentence by sentence.
+
+`run_level` puts N clients on one text at once, each on its own connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import aiohttp
+import websockets
+
+from gateway.client import SpeechClient, SpeechError
+from perf.metrics import Stream, WavProgress
+from perf.playback import stalls
+
+STREAM_TIMEOUT_S = 180.0  # one utterance; a slower one is an error, not a hang
+PLAYER_LEAD_S = 0.05
+
+
+class Client(Protocol):
+    async def speak(self, text: str) -> Stream: ...
+
+    async def close(self) -> None: ...
+
+
+Connect = Callable[[], Awaitable[Client]]
+
+
+class GatewayClient:
+    """Our gateway: one WebSocket, one context per utterance, Opus frames."""
+
+    def __init__(self, client: SpeechClient) -> None:
+        self.client = client
+        rate = client.ready["sample_rate"]
+        self.rate = rate
+        self.frame_samples = rate * client.ready["frame_ms"] // 1000
+
+    @classmethod
+    async def connect(cls, url: str) -> GatewayClient:
+        return cls(await SpeechClient.connect(url, format="opus"))
+
+    async def speak(self, text: str) -> Stream:
+        context = self.client.context()
+        stream = Stream(time.perf_counter())
+        await context.speak(text)
+        async for frame in context.frames():
+            stream.arrivals.append((time.perf_counter(), (frame.sample_offset + self.frame_samples) / self.rate))
+        if context.done is None:
+            stream.error = "ended_without_done"
+        return stream
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class PiperHttpClient:
+    """Piper's Flask server: one keep-alive HTTP connection, the WAV body timed as it arrives."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str) -> None:
+        self.session = session
+        self.url = url
+
+    @classmethod
+    async def connect(cls, url: str) -> PiperHttpClient:
+        return cls(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)), url)
+
+    async def speak(self, text: str) -> Stream:
+        stream, body = Stream(time.perf_counter()), WavProgress()
+        async with self.session.post(self.url, json={"text": text}) as response:
+            if response.status != 200:
+                stream.error = f"http_{response.status}"
+                return stream
+            async for piece in response.content.iter_any():
+                body.feed(time.perf_counter(), piece)
+        stream.arrivals = body.arrivals
+        return stream
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+async def read_wyoming_event(reader: asyncio.StreamReader) -> tuple[str, dict, bytes]:
+    """One Wyoming event: (type, data, payload). The header line may carry `data` inline
+    and announce more of it (`data_length`) and a payload (`payload_length`) after it."""
+    line = await reader.readline()
+    if not line:
+        raise ConnectionError("wyoming server closed the connection")
+    header = json.loads(line)
+    data = dict(header.get("data") or {})
+    if header.get("data_length"):
+        data.update(json.loads(await reader.readexactly(header["data_length"])))
+    payload = await reader.readexactly(header["payload_length"]) if header.get("payload_length") else b""
+    return header["type"], data, payload
+
+
+def wyoming_event(kind: str, data: dict) -> bytes:
+    return json.dumps({"type": kind, "data": data}).encode() + b"\n"
+
+
+class WyomingClient:
+    """wyoming-piper: one TCP connection, a `synthesize` event per utterance, then
+    audio-start, audio-chunk (PCM) ... audio-stop."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, host: str, port: int) -> WyomingClient:
+        return cls(*await asyncio.open_connection(host, port, limit=2**22))
+
+    async def speak(self, text: str) -> Stream:
+        stream, audio_s = Stream(time.perf_counter()), 0.0
+        self.writer.write(wyoming_event("synthesize", {"text": text}))
+        await self.writer.drain()
+        while True:
+            kind, data, payload = await read_wyoming_event(self.reader)
+            if kind == "audio-chunk":
+                audio_s += len(payload) / (data["width"] * data["channels"]) / data["rate"]
+                stream.arrivals.append((time.perf_counter(), audio_s))
+            elif kind == "audio-stop":
+                return stream
+            elif kind == "error":
+                stream.error = f"wyoming_{data.get('code')}"
+                return stream
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+async def speak_rounds(client: Client, text: str, rounds: int, listen: bool) -> list[Stream]:
+    """`rounds` utterances back to back; with `listen`, each after the previous one's
+    simulated player has finished (a listener rather than a saturating client)."""
+    streams = []
+    for _ in range(rounds):
+        try:
+            stream = await asyncio.wait_for(client.speak(text), STREAM_TIMEOUT_S)
+        except (TimeoutError, OSError, ValueError, aiohttp.ClientError, websockets.ConnectionClosed, SpeechError) as e:
+            stream = Stream(time.perf_counter(), error=type(e).__name__)
+        streams.append(stream)
+        if listen and stream.ok:
+            stalled_s = stalls(stream.arrivals, PLAYER_LEAD_S)[1] / 1000
+            ends = stream.arrivals[0][0] + PLAYER_LEAD_S + stream.audio_s + stalled_s
+            await asyncio.sleep(max(0.0, ends - time.perf_counter()))
+    return streams
+
+
+async def run_level(connect: Connect, text: str, level: int, rounds: int, listen: bool = False) -> list[Stream]:
+    """`level` clients, each on its own connection, all speaking `text` `rounds` times."""
+    clients = await asyncio.gather(*(connect() for _ in range(level)))
+    try:
+        per_client = await asyncio.gather(*(speak_rounds(c, text, rounds, listen) for c in clients))
+    finally:
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+    return [stream for streams in per_client for stream in streams]

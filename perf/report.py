@@ -1,0 +1,197 @@
+"""The benchmark's report: the goal checks, a Markdown table and two PNG plots, all from
+the results dictionary that `perf.bench` also writes as JSON (so a report can be redrawn
+from an old bench.json without measuring again)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+OURS = "speechstream"
+GOAL_TTFP_P50_1_MS = 50
+GOAL_TTFP_P99_8_MS = 150
+GOAL_TTFP_P99_32_MS = 300
+GOAL_OF_LIMIT = 0.85
+GOAL_OVER_PEER = 1.15
+GOAL_GATEWAY_SHARE = 0.05
+
+
+def rows_of(results: dict, system: str, workload: str) -> list[dict]:
+    return sorted((r for r in results["runs"] if r["system"] == system and r["workload"] == workload), key=lambda r: r["level"])
+
+
+def at_level(results: dict, system: str, workload: str, level: int) -> dict | None:
+    return next((r for r in rows_of(results, system, workload) if r["level"] == level), None)
+
+
+def saturated(results: dict, system: str, workload: str) -> float | None:
+    """The highest throughput over the levels run."""
+    return max((r["throughput_audio_s_per_s"] for r in rows_of(results, system, workload)), default=None)
+
+
+def goal(name: str, value: float, target: str, met: bool) -> dict:
+    return {"goal": name, "value": value, "target": target, "met": met}
+
+
+def level_goals(results: dict, workload: str) -> list[dict]:
+    """TTFP and underrun goals at 1, 8 and 32 clients, where those levels were run."""
+    out = []
+    if row := at_level(results, OURS, workload, 1):
+        out.append(goal(f"{workload}: TTFP p50 at 1 client (ms)", row["ttfp_ms"]["p50"], f"≤ {GOAL_TTFP_P50_1_MS}", row["ttfp_ms"]["p50"] <= GOAL_TTFP_P50_1_MS))
+    for level, limit in ((8, GOAL_TTFP_P99_8_MS), (32, GOAL_TTFP_P99_32_MS)):
+        if row := at_level(results, OURS, workload, level):
+            out.append(goal(f"{workload}: TTFP p99 at {level} clients (ms)", row["ttfp_ms"]["p99"], f"≤ {limit}", row["ttfp_ms"]["p99"] <= limit))
+            out.append(goal(f"{workload}: underruns at {level} clients", row["stalls"], "0", row["stalls"] == 0 and row["errors"] == 0))
+    return out
+
+
+def throughput_goals(results: dict, workload: str) -> list[dict]:
+    """Saturated throughput against the compute limit and against the best peer."""
+    ours, out = saturated(results, OURS, workload), []
+    if ours is None:
+        return out
+    if limit := results["limit"].get(workload):
+        share = ours / limit["audio_s_per_s"]
+        out.append(goal(f"{workload}: saturated throughput / compute limit", round(share, 2), f"≥ {GOAL_OF_LIMIT}", share >= GOAL_OF_LIMIT))
+    peers = [saturated(results, s, workload) for s in {r["system"] for r in results["runs"]} - {OURS}]
+    if best := max(filter(None, peers), default=None):
+        ratio = ours / best
+        out.append(goal(f"{workload}: saturated throughput / best peer's", round(ratio, 2), f"≥ {GOAL_OVER_PEER}", ratio >= GOAL_OVER_PEER))
+    return out
+
+
+def cpu_goal(results: dict) -> list[dict]:
+    """Gateway CPU per audio second as a share of synthesis (Triton) CPU per audio second,
+    over every level run: the audio is the same, so it is the ratio of CPU seconds."""
+    runs = [r for r in results["runs"] if r["system"] == OURS and "triton" in r["cpu"]]
+    triton = sum(r["cpu"]["triton"]["cpu_s"] for r in runs)
+    if not triton:
+        return []
+    share = sum(r["cpu"]["gateway"]["cpu_s"] for r in runs) / triton
+    return [goal("gateway CPU / Triton CPU, per audio second", round(share, 3), f"≤ {GOAL_GATEWAY_SHARE}", share <= GOAL_GATEWAY_SHARE)]
+
+
+def goals(results: dict) -> list[dict]:
+    out = []
+    for workload in results["workloads"]:
+        out += level_goals(results, workload) + throughput_goals(results, workload)
+    return out + cpu_goal(results)
+
+
+def cpu_cell(cpu: dict) -> str:
+    """Server CPU in cores (CPU s ÷ wall s): ours split into gateway + Triton."""
+    if "gateway" in cpu:
+        triton = f" + tr {cpu['triton']['cores']:.2f}" if "triton" in cpu else ""
+        return f"gw {cpu['gateway']['cores']:.2f}{triton}"
+    return f"{cpu['server']['cores']:.2f}" if "server" in cpu else "–"
+
+
+def table(results: dict) -> str:
+    head = ("| system | workload | clients | streams | TTFP p50 / p90 / p99 ms | RTF p50 / max | throughput audio-s/s "
+            "| % of limit | stalls (streams) | stalled ms | server CPU, cores | client CPU, cores | errors |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in sorted(results["runs"], key=lambda r: (r["system"] != OURS, r["system"], r["workload"], r["level"])):
+        limit = results["limit"].get(r["workload"], {}).get("audio_s_per_s")
+        share = f"{100 * r['throughput_audio_s_per_s'] / limit:.0f} %" if limit else "–"
+        t = r["ttfp_ms"]
+        lines.append(
+            f"| {r['system']} | {r['workload']} | {r['level']} | {r['streams']} | {t['p50']:.0f} / {t['p90']:.0f} / {t['p99']:.0f} "
+            f"| {r['rtf']['p50']:.3f} / {r['rtf']['max']:.3f} | {r['throughput_audio_s_per_s']:.1f} | {share} "
+            f"| {r['stalls']} ({r['streams_stalled']}) | {r['stalled_ms']:.0f} | {cpu_cell(r['cpu'])} "
+            f"| {r['cpu']['client']['cores']:.2f} | {r['errors']} |"
+        )
+    return "\n".join(lines)
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    limits = "\n".join(
+        f"- compute limit, {name}: **{l['audio_s_per_s']:.1f} audio-s/s** on {l['cores']} cores "
+        f"(whole-utterance onnxruntime in process, one thread per core; one core's RTF {l['rtf_one_core_p50']:.3f})"
+        for name, l in results["limit"].items()
+    )
+    checks = "\n".join(f"- {'met' if g['met'] else '**missed**'}: {g['goal']} = {g['value']} (goal {g['target']})" for g in results["goals"])
+    return (
+        f"# Benchmark\n\n{results['date']} · {m['model']} · {m['cores']} cores · commit `{results['commit']}` · "
+        f"load average {m['loadavg_before'][0]:.1f} before, {m['loadavg_after'][0]:.1f} after (shared machine)\n\n"
+        f"`{results['command']}` — {results['mode']}; Opus over protocol v1 for ours, "
+        f"the whole WAV for piper-http, PCM chunks for wyoming-piper. TTFP: request sent → first audio; "
+        f"RTF: sent → last audio ÷ audio duration; throughput: audio-s ÷ wall-s, all streams; stalls: a player "
+        f"starting 50 ms after the first audio, in real time; CPU in cores (CPU s ÷ wall s), gw = gateway, "
+        f"tr = tritonserver + its Python backend stubs.\n\n"
+        f"{table(results)}\n\n{limits}\n\n## Goals\n\n{checks}\n"
+    )
+
+
+def systems_in(results: dict) -> list[str]:
+    names = {r["system"] for r in results["runs"]}
+    return [OURS] * (OURS in names) + sorted(names - {OURS})
+
+
+def plot_ttfp(results: dict, path: Path) -> None:
+    """TTFP distribution per level: one box per system at each level, one panel per workload."""
+    workloads, systems = results["workloads"], systems_in(results)
+    fig, axes = plt.subplots(len(workloads), 1, figsize=(10, 4 * len(workloads)), squeeze=False)
+    width = 0.8 / max(1, len(systems))
+    for ax, workload in zip(axes[:, 0], workloads):
+        levels = sorted({r["level"] for r in results["runs"] if r["workload"] == workload})
+        for k, system in enumerate(systems):
+            rows = [at_level(results, system, workload, level) for level in levels]
+            data = [(i + (k - (len(systems) - 1) / 2) * width, r["ttfp_samples_ms"]) for i, r in enumerate(rows) if r and r["ttfp_samples_ms"]]
+            if not data:
+                continue
+            box = ax.boxplot([d for _, d in data], positions=[p for p, _ in data], widths=width * 0.9,
+                             patch_artist=True, whis=(1, 99), showfliers=False)
+            for patch in box["boxes"]:
+                patch.set_facecolor(f"C{k}")
+            ax.plot([], [], color=f"C{k}", linewidth=8, label=system)
+        ax.set_xticks(range(len(levels)), [str(level) for level in levels])
+        ax.set_yscale("log")
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel("TTFP (ms)")
+        ax.set_title(f"time to first audio, {workload} (box p25-p75, whiskers p1-p99)")
+        ax.grid(axis="y", which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_throughput(results: dict, path: Path) -> None:
+    """Throughput (with the compute limit) and underruns against concurrency, per workload."""
+    workloads, systems = results["workloads"], systems_in(results)
+    fig, axes = plt.subplots(len(workloads), 2, figsize=(12, 4 * len(workloads)), squeeze=False)
+    for (left, right), workload in zip(axes, workloads):
+        for k, system in enumerate(systems):
+            rows = rows_of(results, system, workload)
+            levels = [r["level"] for r in rows]
+            left.plot(levels, [r["throughput_audio_s_per_s"] for r in rows], "o-", color=f"C{k}", label=system)
+            right.plot(levels, [100 * r["streams_stalled"] / max(1, r["streams"]) for r in rows], "o-", color=f"C{k}", label=system)
+        if limit := results["limit"].get(workload):
+            left.axhline(limit["audio_s_per_s"], color="black", linestyle="--", label="compute limit")
+        for ax in (left, right):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrent clients")
+            ax.grid(alpha=0.3)
+            ax.legend()
+        left.set_ylabel("audio-s per wall-s")
+        left.set_title(f"throughput, {workload}")
+        right.set_ylabel("% of streams with an underrun")
+        right.set_title(f"underruns (player starts 50 ms after first audio), {workload}")
+        right.set_ylim(bottom=-2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(results: dict, out: Path) -> str:
+    """bench.md, ttfp.png and throughput.png in `out`; the Markdown."""
+    text = markdown(results)
+    (out / "bench.md").write_text(text)
+    plot_ttfp(results, out / "ttfp.png")
+    plot_throughput(results, out / "throughput.png")
+    return text
