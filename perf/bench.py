@@ -131,25 +131,38 @@ def wyoming_piper(log_dir: Path) -> Iterator[System]:
             stop(process)
 
 
+def machine_busy() -> float:
+    """CPU seconds all cores spent on anything but idling, since boot."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
 def cpu_use(before: dict[str, float], after: dict[str, float], wall_s: float, audio_s: float) -> dict:
-    """Per group: CPU seconds, cores busy on average, and CPU seconds per audio second."""
+    """Per group: CPU seconds, cores busy on average, and CPU seconds per audio second;
+    "others" is what the rest of this shared machine took meanwhile."""
+    used = {name: after[name] - before[name] for name in before}
+    used["others"] = max(0.0, used.pop("machine") - sum(used.values()))
     return {
-        name: {"cpu_s": round(after[name] - before[name], 2), "cores": round((after[name] - before[name]) / wall_s, 3),
-               "per_audio_s": round((after[name] - before[name]) / audio_s, 4) if audio_s else None}
-        for name in before
+        name: {"cpu_s": round(cpu_s, 2), "cores": round(cpu_s / wall_s, 3),
+               "per_audio_s": round(cpu_s / audio_s, 4) if audio_s else None}
+        for name, cpu_s in used.items()
     }
 
 
-async def measure(system: System, name: str, level: int, rounds: int, listen: bool) -> dict:
-    """One row: `level` clients speaking workload `name` `rounds` times each."""
+def cpu_now(groups: Groups) -> dict[str, float]:
+    return {g: cpu_seconds(procs) for g, procs in groups.items()} | {"machine": machine_busy()}
+
+
+async def measure(system: System, name: str, level: int, rounds: int, listen: bool, seconds: float) -> dict:
+    """One row: `level` clients speaking workload `name` `rounds` times each (fewer past `seconds`)."""
     groups = system.groups() | {"client": [psutil.Process()]}
-    before = {g: cpu_seconds(procs) for g, procs in groups.items()}
+    before = cpu_now(groups)
     start = time.perf_counter()
-    streams = await run_level(system.connect, workload(name), level, rounds, listen)
+    streams = await run_level(system.connect, workload(name), level, rounds, listen, seconds)
     wall = time.perf_counter() - start
-    row = {"system": system.name, "workload": name, "level": level, "rounds": rounds, "wall_s": round(wall, 2)}
+    row = {"system": system.name, "workload": name, "level": level, "rounds_max": rounds, "wall_s": round(wall, 2)}
     row |= summarize(streams)
-    row["cpu"] = cpu_use(before, {g: cpu_seconds(procs) for g, procs in groups.items()}, wall, row["audio_s"])
+    row["cpu"] = cpu_use(before, cpu_now(groups), wall, row["audio_s"])
     return row
 
 
@@ -163,7 +176,7 @@ async def bench_system(system: System, args: argparse.Namespace) -> list[dict]:
     for name in args.workloads:
         await run_level(system.connect, workload(name), 1, 1)  # warm-up, not counted
         for level in args.levels:
-            row = await measure(system, name, level, rounds_for(level, args), args.listen)
+            row = await measure(system, name, level, rounds_for(level, args), args.listen, args.level_seconds)
             t = row["ttfp_ms"]
             log(f"{system.name} {name} x{level}: TTFP p50 {t['p50']:.0f} p99 {t['p99']:.0f} ms, "
                 f"{row['throughput_audio_s_per_s']:.1f} audio-s/s, {row['stalls']} stalls, {row['errors']} errors")
@@ -192,7 +205,9 @@ def run(args: argparse.Namespace) -> dict:
     texts = {name: workload(name) for name in args.workloads}
     results = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(), "commit": commit(),
                "command": "python -m perf.bench " + " ".join(sys.argv[1:]), "levels": args.levels,
-               "workloads": args.workloads, "mode": "listeners" if args.listen else "back to back", "limit": {}, "runs": []}
+               "workloads": args.workloads, "mode": "listeners" if args.listen else "back to back",
+               "options": {k: getattr(args, k) for k in ("rounds", "min_streams", "level_seconds", "limit_seconds", "listen")},
+               "limit": {}, "runs": []}
     if args.limit_seconds > 0:
         log(f"compute limit: {os.cpu_count()} processes, {args.limit_seconds:g} s per workload")
         results["limit"] = compute_limit(texts, args.limit_seconds)
@@ -220,6 +235,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workloads", type=lambda s: s.split(","), default=list(WORKLOADS), help="perf.workloads names, comma-separated")
     parser.add_argument("--rounds", type=int, default=3, help="utterances per client at least")
     parser.add_argument("--min-streams", type=int, default=24, help="utterances per level at least (more rounds at low levels)")
+    parser.add_argument("--level-seconds", type=float, default=60.0,
+                        help="no client starts another utterance after this long into a level (each speaks once)")
     parser.add_argument("--limit-seconds", type=float, default=10.0, help="compute-limit run per workload (0 skips it)")
     parser.add_argument("--listen", action="store_true", help="clients wait for their player to finish before speaking again")
     parser.add_argument("--skip-peers", action="store_true", help="no piper-http or wyoming-piper")

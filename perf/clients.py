@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -140,11 +141,14 @@ class WyomingClient:
         await self.writer.wait_closed()
 
 
-async def speak_rounds(client: Client, text: str, rounds: int, listen: bool) -> list[Stream]:
-    """`rounds` utterances back to back; with `listen`, each after the previous one's
+async def speak_rounds(client: Client, text: str, rounds: int, listen: bool, until: float) -> list[Stream]:
+    """`rounds` utterances back to back, none started after `until` but the first (so a
+    slow system bounds the run's time); with `listen`, each after the previous one's
     simulated player has finished (a listener rather than a saturating client)."""
-    streams = []
+    streams: list[Stream] = []
     for _ in range(rounds):
+        if streams and time.perf_counter() > until:
+            break
         try:
             stream = await asyncio.wait_for(client.speak(text), STREAM_TIMEOUT_S)
         except (TimeoutError, OSError, ValueError, aiohttp.ClientError, websockets.ConnectionClosed, SpeechError) as e:
@@ -157,11 +161,14 @@ async def speak_rounds(client: Client, text: str, rounds: int, listen: bool) -> 
     return streams
 
 
-async def run_level(connect: Connect, text: str, level: int, rounds: int, listen: bool = False) -> list[Stream]:
-    """`level` clients, each on its own connection, all speaking `text` `rounds` times."""
+async def run_level(connect: Connect, text: str, level: int, rounds: int, listen: bool = False,
+                    seconds: float = math.inf) -> list[Stream]:
+    """`level` clients, each on its own connection, all speaking `text` `rounds` times, or
+    fewer (but once) where that would start an utterance more than `seconds` in."""
     clients = await asyncio.gather(*(connect() for _ in range(level)))
+    until = time.perf_counter() + seconds
     try:
-        per_client = await asyncio.gather(*(speak_rounds(c, text, rounds, listen) for c in clients))
+        per_client = await asyncio.gather(*(speak_rounds(c, text, rounds, listen, until) for c in clients))
     finally:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
     return [stream for streams in per_client for stream in streams]

@@ -102,7 +102,9 @@ def wav_layout(head: bytes) -> WavLayout | None:
     offset, bytes_per_second = 12, None
     while offset + 8 <= len(head):
         chunk, size = head[offset : offset + 4], struct.unpack_from("<I", head, offset + 4)[0]
-        if chunk == b"fmt " and offset + 16 <= len(head):
+        if chunk == b"fmt ":
+            if offset + 20 > len(head):  # its byte rate has not arrived yet
+                return None
             bytes_per_second = struct.unpack_from("<I", head, offset + 16)[0]
         if chunk == b"data":
             if bytes_per_second is None:

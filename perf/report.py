@@ -6,11 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-
 OURS = "speechstream"
 GOAL_TTFP_P50_1_MS = 50
 GOAL_TTFP_P99_8_MS = 150
@@ -92,7 +87,7 @@ def cpu_cell(cpu: dict) -> str:
 
 def table(results: dict) -> str:
     head = ("| system | workload | clients | streams | TTFP p50 / p90 / p99 ms | RTF p50 / max | throughput audio-s/s "
-            "| % of limit | stalls (streams) | stalled ms | server CPU, cores | client CPU, cores | errors |")
+            "| % of limit | stalls (streams) | stalled ms | server CPU, cores | client CPU, cores | others' CPU, cores | errors |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in sorted(results["runs"], key=lambda r: (r["system"] != OURS, r["system"], r["workload"], r["level"])):
         limit = results["limit"].get(r["workload"], {}).get("audio_s_per_s")
@@ -102,13 +97,13 @@ def table(results: dict) -> str:
             f"| {r['system']} | {r['workload']} | {r['level']} | {r['streams']} | {t['p50']:.0f} / {t['p90']:.0f} / {t['p99']:.0f} "
             f"| {r['rtf']['p50']:.3f} / {r['rtf']['max']:.3f} | {r['throughput_audio_s_per_s']:.1f} | {share} "
             f"| {r['stalls']} ({r['streams_stalled']}) | {r['stalled_ms']:.0f} | {cpu_cell(r['cpu'])} "
-            f"| {r['cpu']['client']['cores']:.2f} | {r['errors']} |"
+            f"| {r['cpu']['client']['cores']:.2f} | {r['cpu']['others']['cores']:.2f} | {r['errors']} |"
         )
     return "\n".join(lines)
 
 
 def markdown(results: dict) -> str:
-    m = results["machine"]
+    m, o = results["machine"], results["options"]
     limits = "\n".join(
         f"- compute limit, {name}: **{l['audio_s_per_s']:.1f} audio-s/s** on {l['cores']} cores "
         f"(whole-utterance onnxruntime in process, one thread per core; one core's RTF {l['rtf_one_core_p50']:.3f})"
@@ -118,11 +113,13 @@ def markdown(results: dict) -> str:
     return (
         f"# Benchmark\n\n{results['date']} · {m['model']} · {m['cores']} cores · commit `{results['commit']}` · "
         f"load average {m['loadavg_before'][0]:.1f} before, {m['loadavg_after'][0]:.1f} after (shared machine)\n\n"
-        f"`{results['command']}` — {results['mode']}; Opus over protocol v1 for ours, "
+        f"`{results['command']}` — clients speak {results['mode']}, {o['rounds']} utterances per client and at least "
+        f"{o['min_streams']} per level, none started after {o['level_seconds']:g} s into a level; Opus over protocol v1 for ours, "
         f"the whole WAV for piper-http, PCM chunks for wyoming-piper. TTFP: request sent → first audio; "
         f"RTF: sent → last audio ÷ audio duration; throughput: audio-s ÷ wall-s, all streams; stalls: a player "
         f"starting 50 ms after the first audio, in real time; CPU in cores (CPU s ÷ wall s), gw = gateway, "
-        f"tr = tritonserver + its Python backend stubs.\n\n"
+        f"tr = tritonserver + its Python backend stubs; client = this benchmark; others = the rest of the machine "
+        f"meanwhile.\n\n"
         f"{table(results)}\n\n{limits}\n\n## Goals\n\n{checks}\n"
     )
 
@@ -132,8 +129,19 @@ def systems_in(results: dict) -> list[str]:
     return [OURS] * (OURS in names) + sorted(names - {OURS})
 
 
+def pyplot():
+    """matplotlib, imported only to draw, so the numbers and goals need no plotting stack."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_ttfp(results: dict, path: Path) -> None:
     """TTFP distribution per level: one box per system at each level, one panel per workload."""
+    plt = pyplot()
     workloads, systems = results["workloads"], systems_in(results)
     fig, axes = plt.subplots(len(workloads), 1, figsize=(10, 4 * len(workloads)), squeeze=False)
     width = 0.8 / max(1, len(systems))
@@ -163,6 +171,7 @@ def plot_ttfp(results: dict, path: Path) -> None:
 
 def plot_throughput(results: dict, path: Path) -> None:
     """Throughput (with the compute limit) and underruns against concurrency, per workload."""
+    plt = pyplot()
     workloads, systems = results["workloads"], systems_in(results)
     fig, axes = plt.subplots(len(workloads), 2, figsize=(12, 4 * len(workloads)), squeeze=False)
     for (left, right), workload in zip(axes, workloads):
@@ -173,11 +182,14 @@ def plot_throughput(results: dict, path: Path) -> None:
             right.plot(levels, [100 * r["streams_stalled"] / max(1, r["streams"]) for r in rows], "o-", color=f"C{k}", label=system)
         if limit := results["limit"].get(workload):
             left.axhline(limit["audio_s_per_s"], color="black", linestyle="--", label="compute limit")
+        levels = sorted({r["level"] for r in results["runs"] if r["workload"] == workload})
         for ax in (left, right):
             ax.set_xscale("log", base=2)
+            ax.set_xticks(levels, [str(level) for level in levels])
             ax.set_xlabel("concurrent clients")
             ax.grid(alpha=0.3)
             ax.legend()
+        left.set_ylim(bottom=0)
         left.set_ylabel("audio-s per wall-s")
         left.set_title(f"throughput, {workload}")
         right.set_ylabel("% of streams with an underrun")

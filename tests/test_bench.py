@@ -1,0 +1,178 @@
+"""The benchmark's pure parts (numbers from arrival times, WAV and Wyoming parsing, goal
+checks, the report) without a network, and one short run of perf.bench against the
+session's gateway."""
+
+import asyncio
+import io
+import json
+import wave
+
+import pytest
+
+from perf import bench
+from perf.clients import read_wyoming_event
+from perf.metrics import Stream, WavProgress, percentile, summarize, throughput, wav_layout
+from perf.report import goals, markdown
+
+FRAME = 0.02
+
+
+def steady(sent: float, first: float, n: int, every: float) -> Stream:
+    """n 20 ms frames, the first arriving at `first`, then one every `every` s."""
+    return Stream(sent, [(first + i * every, (i + 1) * FRAME) for i in range(n)])
+
+
+def test_percentile_interpolates_between_ranks_like_numpy():
+    values = list(range(1, 11))
+    assert percentile(values, 50) == pytest.approx(5.5)
+    assert percentile(values, 90) == pytest.approx(9.1)
+    assert percentile(values, 99) == pytest.approx(9.91)
+    assert percentile([7.0], 99) == 7.0
+    assert percentile(list(reversed(values)), 0) == 1
+
+
+def test_ttfp_rtf_and_audio_of_a_stream():
+    s = steady(sent=10.0, first=10.030, n=50, every=0.01)  # 1 s of audio, last frame at 10.52
+    assert s.ttfp_s == pytest.approx(0.030)
+    assert s.audio_s == pytest.approx(1.0)
+    assert s.rtf == pytest.approx(0.52)
+
+
+def test_throughput_is_all_audio_over_the_wall_from_first_send_to_last_audio():
+    a = steady(sent=0.0, first=0.1, n=50, every=0.01)  # 1 s of audio, ends at 0.59
+    b = steady(sent=0.5, first=0.6, n=100, every=0.01)  # 2 s of audio, ends at 1.59
+    assert throughput([a, b]) == pytest.approx(3.0 / 1.59)
+
+
+def test_a_known_gap_gives_the_known_stalls_and_ttfp_percentiles():
+    # Frames every 10 ms (faster than real time), but frame 10 (audio 200-220 ms) comes
+    # 300 ms late: it is needed at 0.040 + 0.050 + 0.200 = 0.290 s and arrives at 0.440 s;
+    # frame 11 is then needed at 0.440 + 0.020 and came at 0.450: one stall of 150 ms.
+    gappy = steady(sent=0.0, first=0.040, n=20, every=0.01)
+    gappy.arrivals = [(t + (0.3 if i >= 10 else 0.0), end) for i, (t, end) in enumerate(gappy.arrivals)]
+    smooth = steady(sent=0.0, first=0.020, n=20, every=0.01)
+    failed = Stream(0.0, error="TimeoutError")
+    row = summarize([gappy, smooth, failed])
+    assert (row["streams"], row["errors"]) == (3, 1)
+    assert row["stalls"] == 1 and row["streams_stalled"] == 1
+    assert row["stalled_ms"] == pytest.approx(150.0)
+    assert row["ttfp_ms"]["p50"] == pytest.approx(30.0)
+    assert row["ttfp_ms"]["max"] == pytest.approx(40.0)
+    assert row["audio_s"] == pytest.approx(0.8)
+    assert sorted(row["ttfp_samples_ms"]) == [20.0, 40.0]
+
+
+def wav_bytes(samples: int, rate: int = 22050) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(bytes(2 * samples))
+    return buffer.getvalue()
+
+
+def test_a_wav_body_arriving_in_pieces_gives_audio_ends_from_its_header():
+    body = wav_bytes(22050)  # 1 s
+    layout = wav_layout(body)
+    assert (layout.data_offset, layout.bytes_per_second) == (44, 44100)
+    assert wav_layout(body[:30]) is None  # the data chunk's header has not arrived yet
+    progress = WavProgress()
+    progress.feed(1.0, body[:20])  # header only: no audio yet
+    progress.feed(1.1, body[20:44])  # header complete, still no samples
+    progress.feed(1.2, body[44 : 44 + 22050])  # half a second
+    progress.feed(1.3, body[44 + 22050 :])
+    assert progress.arrivals == [(1.2, pytest.approx(0.5)), (1.3, pytest.approx(1.0))]
+
+
+def test_a_body_that_is_not_a_wav_is_refused():
+    with pytest.raises(ValueError):
+        wav_layout(b"<html><body>error</body></html>")
+
+
+def test_wyoming_events_with_inline_data_extra_data_and_payload():
+    reader = asyncio.StreamReader()
+    extra = json.dumps({"width": 2, "channels": 1}).encode()
+    header = {"type": "audio-chunk", "data": {"rate": 22050}, "data_length": len(extra), "payload_length": 4}
+    reader.feed_data(json.dumps(header).encode() + b"\n" + extra + b"\x01\x02\x03\x04")
+    reader.feed_data(b'{"type": "audio-stop"}\n')
+    reader.feed_eof()
+
+    async def read_two():
+        return await read_wyoming_event(reader), await read_wyoming_event(reader)
+
+    chunk, stop = asyncio.run(read_two())
+    assert chunk == ("audio-chunk", {"rate": 22050, "width": 2, "channels": 1}, b"\x01\x02\x03\x04")
+    assert stop == ("audio-stop", {}, b"")
+
+
+def run_row(system, level, ttfp_p50, ttfp_p99, throughput_, stalls=0, gateway_cpu=1.0, triton_cpu=40.0):
+    cpu = {"client": {"cores": 0.1}, "others": {"cores": 0.0}}
+    if system == "speechstream":
+        cpu |= {"gateway": {"cpu_s": gateway_cpu, "cores": 0.1}, "triton": {"cpu_s": triton_cpu, "cores": 1.8}}
+    else:
+        cpu |= {"server": {"cpu_s": 30.0, "cores": 1.9}}
+    return {"system": system, "workload": "paragraph", "level": level, "streams": 24, "errors": 0,
+            "ttfp_ms": {"p50": ttfp_p50, "p90": ttfp_p99, "p99": ttfp_p99, "max": ttfp_p99},
+            "rtf": {"p50": 0.1, "p90": 0.2, "max": 0.3}, "throughput_audio_s_per_s": throughput_,
+            "stalls": stalls, "streams_stalled": min(stalls, 24), "stalled_ms": 10.0 * stalls, "cpu": cpu,
+            "ttfp_samples_ms": [ttfp_p50] * 24}
+
+
+@pytest.fixture
+def results():
+    return {
+        "date": "2026-01-01T00:00:00+00:00", "commit": "abc1234", "command": "python -m perf.bench",
+        "machine": {"model": "AMD EPYC", "cores": 2, "loadavg_before": (1.0, 1.0, 1.0), "loadavg_after": (2.0, 1.0, 1.0)},
+        "mode": "back to back", "options": {"rounds": 3, "min_streams": 24, "level_seconds": 60.0, "limit_seconds": 10, "listen": False},
+        "workloads": ["paragraph"], "levels": [1, 8, 32],
+        "limit": {"paragraph": {"cores": 2, "audio_s_per_s": 40.0, "rtf_one_core_p50": 0.05, "seconds": 10}},
+        "runs": [
+            run_row("speechstream", 1, 35.0, 60.0, 20.0),
+            run_row("speechstream", 8, 60.0, 140.0, 36.0),
+            run_row("speechstream", 32, 150.0, 400.0, 35.0, stalls=3, gateway_cpu=3.0),
+            run_row("piper-http", 1, 500.0, 600.0, 25.0),
+            run_row("piper-http", 8, 3000.0, 5000.0, 30.0),
+        ],
+    }
+
+
+def test_goals_are_checked_against_the_limit_the_best_peer_and_the_gateway_share(results):
+    checks = {g["goal"]: g for g in goals(results)}
+    assert checks["paragraph: TTFP p50 at 1 client (ms)"]["met"]
+    assert checks["paragraph: TTFP p99 at 8 clients (ms)"]["met"]
+    assert checks["paragraph: underruns at 8 clients"]["met"]
+    assert not checks["paragraph: TTFP p99 at 32 clients (ms)"]["met"]
+    assert not checks["paragraph: underruns at 32 clients"]["met"]
+    assert checks["paragraph: saturated throughput / compute limit"]["value"] == pytest.approx(0.9)  # 36 of 40
+    assert checks["paragraph: saturated throughput / best peer's"]["value"] == pytest.approx(1.2)  # 36 of 30
+    share = checks["gateway CPU / Triton CPU, per audio second"]
+    assert share["value"] == pytest.approx(5.0 / 120.0, abs=1e-3) and share["met"]
+
+
+def test_markdown_has_a_row_per_system_workload_and_level_and_the_goal_lines(results):
+    results["goals"] = goals(results)
+    text = markdown(results)
+    assert "AMD EPYC · 2 cores · commit `abc1234`" in text
+    rows = [line for line in text.splitlines() if line.startswith("| speechstream") or line.startswith("| piper-http")]
+    assert len(rows) == 5
+    assert "gw 0.10 + tr 1.80" in rows[0]
+    assert "**missed**: paragraph: underruns at 32 clients" in text
+    assert "compute limit, paragraph: **40.0 audio-s/s**" in text
+
+
+@pytest.mark.triton
+def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):
+    argv = ["--url", gateway, "--quick", "--skip-peers", "--workloads", "short", "--limit-seconds", "1", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    results = json.loads((tmp_path / "bench.json").read_text())
+    assert [(r["system"], r["level"]) for r in results["runs"]] == [("speechstream", 1), ("speechstream", 2)]
+    for row in results["runs"]:
+        assert row["errors"] == 0 and row["streams"] >= 4
+        assert 0 < row["ttfp_ms"]["p50"] <= row["ttfp_ms"]["p99"] < 10_000
+        assert 0 < row["rtf"]["p50"] < 5 and row["throughput_audio_s_per_s"] > 0
+        assert row["cpu"]["gateway"]["cpu_s"] > 0 and row["cpu"]["triton"]["cpu_s"] > 0
+    assert results["limit"]["short"]["audio_s_per_s"] > 0
+    assert {g["goal"] for g in results["goals"]} >= {"short: TTFP p50 at 1 client (ms)", "short: saturated throughput / compute limit"}
+    for name in ("bench.md", "ttfp.png", "throughput.png"):
+        assert (tmp_path / name).stat().st_size > 0
