@@ -41,7 +41,7 @@ from perf.limit import compute_limit
 from perf.metrics import summarize
 from perf.peers import start_piper_http, start_wyoming_piper
 from perf.report import OURS, goals, write_report
-from perf.servers import Servers, cpu_seconds, stop
+from perf.servers import Servers, cpu_seconds, stop, triton_metrics
 from perf.workloads import workload
 from python_backends.launcher import PROJECT_ROOT
 
@@ -64,6 +64,36 @@ class System:
     name: str
     connect: Connect
     groups: Callable[[], Groups]
+    metrics: Callable[[], dict[str, float]] = dict  # the server's Prometheus samples, if it has them
+
+
+SERVER_TIMES = {  # the gateway's own view of where a first packet's time went
+    "triton_first_response_ms_mean": "speechstream_triton_first_response_seconds",
+    "gateway_ttfp_ms_mean": "speechstream_ttfp_seconds",
+}
+
+
+def gateway_metrics(url: str) -> Callable[[], dict[str, float]]:
+    """The gateway's /metrics on the WebSocket's host and port; {} when unreachable."""
+    where = urlparse(url)
+
+    def read() -> dict[str, float]:
+        try:
+            return triton_metrics(where.port or 80, where.hostname or "127.0.0.1")  # any Prometheus endpoint
+        except OSError:
+            return {}
+
+    return read
+
+
+def server_times(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    """Mean of each SERVER_TIMES histogram over what happened between two scrapes (ms)."""
+    out = {}
+    for key, name in SERVER_TIMES.items():
+        count = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
+        total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
+        out[key] = round(1000 * total / count, 1) if count else None
+    return out
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -96,14 +126,14 @@ def found_groups(url: str) -> Groups:
 def ours(url: str | None, log_dir: Path) -> Iterator[System]:
     """Our gateway at `url`, or our own Triton + gateway, stopped afterwards."""
     if url:
-        yield System(OURS, lambda: GatewayClient.connect(url), lambda: found_groups(url))
+        yield System(OURS, lambda: GatewayClient.connect(url), lambda: found_groups(url), gateway_metrics(url))
         return
     servers = Servers(log_dir)
     try:
         log(f"starting tritonserver and the gateway (logs in {log_dir})")
         servers.start()
         groups = lambda: {"gateway": [psutil.Process(servers.gateway.pid)], "triton": servers.triton_tree()}  # noqa: E731
-        yield System(OURS, lambda: GatewayClient.connect(servers.url), groups)
+        yield System(OURS, lambda: GatewayClient.connect(servers.url), groups, gateway_metrics(servers.url))
     finally:
         log("stopping tritonserver and the gateway")
         servers.stop()
@@ -156,13 +186,14 @@ def cpu_now(groups: Groups) -> dict[str, float]:
 async def measure(system: System, name: str, level: int, rounds: int, listen: bool, seconds: float) -> dict:
     """One row: `level` clients speaking workload `name` `rounds` times each (fewer past `seconds`)."""
     groups = system.groups() | {"client": [psutil.Process()]}
-    before = cpu_now(groups)
+    before, scrape = cpu_now(groups), await asyncio.to_thread(system.metrics)
     start = time.perf_counter()
     streams = await run_level(system.connect, workload(name), level, rounds, listen, seconds)
     wall = time.perf_counter() - start
     row = {"system": system.name, "workload": name, "level": level, "rounds_max": rounds, "wall_s": round(wall, 2)}
     row |= summarize(streams)
     row["cpu"] = cpu_use(before, cpu_now(groups), wall, row["audio_s"])
+    row["server_times"] = server_times(scrape, await asyncio.to_thread(system.metrics))
     return row
 
 

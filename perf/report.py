@@ -85,9 +85,16 @@ def cpu_cell(cpu: dict) -> str:
     return f"{cpu['server']['cores']:.2f}" if "server" in cpu else "–"
 
 
+def times_cell(times: dict) -> str:
+    """The gateway's mean first-response time from Triton and its own TTFP (speak → first
+    frame sent), which the client's TTFP splits into; – where the server has no metrics."""
+    tr, gw = times.get("triton_first_response_ms_mean"), times.get("gateway_ttfp_ms_mean")
+    return "–" if tr is None and gw is None else f"{tr if tr is not None else '–'} / {gw if gw is not None else '–'}"
+
+
 def table(results: dict) -> str:
     head = ("| system | workload | clients | streams | TTFP p50 / p90 / p99 ms | RTF p50 / max | throughput audio-s/s "
-            "| % of limit | stalls (streams) | stalled ms | server CPU, cores | client CPU, cores | others' CPU, cores | errors |")
+            "| % of limit | stalls (streams) | stalled ms | server-side TTFP mean ms: Triton / gateway | server CPU, cores | client CPU, cores | others' CPU, cores | errors |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in sorted(results["runs"], key=lambda r: (r["system"] != OURS, r["system"], r["workload"], r["level"])):
         limit = results["limit"].get(r["workload"], {}).get("audio_s_per_s")
@@ -96,7 +103,7 @@ def table(results: dict) -> str:
         lines.append(
             f"| {r['system']} | {r['workload']} | {r['level']} | {r['streams']} | {t['p50']:.0f} / {t['p90']:.0f} / {t['p99']:.0f} "
             f"| {r['rtf']['p50']:.3f} / {r['rtf']['max']:.3f} | {r['throughput_audio_s_per_s']:.1f} | {share} "
-            f"| {r['stalls']} ({r['streams_stalled']}) | {r['stalled_ms']:.0f} | {cpu_cell(r['cpu'])} "
+            f"| {r['stalls']} ({r['streams_stalled']}) | {r['stalled_ms']:.0f} | {times_cell(r.get('server_times', {}))} | {cpu_cell(r['cpu'])} "
             f"| {r['cpu']['client']['cores']:.2f} | {r['cpu']['others']['cores']:.2f} | {r['errors']} |"
         )
     return "\n".join(lines)

@@ -107,12 +107,13 @@ def test_wyoming_events_with_inline_data_extra_data_and_payload():
 
 
 def run_row(system, level, ttfp_p50, ttfp_p99, throughput_, stalls=0, gateway_cpu=1.0, triton_cpu=40.0):
-    cpu = {"client": {"cores": 0.1}, "others": {"cores": 0.0}}
+    cpu, times = {"client": {"cores": 0.1}, "others": {"cores": 0.0}}, {}
     if system == "speechstream":
         cpu |= {"gateway": {"cpu_s": gateway_cpu, "cores": 0.1}, "triton": {"cpu_s": triton_cpu, "cores": 1.8}}
+        times = {"triton_first_response_ms_mean": 20.0, "gateway_ttfp_ms_mean": 30.0}
     else:
         cpu |= {"server": {"cpu_s": 30.0, "cores": 1.9}}
-    return {"system": system, "workload": "paragraph", "level": level, "streams": 24, "errors": 0,
+    return {"server_times": times, "system": system, "workload": "paragraph", "level": level, "streams": 24, "errors": 0,
             "ttfp_ms": {"p50": ttfp_p50, "p90": ttfp_p99, "p99": ttfp_p99, "max": ttfp_p99},
             "rtf": {"p50": 0.1, "p90": 0.2, "max": 0.3}, "throughput_audio_s_per_s": throughput_,
             "stalls": stalls, "streams_stalled": min(stalls, 24), "stalled_ms": 10.0 * stalls, "cpu": cpu,
@@ -156,7 +157,8 @@ def test_markdown_has_a_row_per_system_workload_and_level_and_the_goal_lines(res
     assert "AMD EPYC · 2 cores · commit `abc1234`" in text
     rows = [line for line in text.splitlines() if line.startswith("| speechstream") or line.startswith("| piper-http")]
     assert len(rows) == 5
-    assert "gw 0.10 + tr 1.80" in rows[0]
+    assert "gw 0.10 + tr 1.80" in rows[0] and "| 20.0 / 30.0 |" in rows[0]
+    assert "| – |" in rows[-1]  # a peer: no server-side times
     assert "**missed**: paragraph: underruns at 32 clients" in text
     assert "compute limit, paragraph: **40.0 audio-s/s**" in text
 
