@@ -282,7 +282,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop what we started, as on Ctrl-C
-    results = run(args)
+    try:
+        results = run(args)
+    except KeyboardInterrupt:
+        log("interrupted; what it started has been stopped")
+        return 130
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench.json").write_text(json.dumps(results, indent=1) + "\n")
     print(write_report(results, args.out))
