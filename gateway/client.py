@@ -173,6 +173,7 @@ class SyncSpeechClient:
     def __init__(self, ws: websockets.sync.client.ClientConnection, ready: dict) -> None:
         self.ws = ws
         self.ready = ready
+        self.done: dict | None = None  # the last utterance's `done` message
         self._ids = itertools.count(1)
 
     @classmethod
@@ -210,6 +211,7 @@ class SyncSpeechClient:
             elif m["type"] == "error":
                 raise SpeechError(m["code"], m["message"])
             elif m["type"] == "done":
+                self.done = m
                 return
 
     def close(self) -> None:

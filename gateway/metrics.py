@@ -28,7 +28,8 @@ class Metrics:
         Gauge("speechstream_active_streams", "Contexts with text being spoken now", registry=r).set_function(speaking)
         self.ttfp = Histogram(
             "speechstream_ttfp_seconds",
-            "From text ready for an idle context (speak, a completed sentence, flush) to its first audio frame sent",
+            "From text ready for an idle context (speak, a completed sentence, flush) to its first audio frame sent;"
+            " for POST /v1/audio/speech, from the request read to the first body bytes",
             buckets=LATENCY_BUCKETS, registry=r,
         )
         self.triton_first_response = Histogram(
@@ -41,7 +42,7 @@ class Metrics:
             up.labels(b.url).set_function(lambda b=b: float(b.up))
             load.labels(b.url).set_function(lambda b=b: b.outstanding)
         self.audio = Counter("speechstream_audio_seconds", "Audio sent to clients", registry=r)
-        self.errors = Counter("speechstream_errors", "Error messages sent to clients, by code", ["code"], registry=r)
+        self.errors = Counter("speechstream_errors", "Error messages sent, and HTTP speech requests refused or cut short, by code", ["code"], registry=r)
 
     def exposition(self) -> tuple[bytes, str]:
         """The text format and its content type."""

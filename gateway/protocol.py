@@ -118,10 +118,12 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
     frame_ms = _field(message, "frame_ms", int, 20)
     if frame_ms not in FRAME_MS:
         raise ProtocolError(INVALID_FIELD, f"frame_ms {frame_ms} is not one of {FRAME_MS}")
-    return Config(voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), _voice_params(message))
+    return Config(voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), voice_params(message))
 
 
-def _voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:
+def voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:
+    """Piper's voice parameters and a seed, by their lower-case tensor names, checked
+    against their ranges; (tensor name, value) pairs of those present."""
     values = []
     for param in VOICE_PARAMS:
         key = param.name.lower()

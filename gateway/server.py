@@ -1,81 +1,47 @@
-"""`speechstream-gateway`: protocol v1 over WebSocket, audio from Triton's `tts` model.
+"""`speechstream-gateway`: protocol v1 over WebSocket and OpenAI's speech API over HTTP,
+on one port, with audio from Triton's `tts` model.
 
-Each connection is a Session; each context on it has a worker task that owns one gRPC
-stream to `tts`, turns its PCM into frames and sends them in order.
+This is the I/O shell (aiohttp): routes, admission (API key, Origin, per-client cap)
+and the HTTP speech endpoint. A WebSocket connection is a `session.Session`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hmac
 import json
 import logging
 import socket
 import time
-import uuid
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
+from aiohttp import web
 
-from python_backends.voice import DEFAULT_VOICE, sample_rate
+from python_backends.contract import MAX_SENTENCE_CHARS
+from python_backends.text import split_sentences
+from python_backends.voice import sample_rate
 
 from . import protocol as p
 from . import settings as s
-from .audio import FrameEncoder
-from .backends import Backends
+from .backends import Backend, Backends
 from .inbox import Inbox, Mark
 from .metrics import Metrics
-from .segmenter import Segmenter
+from .session import REQUEST_CHARS, VOICE_RATE, VOICES, ClientSocket, Session
 from .settings import Settings
+from .speech_api import ApiError, SpeechBody, SpeechRequest, parse_speech_request
 from .tts_client import BackendUnavailable, SynthesisError, TtsStream
 
 log = logging.getLogger("speechstream.gateway")
 
 STATIC = Path(__file__).parent / "static"
-CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
-VOICE_RATE = sample_rate(DEFAULT_VOICE)
-VOICES = (DEFAULT_VOICE,)
-# Characters of whole sentences per `tts` request (about 30 s of speech): a request is
-# synthesized to its end whatever the client does, so this bounds the work a paused
-# (slow-reading) context has in flight.
-REQUEST_CHARS = 400
-
-
-@dataclass
-class Context:
-    """One context: text waiting for synthesis, and the worker that speaks it."""
-
-    id: str
-    stream: int
-    segmenter: Segmenter = field(default_factory=Segmenter)
-    inbox: Inbox = field(default_factory=Inbox)
-    closed: bool = False
-    speaking: bool = False  # the worker holds text it has not yet delivered as audio
-    task: asyncio.Task | None = None
-
-    ready_at: float | None = None  # when text arrived for this context while it was idle
-
-    @property
-    def busy(self) -> bool:
-        return self.speaking or len(self.inbox) > 0
-
-    def submit(self, *items: str | Mark) -> None:
-        """Queue sentences and marks for the worker; note when an idle context gets text."""
-        if not self.busy and any(isinstance(item, str) for item in items):
-            self.ready_at = time.monotonic()
-        self.inbox.put(*items)
+SPEECH_PATH = "/v1/audio/speech"
+GATEWAY = web.AppKey("gateway", "Gateway")
 
 
 class Gateway:
-    """What the connections share: settings, the Triton client, the live sessions, metrics."""
+    """What the connections share: settings, the Triton servers, the live sessions, metrics."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -88,317 +54,215 @@ class Gateway:
             backends=self.backends.all,
         )
 
-    async def handler(self, ws: ServerConnection) -> None:
-        session = Session(ws, self)
-        self.sessions.add(session)
-        try:
-            await session.run()
-        finally:
-            self.sessions.discard(session)
 
-
-class Session:
-    """One WebSocket connection speaking protocol v1."""
-
-    def __init__(self, ws: ServerConnection, gateway: Gateway) -> None:
-        self.ws = ws
-        self.backends = gateway.backends
-        self.settings = gateway.settings
-        self.metrics = gateway.metrics
-        self.id = uuid.uuid4().hex[:12]
-        self.config = p.Config(VOICES[0])
-        self.contexts: dict[str, Context] = {}
-        self.streams = 0
-
-    async def run(self) -> None:
-        try:
-            await self.send_ready()
-            while (frame := await self.receive()) is not None:
-                try:
-                    await self.handle(self.parse(frame))
-                except p.ProtocolError as e:
-                    await self.send_error(e.code, e.message, e.context_id)
-                except ConnectionClosed:
-                    raise
-                except Exception:
-                    log.exception("session %s: unexpected error handling a message", self.id)
-                    await self.send_error(p.INTERNAL_ERROR, "the server failed to handle this message")
-        except ConnectionClosed:
-            pass
-        finally:
-            for context in self.contexts.values():
-                context.task.cancel()
-
-    async def receive(self) -> str | bytes | None:
-        """The next client frame; None once the connection is closed or left idle."""
-        idle_s = self.settings.idle_timeout_s or None  # 0: never
-        while True:
-            try:
-                return await asyncio.wait_for(self.ws.recv(), idle_s)  # recv is cancel-safe
-            except asyncio.TimeoutError:  # not the builtin on Python 3.10
-                if any(context.busy for context in self.contexts.values()):
-                    continue  # speaking is not idle; a context left open with nothing to say is
-                log.info("session %s: idle for %g s, closing", self.id, idle_s)
-                await self.send_error(p.IDLE_TIMEOUT, f"no message for {idle_s:g} s")
-                await self.ws.close(1000, "idle timeout")
-                return None
-
-    def parse(self, frame: str | bytes) -> p.Config | p.ContextMessage:
-        size = len(frame) if isinstance(frame, bytes) else len(frame.encode("utf-8", "surrogatepass"))
-        if size > self.settings.max_message_bytes:
-            raise p.ProtocolError(
-                p.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.settings.max_message_bytes}"
-            )
-        return p.parse_message(frame, VOICES, self.settings.max_text_chars)
-
-    async def send_error(self, code: str, message: str, context_id: str | None = None) -> None:
-        self.metrics.errors.labels(code).inc()
-        await self.ws.send(p.error(code, message, context_id))
-
-    async def send_ready(self) -> None:
-        c = self.config
-        await self.ws.send(p.encode(
-            "ready", session_id=self.id, format=c.format, sample_rate=c.sample_rate,
-            channels=1, frame_ms=c.frame_ms, voices=list(VOICES),
-        ))
-
-    async def handle(self, message: p.Config | p.ContextMessage) -> None:
-        if isinstance(message, p.Config):
-            if self.streams:
-                raise p.ProtocolError(p.CONFIG_TOO_LATE, "config must come before the first speak or text")
-            self.config = message
-            await self.send_ready()
-            return
-        context = self.contexts.get(message.context_id)
-        if message.type in p.TEXT_TYPES:
-            if context is None:
-                context = await self.open(message.context_id)
-            elif message.type == "speak":
-                raise p.ProtocolError(p.CONTEXT_EXISTS, f"context '{message.context_id}' is already open", message.context_id)
-            elif context.closed:
-                raise p.ProtocolError(p.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
-            self.append(context, message.text)
-            if message.type == "speak":
-                self.close(context)
-            return
-        if context is None:
-            raise p.ProtocolError(p.UNKNOWN_CONTEXT, f"no open context '{message.context_id}'", message.context_id)
-        if message.type == "cancel":
-            context.task.cancel()
-            del self.contexts[context.id]
-            await self.ws.send(p.encode("cancelled", context_id=context.id))
-        elif context.closed:
-            raise p.ProtocolError(p.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
-        elif message.type == "flush":
-            context.submit(*context.segmenter.flush(), Mark.FLUSH)
-        else:
-            self.close(context)
-
-    def append(self, context: Context, text: str) -> None:
-        waiting = context.inbox.chars + len(context.segmenter.pending)
-        if waiting + len(text) > self.settings.max_text_chars:
-            raise p.ProtocolError(
-                p.TEXT_TOO_LONG,
-                f"{waiting} characters are already waiting for synthesis; the limit is {self.settings.max_text_chars}",
-                context.id,
-            )
-        context.submit(*context.segmenter.append(text))
-
-    async def open(self, context_id: str) -> Context:
-        if len(self.contexts) >= self.settings.max_contexts:
-            raise p.ProtocolError(p.TOO_MANY_CONTEXTS, f"at most {self.settings.max_contexts} open contexts", context_id)
-        self.streams = self.streams % 0xFFFF + 1
-        context = Context(context_id, self.streams)
-        context.task = asyncio.create_task(self.speak(context))  # it sends after audio_start, queued first below
-        self.contexts[context_id] = context
-        await self.ws.send(p.encode("audio_start", context_id=context_id, stream=context.stream))
-        return context
-
-    def close(self, context: Context) -> None:
-        context.submit(*context.segmenter.flush(), Mark.CLOSE)
-        context.closed = True
-
-    async def speak(self, context: Context) -> None:
-        """The context's worker: synthesize its sentences in order, send frames.
-
-        `ws.send` waits while the connection's write buffer is full, and the worker
-        takes no more sentences meanwhile: that is the backpressure on a slow reader.
-        """
-        c = self.config
-        encoder = FrameEncoder(VOICE_RATE, c.sample_rate, c.frame_ms, c.format)
-        backend = self.backends.acquire()
-        tts = TtsStream(backend.client, self.metrics.triton_first_response.observe)
-        seq = 0
-
-        async def send(payloads: list[bytes], last: bool = False) -> None:
-            nonlocal seq
-            first = encoder.samples - len(payloads) * encoder.frame_samples
-            for i, payload in enumerate(payloads):
-                end = last and i == len(payloads) - 1
-                await self.ws.send(p.audio_frame(context.stream, seq, first + i * encoder.frame_samples, payload, end))
-                seq += 1
-            if payloads and context.ready_at is not None:
-                self.metrics.ttfp.observe(time.monotonic() - context.ready_at)
-                context.ready_at = None
-            self.metrics.audio.inc(len(payloads) * c.frame_ms / 1000)
-
-        try:
-            while True:
-                context.speaking = False
-                item = await context.inbox.take(REQUEST_CHARS)
-                context.speaking = True
-                if isinstance(item, Mark):
-                    # Deliver every sample so far: the partial frame goes out padded.
-                    await send(encoder.finish(), last=item is Mark.CLOSE)
-                    if item is Mark.FLUSH:
-                        await self.ws.send(p.encode("flushed", context_id=context.id))
-                        continue
-                    ms = round((encoder.samples - encoder.padding) * 1000 / c.sample_rate)  # without the padding
-                    await self.ws.send(p.encode("done", context_id=context.id, audio_ms=ms))
-                    break
-                start_ms = encoder.position * 1000 / c.sample_rate
-                async for chunk in tts.synthesize(" ".join(item), c.voice_params):
-                    if c.timestamps and chunk.words:
-                        await self.ws.send(timestamps(context.id, chunk.words, start_ms))
-                    await send(encoder.push(chunk.pcm))
-        except BackendUnavailable as e:
-            log.error("context %s: Triton %s: %s", context.id, backend.url, e)
-            backend.mark(False, str(e).splitlines()[0])
-            await self._fail(context, p.BACKEND_UNAVAILABLE, str(e))
-        except SynthesisError as e:
-            log.warning("context %s: synthesis failed: %s", context.id, e)
-            await self._fail(context, p.SYNTHESIS_FAILED, str(e))
-        except ConnectionClosed:
-            pass
-        except Exception:
-            log.exception("context %s: unexpected failure", context.id)
-            await self._fail(context, p.INTERNAL_ERROR, "the server failed while speaking this context")
-        finally:
-            tts.close()
-            self.backends.release(backend)
-            if self.contexts.get(context.id) is context and context.closed:
-                del self.contexts[context.id]
-
-    async def _fail(self, context: Context, code: str, message: str) -> None:
-        self.contexts.pop(context.id, None)
-        with contextlib.suppress(ConnectionClosed):
-            await self.send_error(code, message, context.id)
-
-
-def timestamps(context_id: str, words: list[tuple[str, int, int]], start_ms: float) -> str:
-    """A `timestamps` message; word samples (voice rate) count from `start_ms`."""
-
-    def ms(sample: int) -> int:
-        return round(start_ms + sample * 1000 / VOICE_RATE)
-
-    return p.encode(
-        "timestamps", context_id=context_id, words=[w for w, _, _ in words],
-        start_ms=[ms(a) for _, a, _ in words], end_ms=[ms(b) for _, _, b in words],
-    )
-
-
-def http_handler(gateway: Gateway):
+async def stream(request: web.Request) -> web.StreamResponse:
+    """GET /v1/stream: admit the client, then speak protocol v1 until it leaves."""
+    gateway = request.app[GATEWAY]
     settings = gateway.settings
+    if refusal := unauthorized(request, settings) or refused_origin(request, settings):
+        return refusal
+    client = request.remote or ""
+    open_here = sum(1 for session in gateway.sessions if session.client == client)
+    if settings.max_connections_per_client and open_here >= settings.max_connections_per_client:
+        log.warning("refused a connection from %s: %d already open", client, open_here)
+        return text_response(
+            HTTPStatus.TOO_MANY_REQUESTS, f"at most {settings.max_connections_per_client} connections per client\n"
+        )
+    ws = web.WebSocketResponse(
+        max_msg_size=settings.max_frame_bytes,  # past it: close 1009
+        writer_limit=settings.max_buffered_bytes,
+        compress=False,  # Opus does not deflate; compressing it would only cost CPU
+    )
+    if not ws.can_prepare(request).ok:
+        return text_response(HTTPStatus.UPGRADE_REQUIRED, "this path takes a WebSocket upgrade\n")
+    limit_buffers(request, settings.max_buffered_bytes)
+    await ws.prepare(request)
+    session = Session(ClientSocket(ws), gateway, client)
+    gateway.sessions.add(session)
+    try:
+        await session.run()
+    finally:
+        gateway.sessions.discard(session)
+    return ws
 
-    async def process_request(connection: ServerConnection, request: Request) -> Response | None:
-        path = urlsplit(request.path).path
-        if path == p.PATH:
-            return admit(connection, request, settings)
-        if path == "/healthz":
-            return health(gateway.backends)
-        if path == "/metrics":
-            body, content_type = gateway.metrics.exposition()
-            return Response(HTTPStatus.OK.value, "OK", Headers({"Content-Type": content_type}), body)
-        if path == "/v1/voices":
-            return unauthorized(connection, request, settings) or json_response(HTTPStatus.OK, {"voices": voices()})
-        return static_file(connection, "index.html" if path == "/" else path.removeprefix("/static/"))
 
-    return process_request
+def limit_buffers(request: web.Request, size: int) -> None:
+    """The transport and the kernel each hold no more than `size` unsent bytes: past
+    both, `send` waits and the slow reader's synthesis pauses."""
+    request.transport.set_write_buffer_limits(high=size)
+    sock = request.transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
 
-def voices() -> list[dict]:
-    return [{"id": name, "sample_rate": sample_rate(name)} for name in VOICES]
+async def speech(request: web.Request) -> web.StreamResponse:
+    """POST /v1/audio/speech (OpenAI's API): the body streams as the audio is made."""
+    gateway = request.app[GATEWAY]
+    if refusal := unauthorized(request, gateway.settings):
+        return refusal
+    try:
+        speech_request = parse_speech_request(await request.read(), VOICES, gateway.settings.max_text_chars)
+    except ApiError as e:
+        return api_error(gateway, p.INVALID_MESSAGE, e)
+    except web.HTTPRequestEntityTooLarge:
+        return api_error(gateway, p.MESSAGE_TOO_LARGE, ApiError(
+            f"the body is over {gateway.settings.max_message_bytes} bytes", status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+        ))
+    backend = gateway.backends.acquire()
+    tts = TtsStream(backend.client, gateway.metrics.triton_first_response.observe)
+    try:
+        return await stream_speech(request, gateway, backend, tts, speech_request)
+    finally:
+        tts.close()
+        gateway.backends.release(backend)
 
 
-def json_response(status: HTTPStatus, body: dict) -> Response:
-    return Response(status.value, status.phrase, Headers({"Content-Type": "application/json"}), json.dumps(body).encode())
+async def stream_speech(
+    request: web.Request, gateway: Gateway, backend: Backend, tts: TtsStream, speech_request: SpeechRequest
+) -> web.StreamResponse:
+    """The status waits for the first audio, so a failure before it is an error response;
+    one after it cuts the body short (a truncated chunked body, which clients report)."""
+    started = time.monotonic()
+    chunks = synthesize(tts, speech_request)
+    body = SpeechBody(speech_request, VOICE_RATE)
+    try:
+        first = await anext(chunks)
+    except (BackendUnavailable, SynthesisError) as e:
+        return api_error(gateway, *synthesis_failure(backend, e))
+    response = web.StreamResponse(headers={"Content-Type": speech_request.content_type})
+    await response.prepare(request)
+    await response.write(body.push(first.pcm))
+    gateway.metrics.ttfp.observe(time.monotonic() - started)
+    try:
+        async for chunk in chunks:
+            await response.write(body.push(chunk.pcm))
+        await response.write(body.finish())
+    except (BackendUnavailable, SynthesisError) as e:
+        code, error = synthesis_failure(backend, e)
+        gateway.metrics.errors.labels(code).inc()
+        log.warning("%s: cutting a streamed body short after %.2f s of audio", SPEECH_PATH, body.audio_s)
+        request.transport.close()
+        return response
+    finally:
+        gateway.metrics.audio.inc(body.audio_s)
+    await response.write_eof()
+    return response
 
 
-def unauthorized(connection: ServerConnection, request: Request, settings: Settings) -> Response | None:
+async def synthesize(tts: TtsStream, speech_request: SpeechRequest):
+    """The text's audio, in `tts` requests of whole sentences up to REQUEST_CHARS: each
+    request is synthesized to its end, so this bounds the work for a client that stops
+    reading."""
+    inbox = Inbox()
+    inbox.put(*(s.text for s in split_sentences(speech_request.text, MAX_SENTENCE_CHARS)), Mark.CLOSE)
+    while not isinstance(batch := await inbox.take(REQUEST_CHARS), Mark):
+        async for chunk in tts.synthesize(" ".join(batch), speech_request.voice_params):
+            yield chunk
+
+
+def synthesis_failure(backend: Backend, e: Exception) -> tuple[str, ApiError]:
+    if isinstance(e, BackendUnavailable):
+        log.error("%s: Triton %s: %s", SPEECH_PATH, backend.url, e)
+        backend.mark(False, str(e).splitlines()[0])
+        return p.BACKEND_UNAVAILABLE, ApiError(str(e), status=HTTPStatus.SERVICE_UNAVAILABLE)
+    log.warning("%s: synthesis failed: %s", SPEECH_PATH, e)
+    return p.SYNTHESIS_FAILED, ApiError(str(e), status=HTTPStatus.INTERNAL_SERVER_ERROR)
+
+
+def api_error(gateway: Gateway, code: str, error: ApiError) -> web.Response:
+    gateway.metrics.errors.labels(code).inc()
+    return json_response(error.status, error.body())
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """200 while at least one Triton is ready, as the health poll and the streams last saw."""
+    backends = request.app[GATEWAY].backends.all
+    ready = any(b.up for b in backends)
+    return json_response(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE, {
+        "gateway": "ok",
+        "triton": "ready" if ready else "unavailable",
+        "backends": {b.url: "ready" if b.up else "unavailable" for b in backends},
+    })
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body, content_type = request.app[GATEWAY].metrics.exposition()
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def voices(request: web.Request) -> web.Response:
+    if refusal := unauthorized(request, request.app[GATEWAY].settings):
+        return refusal
+    return json_response(HTTPStatus.OK, {"voices": [{"id": name, "sample_rate": sample_rate(name)} for name in VOICES]})
+
+
+async def page(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+def json_response(status: HTTPStatus, body: dict) -> web.Response:
+    return web.Response(status=status.value, body=json.dumps(body).encode(), content_type="application/json")
+
+
+def text_response(status: HTTPStatus, text: str) -> web.Response:
+    return web.Response(status=status.value, text=text)
+
+
+def unauthorized(request: web.Request, settings: Settings) -> web.Response | None:
     """The 401 for a request without the configured API key; None when it may go on."""
     if not settings.api_key or hmac.compare_digest(presented_key(request).encode(), settings.api_key.encode()):
         return None
-    refusal = connection.respond(HTTPStatus.UNAUTHORIZED, "a valid API key is required\n")
+    refusal = text_response(HTTPStatus.UNAUTHORIZED, "a valid API key is required\n")
     refusal.headers["WWW-Authenticate"] = "Bearer"
     return refusal
 
 
-def admit(connection: ServerConnection, request: Request, settings: Settings) -> Response | None:
-    """None lets the WebSocket handshake go on; otherwise the refusal."""
-    if refusal := unauthorized(connection, request, settings):
-        return refusal
-    client = connection.remote_address[0]
-    open_here = sum(1 for other in connection.server.connections if other.remote_address[0] == client)
-    if settings.max_connections_per_client and open_here >= settings.max_connections_per_client:
-        log.warning("refused a connection from %s: %d already open", client, open_here)
-        return connection.respond(
-            HTTPStatus.TOO_MANY_REQUESTS, f"at most {settings.max_connections_per_client} connections per client\n"
-        )
-    # The kernel's send buffer holds no more than the write buffer: past both, `send`
-    # waits and synthesis for the slow reader pauses.
-    sock = connection.transport.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, settings.max_buffered_bytes)
-    return None
+def refused_origin(request: web.Request, settings: Settings) -> web.Response | None:
+    """The 403 for a browser page from an Origin not allowed; requests without one pass."""
+    origin = request.headers.getall("Origin", [])
+    if not settings.allowed_origins or not origin or (len(origin) == 1 and origin[0] in settings.allowed_origins):
+        return None
+    log.warning("refused a connection from Origin %s", origin)
+    return text_response(HTTPStatus.FORBIDDEN, "this Origin is not allowed\n")
 
 
-def presented_key(request: Request) -> str:
+def presented_key(request: web.Request) -> str:
     """The API key in the `Authorization: Bearer`, `X-API-Key` header or `api_key` query;
     empty (refused) when absent or given more than once."""
-    auth = request.headers.get_all("Authorization")
+    auth = request.headers.getall("Authorization", [])
     if auth:
         return auth[0][7:].strip() if len(auth) == 1 and auth[0].lower().startswith("bearer ") else ""
-    key = request.headers.get_all("X-API-Key") or parse_qs(urlsplit(request.path).query).get("api_key", [])
+    key = request.headers.getall("X-API-Key", []) or request.query.getall("api_key", [])
     return key[0] if len(key) == 1 else ""
 
 
-def health(backends: Backends) -> Response:
-    """200 while at least one Triton is ready, as the health poll and the streams last saw."""
-    ready = any(b.up for b in backends.all)
-    status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
-    return json_response(status, {
-        "gateway": "ok",
-        "triton": "ready" if ready else "unavailable",
-        "backends": {b.url: "ready" if b.up else "unavailable" for b in backends.all},
-    })
-
-
-def static_file(connection: ServerConnection, name: str) -> Response:
-    """A file of gateway/static, by plain name only: no directories, so no traversal."""
-    path = STATIC / name
-    if "/" in name or "\\" in name or name.startswith(".") or path.suffix not in CONTENT_TYPES or not path.is_file():
-        return connection.respond(HTTPStatus.NOT_FOUND, "not found\n")
-    headers = Headers({"Content-Type": CONTENT_TYPES[path.suffix], "Cache-Control": "no-cache"})
-    return Response(HTTPStatus.OK.value, "OK", headers, path.read_bytes())
+def application(gateway: Gateway) -> web.Application:
+    # A speech request body is one message: the same limit as on the WebSocket.
+    app = web.Application(client_max_size=gateway.settings.max_message_bytes)
+    app[GATEWAY] = gateway
+    app.router.add_get(p.PATH, stream)
+    app.router.add_post(SPEECH_PATH, speech)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/voices", voices)
+    app.router.add_get("/", page)
+    app.router.add_static("/static/", STATIC)
+    return app
 
 
 async def serve_forever(settings: Settings) -> None:
     gateway = Gateway(settings)
     watch = asyncio.create_task(gateway.backends.watch())
-    async with serve(
-        gateway.handler, settings.host, settings.port,
-        process_request=http_handler(gateway),
-        origins=[*settings.allowed_origins, None] if settings.allowed_origins else None,  # None: no Origin header
-        max_size=settings.max_frame_bytes,
-        max_queue=4,  # frames received ahead of the session: with max_size, bounds memory per connection
-        write_limit=settings.max_buffered_bytes,
-    ) as server:
-        log.info("gateway on ws://%s:%d%s, Triton at %s", settings.host, settings.port, p.PATH,
+    runner = web.AppRunner(application(gateway), access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, settings.host, settings.port).start()
+        log.info("gateway on http://%s:%d (WebSocket %s), Triton at %s", settings.host, settings.port, p.PATH,
                  ", ".join(settings.triton_urls))
-        try:
-            await server.serve_forever()
-        finally:
-            watch.cancel()
+        await asyncio.Event().wait()
+    finally:
+        watch.cancel()
+        await runner.cleanup()
 
 
 def main(argv: list[str] | None = None) -> None:

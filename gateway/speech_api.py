@@ -1,7 +1,6 @@
 """OpenAI's `POST /v1/audio/speech`, sans I/O: the request body parsed and checked, errors
-in OpenAI's shape, and the server-sent events of `stream_format: "sse"`.
-
-The HTTP shell that will serve it is not built yet; this is its contract, tested alone.
+in OpenAI's shape, and the response body made from PCM as it comes (frames, container,
+and the server-sent events of `stream_format: "sse"`). The HTTP shell is in server.py.
 """
 
 from __future__ import annotations
@@ -12,9 +11,13 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
+import numpy as np
+
 from python_backends.contract import LENGTH_SCALE, VOICE_PARAMS
 
-from .containers import CONTENT_TYPES, FRAME_FORMATS
+from .audio import FrameEncoder
+from .containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
+from .protocol import ProtocolError, voice_params
 
 # OpenAI's voice names, so that clients written for it work unchanged: each speaks with
 # the default voice (only one is embedded).
@@ -24,6 +27,7 @@ OPENAI_VOICES = (
 STREAM_FORMATS = ("audio", "sse")
 DEFAULT_FORMAT = "wav"  # OpenAI's default is mp3, which this server does not make
 RATES = {"pcm": 24000, "wav": 24000, "flac": 24000, "opus": 48000}  # OpenAI's pcm is 24 kHz
+FRAME_MS = 20
 _SPEED = next(p for p in VOICE_PARAMS if p.name == LENGTH_SCALE)  # speed = 1 / length_scale
 
 
@@ -45,6 +49,7 @@ class SpeechRequest:
     response_format: str
     speed: float
     stream_format: str
+    extra_params: tuple[tuple[str, float | int], ...] = ()  # noise_scale, noise_w, seed
 
     @property
     def length_scale(self) -> float:
@@ -54,6 +59,12 @@ class SpeechRequest:
     def frame_format(self) -> str:
         """The gateway frame format (`opus` or `pcm_s16le`) the container is fed with."""
         return FRAME_FORMATS[self.response_format]
+
+    @property
+    def voice_params(self) -> tuple[tuple[str, float | int], ...]:
+        """The `tts` request's voice parameters (speed is the inverse of length_scale)."""
+        speed = () if self.speed == 1 else ((LENGTH_SCALE, self.length_scale),)
+        return speed + self.extra_params
 
     @property
     def sample_rate(self) -> int:
@@ -100,7 +111,52 @@ def parse_speech_request(raw: bytes, voices: tuple[str, ...], max_chars: int) ->
     low, high = 1 / _SPEED.maximum, 1 / _SPEED.minimum
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
         raise ApiError(f"'speed' must be a number from {low:g} to {high:g}", "speed")
-    return SpeechRequest(text, voices[0] if voice in OPENAI_VOICES else voice, fmt, float(speed), stream_format)
+    voice = voices[0] if voice in OPENAI_VOICES else voice
+    return SpeechRequest(text, voice, fmt, float(speed), stream_format, _extra_params(body))
+
+
+def _extra_params(body: dict) -> tuple[tuple[str, float | int], ...]:
+    """Protocol v1's voice parameters as extension fields (`extra_body` in OpenAI's SDK);
+    speed stands for length_scale."""
+    params: list[tuple[str, float | int]] = []
+    for key in (p.name.lower() for p in VOICE_PARAMS if p.name != LENGTH_SCALE):
+        try:
+            params += voice_params({key: body[key]}) if key in body else ()
+        except ProtocolError as e:
+            raise ApiError(e.message, key) from None
+    return tuple(params)
+
+
+class SpeechBody:
+    """The response body of one request: voice-rate PCM in, body bytes out as soon as
+    the container has them (frames encoded, muxed, and wrapped in events for SSE)."""
+
+    def __init__(self, request: SpeechRequest, source_rate: int) -> None:
+        self._encoder = FrameEncoder(source_rate, request.sample_rate, FRAME_MS, request.frame_format)
+        self._writer = ContainerWriter(request.response_format, request.sample_rate, self._encoder.frame_samples)
+        self._sse = request.stream_format == "sse"
+        self._rate = request.sample_rate
+
+    @property
+    def audio_s(self) -> float:
+        """Seconds of audio in the body so far."""
+        return self._encoder.samples / self._rate
+
+    def push(self, pcm: np.ndarray) -> bytes:
+        return self._wrap(self._mux(self._encoder.push(pcm)))
+
+    def finish(self) -> bytes:
+        """The body's last bytes: the padded last frame, the container's trailer, `done`."""
+        data = self._wrap(self._mux(self._encoder.finish()) + self._writer.finish())
+        return data + sse_done() if self._sse else data
+
+    def _mux(self, payloads: list[bytes]) -> bytes:
+        step = self._encoder.frame_samples
+        first = self._encoder.samples - len(payloads) * step
+        return b"".join(self._writer.push(payload, first + i * step) for i, payload in enumerate(payloads))
+
+    def _wrap(self, data: bytes) -> bytes:
+        return sse_delta(data) if self._sse and data else data
 
 
 def sse_delta(audio: bytes) -> bytes:

@@ -72,11 +72,11 @@ def test_static_files_refuse_traversal(gateway):
 
     http = gateway.replace("ws://", "http://").removesuffix("/v1/stream")
     with urllib.request.urlopen(http + "/static/app.js") as r:
-        assert r.headers["Content-Type"].startswith("text/javascript")
+        assert r.headers["Content-Type"].split(";")[0] in ("text/javascript", "application/javascript")
     for path in ["/static/../server.py", "/static/%2e%2e/server.py", "/static/", "/static/.hidden.js", "/etc/passwd"]:
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(http + path)
-        assert e.value.code == 404
+        assert e.value.code in (403, 404)  # refused: a directory (403) or no such file
 
 
 def test_page_behind_an_api_key_and_an_origin_allow_list(triton, browser, tmp_path):

@@ -3,7 +3,13 @@ import json
 
 import pytest
 
-from gateway.speech_api import OPENAI_VOICES, ApiError, parse_speech_request, sse_delta, sse_done
+import io
+
+import av
+import numpy as np
+
+from gateway.speech_api import OPENAI_VOICES, ApiError, SpeechBody, parse_speech_request, sse_delta, sse_done
+from python_backends.contract import LENGTH_SCALE, NOISE_W, SEED
 
 VOICES = ("en_US-joe-medium",)
 
@@ -43,6 +49,8 @@ def test_formats(fmt, frames, rate, content_type):
     ({"model": "m", "input": "Hi.", "voice": "alloy", "speed": "fast"}, "speed"),
     ({"model": "m", "input": "Hi.", "voice": "alloy", "speed": True}, "speed"),
     ({"model": 3, "input": "Hi.", "voice": "alloy"}, "model"),
+    ({"model": "m", "input": "Hi.", "voice": "alloy", "seed": -1}, "seed"),
+    ({"model": "m", "input": "Hi.", "voice": "alloy", "noise_w": "loud"}, "noise_w"),
 ])
 def test_bad_requests_name_their_field(body, param):
     with pytest.raises(ApiError) as e:
@@ -65,3 +73,37 @@ def test_server_sent_events():
     assert data["type"] == "speech.audio.delta" and base64.b64decode(data["audio"]) == b"\x00\x01audio"
     assert json.loads(sse_done()[6:]) == {"type": "speech.audio.done"}
     assert "alloy" in OPENAI_VOICES
+
+
+def test_voice_parameters_as_extensions_and_speed_as_length_scale():
+    r = parse(model="m", input="Hi.", voice="alloy", speed=2, seed=5, noise_w=0.5, length_scale=3)
+    assert dict(r.voice_params) == {LENGTH_SCALE: 0.5, SEED: 5, NOISE_W: 0.5}  # speed wins over length_scale
+    assert parse(model="m", input="Hi.", voice="alloy").voice_params == ()
+
+
+def speech_body(fmt: str, stream_format: str = "audio") -> tuple[bytes, list[bytes]]:
+    """A second of a 440 Hz tone at 22,050 Hz pushed in uneven chunks; the whole body
+    and the pieces returned along the way."""
+    body = SpeechBody(parse(model="m", input="Hi.", voice="alloy", response_format=fmt, stream_format=stream_format), 22050)
+    tone = (0.3 * np.sin(2 * np.pi * 440 * np.arange(22050) / 22050)).astype(np.float32)
+    pieces = [body.push(tone[a:b]) for a, b in ((0, 1000), (1000, 9000), (9000, 22050))]
+    pieces.append(body.finish())
+    return b"".join(pieces), pieces
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac", "opus"])
+def test_a_speech_body_streams_a_container_of_the_pushed_length(fmt):
+    data, pieces = speech_body(fmt)
+    assert pieces[0] or pieces[1]  # bytes leave before the end
+    with av.open(io.BytesIO(data)) as container:
+        frames = list(container.decode(audio=0))
+    seconds = sum(f.samples for f in frames) / frames[0].sample_rate
+    assert 1.0 - 0.007 <= seconds <= 1.02  # padded to whole 20 ms frames; Opus drops its 6.5 ms pre-skip
+
+
+def test_an_sse_body_wraps_the_container_in_deltas_then_done():
+    data, _ = speech_body("pcm", "sse")
+    events = [json.loads(line[6:]) for line in data.decode().split("\n\n") if line]
+    assert events[-1] == {"type": "speech.audio.done"}
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert len(pcm) == 2 * 24000 and len(events) > 2  # one second: 50 frames of 20 ms at 24 kHz

@@ -97,6 +97,18 @@ def health(port: int) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
+def post_speech(port: int) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/audio/speech", method="POST",
+        data=json.dumps({"model": "tts-1", "voice": "alloy", "input": "Anyone there?"}).encode(),
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as r:
+            return r.status, {}
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
 def test_triton_killed_mid_stream_then_back(tmp_path):
     ports = free_ports(3)
     triton = own_triton(tmp_path, ports)
@@ -127,6 +139,8 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
         assert status[0] == 503 and status[1]["triton"] == "unavailable"
         assert status[1]["backends"] == {f"127.0.0.1:{ports[1]}": "unavailable"}
         assert refused["code"] == p.BACKEND_UNAVAILABLE and refused_after < 2
+        status, body = post_speech(port)
+        assert status == 503 and "Triton unavailable" in body["error"]["message"]
         assert gateway.poll() is None
 
         triton = own_triton(tmp_path, ports)  # the same ports; the gateway is not restarted
