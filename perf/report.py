@@ -4,6 +4,7 @@ from an old bench.json without measuring again)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 OURS = "speechstream"
@@ -23,9 +24,16 @@ def at_level(results: dict, system: str, workload: str, level: int) -> dict | No
     return next((r for r in rows_of(results, system, workload) if r["level"] == level), None)
 
 
-def saturated(results: dict, system: str, workload: str) -> float | None:
-    """The highest throughput over the levels run."""
-    return max((r["throughput_audio_s_per_s"] for r in rows_of(results, system, workload)), default=None)
+def saturated(results: dict, system: str, workload: str) -> dict | None:
+    """The level with the highest throughput."""
+    return max(rows_of(results, system, workload), key=lambda r: r["throughput_audio_s_per_s"], default=None)
+
+
+def efficiency(row: dict) -> float | None:
+    """Audio seconds per CPU-second of the server's processes: unlike audio-s per wall-s,
+    it hardly moves with what else a shared machine runs at the time."""
+    cpu_s = sum(c["cpu_s"] for group, c in row["cpu"].items() if group not in ("client", "others"))
+    return row["audio_s"] / cpu_s if cpu_s > 0 else None
 
 
 def goal(name: str, value: float, target: str, met: bool) -> dict:
@@ -44,19 +52,29 @@ def level_goals(results: dict, workload: str) -> list[dict]:
     return out
 
 
+def ratio_goal(name: str, ours: float | None, theirs: float | None, at_least: float) -> list[dict]:
+    if not ours or not theirs:
+        return []
+    return [goal(name, round(ours / theirs, 2), f"≥ {at_least}", ours / theirs >= at_least)]
+
+
 def throughput_goals(results: dict, workload: str) -> list[dict]:
-    """Saturated throughput against the compute limit and against the best peer."""
-    ours, out = saturated(results, OURS, workload), []
+    """Saturated throughput against the compute limit and against the best peer, in
+    audio-s per wall-s as asked, and per CPU-second, which a busy shared machine skews less
+    (the limit, ours and the peers are measured minutes apart)."""
+    ours = saturated(results, OURS, workload)
     if ours is None:
-        return out
-    if limit := results["limit"].get(workload):
-        share = ours / limit["audio_s_per_s"]
-        out.append(goal(f"{workload}: saturated throughput / compute limit", round(share, 2), f"≥ {GOAL_OF_LIMIT}", share >= GOAL_OF_LIMIT))
+        return []
+    limit = results["limit"].get(workload, {})
     peers = [saturated(results, s, workload) for s in {r["system"] for r in results["runs"]} - {OURS}]
-    if best := max(filter(None, peers), default=None):
-        ratio = ours / best
-        out.append(goal(f"{workload}: saturated throughput / best peer's", round(ratio, 2), f"≥ {GOAL_OVER_PEER}", ratio >= GOAL_OVER_PEER))
-    return out
+    best = max(filter(None, peers), key=lambda r: r["throughput_audio_s_per_s"], default=None)
+    best_by_cpu = max((e for e in map(efficiency, filter(None, peers)) if e), default=None)
+    return (
+        ratio_goal(f"{workload}: saturated throughput / compute limit", ours["throughput_audio_s_per_s"], limit.get("audio_s_per_s"), GOAL_OF_LIMIT)
+        + ratio_goal(f"{workload}: audio-s per server CPU-s / compute limit's", efficiency(ours), limit.get("audio_s_per_cpu_s"), GOAL_OF_LIMIT)
+        + ratio_goal(f"{workload}: saturated throughput / best peer's", ours["throughput_audio_s_per_s"], best and best["throughput_audio_s_per_s"], GOAL_OVER_PEER)
+        + ratio_goal(f"{workload}: audio-s per server CPU-s / best peer's", efficiency(ours), best_by_cpu, GOAL_OVER_PEER)
+    )
 
 
 def cpu_goal(results: dict) -> list[dict]:
@@ -92,13 +110,21 @@ def times_cell(times: dict) -> str:
     return "–" if tr is None and gw is None else f"{tr if tr is not None else '–'} / {gw if gw is not None else '–'}"
 
 
+def limit_share(row: dict, limit: dict) -> str:
+    """Throughput as a % of the compute limit, per wall-second and per CPU-second."""
+    if not limit:
+        return "–"
+    per_cpu = efficiency(row)
+    by_cpu = f"{100 * per_cpu / limit['audio_s_per_cpu_s']:.0f}" if per_cpu and limit.get("audio_s_per_cpu_s") else "–"
+    return f"{100 * row['throughput_audio_s_per_s'] / limit['audio_s_per_s']:.0f} / {by_cpu} %"
+
+
 def table(results: dict) -> str:
     head = ("| system | workload | clients | streams | TTFP p50 / p90 / p99 ms | RTF p50 / max | throughput audio-s/s "
-            "| % of limit | stalls (streams) | stalled ms | server-side TTFP mean ms: Triton / gateway | server CPU, cores | client CPU, cores | others' CPU, cores | errors |")
+            "| % of limit: wall / CPU | stalls (streams) | stalled ms | server-side TTFP mean ms: Triton / gateway | server CPU, cores | client CPU, cores | others' CPU, cores | errors |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in sorted(results["runs"], key=lambda r: (r["system"] != OURS, r["system"], r["workload"], r["level"])):
-        limit = results["limit"].get(r["workload"], {}).get("audio_s_per_s")
-        share = f"{100 * r['throughput_audio_s_per_s'] / limit:.0f} %" if limit else "–"
+        share = limit_share(r, results["limit"].get(r["workload"], {}))
         t = r["ttfp_ms"]
         lines.append(
             f"| {r['system']} | {r['workload']} | {r['level']} | {r['streams']} | {t['p50']:.0f} / {t['p90']:.0f} / {t['p99']:.0f} "
@@ -112,7 +138,8 @@ def table(results: dict) -> str:
 def markdown(results: dict) -> str:
     m, o = results["machine"], results["options"]
     limits = "\n".join(
-        f"- compute limit, {name}: **{l['audio_s_per_s']:.1f} audio-s/s** on {l['cores']} cores "
+        f"- compute limit, {name}: **{l['audio_s_per_s']:.1f} audio-s/s** on {l['cores']} cores, "
+        f"{l.get('audio_s_per_cpu_s', math.nan):.1f} audio-s per CPU-s "
         f"(whole-utterance onnxruntime in process, one thread per core; one core's RTF {l['rtf_one_core_p50']:.3f})"
         for name, l in results["limit"].items()
     )

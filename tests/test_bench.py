@@ -113,7 +113,7 @@ def run_row(system, level, ttfp_p50, ttfp_p99, throughput_, stalls=0, gateway_cp
         times = {"triton_first_response_ms_mean": 20.0, "gateway_ttfp_ms_mean": 30.0}
     else:
         cpu |= {"server": {"cpu_s": 30.0, "cores": 1.9}}
-    return {"server_times": times, "system": system, "workload": "paragraph", "level": level, "streams": 24, "errors": 0,
+    return {"server_times": times, "audio_s": 10 * throughput_, "system": system, "workload": "paragraph", "level": level, "streams": 24, "errors": 0,
             "ttfp_ms": {"p50": ttfp_p50, "p90": ttfp_p99, "p99": ttfp_p99, "max": ttfp_p99},
             "rtf": {"p50": 0.1, "p90": 0.2, "max": 0.3}, "throughput_audio_s_per_s": throughput_,
             "stalls": stalls, "streams_stalled": min(stalls, 24), "stalled_ms": 10.0 * stalls, "cpu": cpu,
@@ -127,7 +127,7 @@ def results():
         "machine": {"model": "AMD EPYC", "cores": 2, "loadavg_before": (1.0, 1.0, 1.0), "loadavg_after": (2.0, 1.0, 1.0)},
         "mode": "back to back", "options": {"rounds": 3, "min_streams": 24, "level_seconds": 60.0, "limit_seconds": 10, "listen": False},
         "workloads": ["paragraph"], "levels": [1, 8, 32],
-        "limit": {"paragraph": {"cores": 2, "audio_s_per_s": 40.0, "rtf_one_core_p50": 0.05, "seconds": 10}},
+        "limit": {"paragraph": {"cores": 2, "audio_s_per_s": 40.0, "audio_s_per_cpu_s": 20.0, "rtf_one_core_p50": 0.05, "seconds": 10}},
         "runs": [
             run_row("speechstream", 1, 35.0, 60.0, 20.0),
             run_row("speechstream", 8, 60.0, 140.0, 36.0),
@@ -147,6 +147,10 @@ def test_goals_are_checked_against_the_limit_the_best_peer_and_the_gateway_share
     assert not checks["paragraph: underruns at 32 clients"]["met"]
     assert checks["paragraph: saturated throughput / compute limit"]["value"] == pytest.approx(0.9)  # 36 of 40
     assert checks["paragraph: saturated throughput / best peer's"]["value"] == pytest.approx(1.2)  # 36 of 30
+    # Per CPU-second, at the saturated level: ours 360 audio-s on 1 + 40 CPU-s, the limit
+    # 20 audio-s per CPU-s, the peer 300 audio-s on 30 CPU-s.
+    assert checks["paragraph: audio-s per server CPU-s / compute limit's"]["value"] == pytest.approx(0.44)
+    assert checks["paragraph: audio-s per server CPU-s / best peer's"]["value"] == pytest.approx(0.88)
     share = checks["gateway CPU / Triton CPU, per audio second"]
     assert share["value"] == pytest.approx(5.0 / 120.0, abs=1e-3) and share["met"]
 
@@ -160,7 +164,8 @@ def test_markdown_has_a_row_per_system_workload_and_level_and_the_goal_lines(res
     assert "gw 0.10 + tr 1.80" in rows[0] and "| 20.0 / 30.0 |" in rows[0]
     assert "| – |" in rows[-1]  # a peer: no server-side times
     assert "**missed**: paragraph: underruns at 32 clients" in text
-    assert "compute limit, paragraph: **40.0 audio-s/s**" in text
+    assert "compute limit, paragraph: **40.0 audio-s/s** on 2 cores, 20.0 audio-s per CPU-s" in text
+    assert "| 90 / 44 % |" in rows[1]  # 36 of 40 audio-s/s; 8.8 of 20 audio-s per CPU-s
 
 
 @pytest.mark.triton
