@@ -25,6 +25,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from perf.metrics import percentile
+
 INPUT_DATA = Path(__file__).parent / "tts_input.json"
 NS = 1e9
 
@@ -78,15 +80,6 @@ def parse_export(raw: bytes) -> dict:
 def first_response_ms(experiment: dict) -> list[float]:
     """Per request that got a response: its first response's time after the request, in ms."""
     return [(r["response_timestamps"][0] - r["timestamp"]) / 1e6 for r in experiment["requests"] if r["response_timestamps"]]
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between the closest ranks (numpy's default), defined for one value too."""
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q / 100
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def duration_s(experiment: dict) -> float:

@@ -40,14 +40,6 @@ def test_first_response_is_first_timestamp_minus_request_timestamp():
     assert pa.first_response_ms(experiment) == pytest.approx([30.0, 50.0, 100.0])
 
 
-def test_percentile_interpolates_between_ranks():
-    values = [30.0, 100.0, 50.0]
-    assert pa.percentile(values, 50) == 50.0
-    assert pa.percentile(values, 90) == pytest.approx(90.0)  # 50 + 0.8 * 50
-    assert pa.percentile(values, 100) == 100.0
-    assert pa.percentile([7.0], 99) == 7.0
-
-
 def test_summarize_one_level():
     level = pa.summarize(pa.parse_export(EXPORT)["experiments"][0])
     assert (level.concurrency, level.requests) == (2, 3)
