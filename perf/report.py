@@ -135,14 +135,19 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def limit_line(name: str, limit: dict, runs: list[dict]) -> str:
+    rates = " and ".join(f"{run[name]['audio_s_per_s']:.1f}" for run in runs)
+    return (
+        f"- compute limit, {name}: **{limit['audio_s_per_s']:.1f} audio-s/s** on {limit['cores']} cores, "
+        f"{limit.get('audio_s_per_cpu_s', math.nan):.1f} audio-s per CPU-s (whole-utterance onnxruntime in process, "
+        f"one thread per core; one core's RTF {limit['rtf_one_core_p50']:.3f}"
+        + (f"; the higher of {rates} audio-s/s, measured before and after the servers)" if runs else ")")
+    )
+
+
 def markdown(results: dict) -> str:
     m, o = results["machine"], results["options"]
-    limits = "\n".join(
-        f"- compute limit, {name}: **{l['audio_s_per_s']:.1f} audio-s/s** on {l['cores']} cores, "
-        f"{l.get('audio_s_per_cpu_s', math.nan):.1f} audio-s per CPU-s "
-        f"(whole-utterance onnxruntime in process, one thread per core; one core's RTF {l['rtf_one_core_p50']:.3f})"
-        for name, l in results["limit"].items()
-    )
+    limits = "\n".join(limit_line(name, l, results.get("limit_runs", [])) for name, l in results["limit"].items())
     checks = "\n".join(f"- {'met' if g['met'] else '**missed**'}: {g['goal']} = {g['value']} (goal {g['target']})" for g in results["goals"])
     return (
         f"# Benchmark\n\n{results['date']} · {m['model']} · {m['cores']} cores · commit `{results['commit']}` · "

@@ -128,6 +128,7 @@ def results():
         "mode": "back to back", "options": {"rounds": 3, "min_streams": 24, "level_seconds": 60.0, "limit_seconds": 10, "listen": False},
         "workloads": ["paragraph"], "levels": [1, 8, 32],
         "limit": {"paragraph": {"cores": 2, "audio_s_per_s": 40.0, "audio_s_per_cpu_s": 20.0, "rtf_one_core_p50": 0.05, "seconds": 10}},
+        "limit_runs": [{"paragraph": {"audio_s_per_s": 40.0}}, {"paragraph": {"audio_s_per_s": 35.0}}],
         "runs": [
             run_row("speechstream", 1, 35.0, 60.0, 20.0),
             run_row("speechstream", 8, 60.0, 140.0, 36.0),
@@ -165,7 +166,14 @@ def test_markdown_has_a_row_per_system_workload_and_level_and_the_goal_lines(res
     assert "| – |" in rows[-1]  # a peer: no server-side times
     assert "**missed**: paragraph: underruns at 32 clients" in text
     assert "compute limit, paragraph: **40.0 audio-s/s** on 2 cores, 20.0 audio-s per CPU-s" in text
+    assert "the higher of 40.0 and 35.0 audio-s/s" in text
     assert "| 90 / 44 % |" in rows[1]  # 36 of 40 audio-s/s; 8.8 of 20 audio-s per CPU-s
+
+
+def test_the_limit_is_the_higher_of_the_runs_before_and_after_the_servers():
+    before = {"short": {"audio_s_per_s": 5.0}, "paragraph": {"audio_s_per_s": 9.0}}
+    after = {"short": {"audio_s_per_s": 7.0}, "paragraph": {"audio_s_per_s": 8.0}}
+    assert bench.best_limit([before, after]) == {"short": after["short"], "paragraph": before["paragraph"]}
 
 
 @pytest.mark.triton
