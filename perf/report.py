@@ -1,10 +1,15 @@
 """The benchmark's report: the goal checks, a Markdown table and two PNG plots, all from
-the results dictionary that `perf.bench` also writes as JSON (so a report can be redrawn
-from an old bench.json without measuring again)."""
+the results dictionary that `perf.bench` also writes as JSON, so a report can be redrawn
+from a bench.json without measuring again:
+
+    python -m perf.report [DIR]       # DIR/bench.json → DIR/bench.md, ttfp.png, throughput.png
+"""
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from pathlib import Path
 
 OURS = "speechstream"
@@ -150,7 +155,8 @@ def markdown(results: dict) -> str:
     limits = "\n".join(limit_line(name, l, results.get("limit_runs", [])) for name, l in results["limit"].items())
     checks = "\n".join(f"- {'met' if g['met'] else '**missed**'}: {g['goal']} = {g['value']} (goal {g['target']})" for g in results["goals"])
     return (
-        f"# Benchmark\n\n{results['date']} · {m['model']} · {m['cores']} cores · commit `{results['commit']}` · "
+        f"# Benchmark\n\n{results['date']} · {m['model']} · {m['cores']} cores · commit `{results['commit']}`"
+        f"{' (with the uncommitted changes in its working tree)' if results['commit'].endswith('-dirty') else ''} · "
         f"load average {m['loadavg_before'][0]:.1f} before, {m['loadavg_after'][0]:.1f} after (shared machine)\n\n"
         f"`{results['command']}` — clients speak {results['mode']}, {o['rounds']} utterances per client and at least "
         f"{o['min_streams']} per level, none started after {o['level_seconds']:g} s into a level; Opus over protocol v1 for ours, "
@@ -246,3 +252,10 @@ def write_report(results: dict, out: Path) -> str:
     plot_ttfp(results, out / "ttfp.png")
     plot_throughput(results, out / "throughput.png")
     return text
+
+
+if __name__ == "__main__":
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "results"
+    bench = json.loads((folder / "bench.json").read_text())
+    bench["goals"] = goals(bench)
+    print(write_report(bench, folder))
