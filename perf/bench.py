@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import math
 import os
@@ -295,6 +296,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if importlib.util.find_spec("matplotlib") is None:  # fail now, not after the measuring
+        sys.exit("perf.bench draws with matplotlib: pip install -e '.[bench]'")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop what we started, as on Ctrl-C
     try:
         results = run(args)
