@@ -63,6 +63,23 @@ def plan_chunks(frames: int, sizes: Iterator[int], left: int, right: int) -> lis
     return chunks
 
 
+def head_frames(initial: int, size: int, right: int) -> int:
+    """Frames the first vocoder calls of a stream need (the first two chunks and the
+    second's right context): the acoustic stage sends these of the first sentence
+    first, so vocoding starts before that sentence's flow has run to its end."""
+    sizes = chunk_sizes(initial, size)
+    return next(sizes) + next(sizes) + right
+
+
+def flow_pieces(frames: int, head: int, context: int) -> list[tuple[int, int]]:
+    """The [start, end) frames the acoustic stage makes a sentence of `frames` in: the
+    first `head` alone, then the rest, when the rest outweighs the `context` frames a
+    second piece recomputes; otherwise the whole sentence at once."""
+    if 0 < head and frames - head > context:
+        return [(0, head), (head, frames)]
+    return [(0, frames)]
+
+
 def bucket_frames(frames: int) -> int:
     """The padded window length for a window of `frames`: the smallest bucket that
     holds it, or a multiple of the largest bucket's step past the last one."""

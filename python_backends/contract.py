@@ -25,13 +25,19 @@ NOISE_SCALE = "NOISE_SCALE"
 NOISE_W = "NOISE_W"
 SEED = "SEED"
 
+# Input of `acoustic`: send the first sentence's first HEAD_FRAMES frames as a response
+# of their own, ahead of its other frames (0, the default: each sentence in one piece).
+HEAD_FRAMES = "HEAD_FRAMES"
+
 # Chunking inputs of `tts`.
 INITIAL_CHUNK_FRAMES = "INITIAL_CHUNK_FRAMES"
 CHUNK_FRAMES = "CHUNK_FRAMES"
 LEFT_CONTEXT_FRAMES = "LEFT_CONTEXT_FRAMES"
 RIGHT_CONTEXT_FRAMES = "RIGHT_CONTEXT_FRAMES"
 
-# Outputs of `acoustic` (one response per sentence).
+# Outputs of `acoustic`: one response per sentence, or per piece of one (HEAD_FRAMES);
+# a sentence's first response carries its DURATIONS, PHONEME_IDS and words, later
+# pieces only their LATENT frames (and empty word arrays).
 LATENT = "LATENT"  # [channels, frames] float32, the decoder input z·mask
 DURATIONS = "DURATIONS"  # [phoneme ids] int32, frames per phoneme id
 PHONEME_IDS = "PHONEME_IDS"  # [phoneme ids] int64
@@ -77,6 +83,8 @@ VOICE_PARAMS = (
 # (16 context frames on 128 spoken) while one call (~0.15 s of a core) stays short
 # enough not to hold up other streams. 8 frames of context on each side match
 # whole-utterance vocoding at ~65 dB (16 left: ~69 dB, for 6 % more vocoder work).
+HEAD_PARAM = Param(HEAD_FRAMES, "TYPE_INT32", 0, 0, 4096)
+
 CHUNK_PARAMS = (
     Param(INITIAL_CHUNK_FRAMES, "TYPE_INT32", 8, 1, 256),
     Param(CHUNK_FRAMES, "TYPE_INT32", 128, 1, 256),
@@ -113,7 +121,7 @@ def _text_inputs() -> list[dict]:
 def model_inputs(model: str) -> list[dict]:
     """Input declarations of `model`, as Triton's auto-complete config expects them."""
     if model == ACOUSTIC_MODEL:
-        return _text_inputs()
+        return _text_inputs() + [_tensor(HEAD_FRAMES, HEAD_PARAM.triton_type, [1], optional=True)]
     if model == TTS_MODEL:
         return _text_inputs() + [_tensor(p.name, p.triton_type, [1], optional=True) for p in CHUNK_PARAMS]
     if model == VOCODER_MODEL:

@@ -15,6 +15,10 @@ from .text import Sentence, normalize
 from .timing import word_timings
 
 SAMPLES_PER_FRAME = 256
+# The flow is convolutional: frames computed with this many frames of context on each
+# side match the whole sentence's flow at 85-108 dB (exactly from 32), so a sentence's
+# latent can be made in pieces, its first frames long before its last.
+FLOW_CONTEXT = 16
 
 
 def session(path, threads: int) -> ort.InferenceSession:
@@ -46,6 +50,24 @@ class SentenceLatent:
     words: list[tuple[str, int, int]]  # (word, start frame, end frame)
 
 
+@dataclass(frozen=True)
+class SentencePrior:
+    """A sentence after the prior: its frame count and timing are known; the flow turns
+    the prior sample into latent frames, a window at a time (AcousticEngine.flow)."""
+
+    index: int
+    sentence: Sentence
+    phoneme_ids: np.ndarray  # int64 [ids]
+    durations: np.ndarray  # int32 [ids], frames per id
+    words: list[tuple[str, int, int]]  # (word, start frame, end frame)
+    sample: np.ndarray  # float32 [1, channels, frames]
+    mask: np.ndarray  # float32 [1, 1, frames]
+
+    @property
+    def frames(self) -> int:
+        return self.sample.shape[2]
+
+
 class AcousticEngine:
     """Text → sentences → phonemes → ids → latent frames, one sentence at a time."""
 
@@ -67,9 +89,15 @@ class AcousticEngine:
         return np.array(phoneme_ids(phonemes, self.voice.phoneme_id_map), dtype=np.int64)
 
     def synthesize(self, index: int, sentence: Sentence, params: VoiceParams) -> SentenceLatent:
-        """The latent frames of one sentence. With a seed, the noise depends only on the
-        seed and the sentence's text, so a sentence sounds the same whether it came alone
-        or within a longer text."""
+        """The latent frames of one sentence, in one piece."""
+        prior = self.prior(index, sentence, params)
+        latent = self.flow(prior, 0, prior.frames)
+        return SentenceLatent(index, sentence, prior.phoneme_ids, prior.durations, latent, prior.words)
+
+    def prior(self, index: int, sentence: Sentence, params: VoiceParams) -> SentencePrior:
+        """Phonemes, durations and the prior sample of one sentence. With a seed, the
+        noise depends only on the seed and the sentence's text, so a sentence sounds the
+        same whether it came alone or within a longer text."""
         ids = self.ids(sentence)
         rng = np.random.default_rng(None if params.seed is None else [params.seed, zlib.crc32(sentence.text.encode())])
         scales = np.array([params.noise_scale, params.length_scale, params.noise_w], dtype=np.float32)
@@ -84,10 +112,18 @@ class AcousticEngine:
         )
         noise = rng.standard_normal(mean.shape, dtype=np.float32)
         sample = mean + noise * std * np.float32(params.noise_scale)
-        (latent,) = self._flow.run(None, {v.PRIOR_SAMPLE: sample, v.FRAME_MASK: mask})
         durations = durations[0, 0].astype(np.int32)
         words = word_timings(sentence.text, ids, durations, self._separators, self._pad)
-        return SentenceLatent(index, sentence, ids, durations, latent[0], words)
+        return SentencePrior(index, sentence, ids, durations, words, sample, mask)
+
+    def flow(self, prior: SentencePrior, start: int, end: int) -> np.ndarray:
+        """Latent frames [start, end) of the sentence, [channels, end - start], computed
+        on a window with FLOW_CONTEXT frames more on each side where there are any."""
+        lo, hi = max(0, start - FLOW_CONTEXT), min(prior.frames, end + FLOW_CONTEXT)
+        (latent,) = self._flow.run(
+            None, {v.PRIOR_SAMPLE: prior.sample[:, :, lo:hi], v.FRAME_MASK: prior.mask[:, :, lo:hi]}
+        )
+        return latent[0, :, start - lo : end - lo]
 
 
 class VocoderEngine:

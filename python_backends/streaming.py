@@ -33,13 +33,64 @@ Vocode = Callable[[np.ndarray, float], Awaitable[np.ndarray]]
 Synthesize = Callable[[int, Sentence, float], Awaitable["LatentSentence"]]
 
 
+class Latent:
+    """A sentence's latent frames, [channels, frames], filled front to back as the
+    acoustic stage's pieces arrive: a chunk is vocoded once its window is in."""
+
+    def __init__(self, channels: int, frames: int) -> None:
+        self.array = np.empty((channels, frames), dtype=np.float32)
+        self.filled = 0
+        self._error: BaseException | None = None
+        self._waiters: list[asyncio.Future] = []
+
+    @classmethod
+    def whole(cls, array: np.ndarray) -> Latent:
+        latent = cls(*array.shape)
+        latent.extend(array)
+        return latent
+
+    @property
+    def frames(self) -> int:
+        return self.array.shape[1]
+
+    def extend(self, piece: np.ndarray) -> None:
+        """The next frames, after those filled so far."""
+        end = self.filled + piece.shape[1]
+        if end > self.frames:
+            raise ValueError(f"{end} frames of a sentence of {self.frames}")
+        self.array[:, self.filled : end] = piece
+        self.filled = end
+        self._wake()
+
+    def fail(self, error: BaseException) -> None:
+        """The rest will not come: whoever waits for it gets `error`."""
+        self._error = error
+        self._wake()
+
+    async def until(self, frames: int) -> np.ndarray:
+        """The array, once its first `frames` frames are filled."""
+        while self.filled < frames:
+            if self._error is not None:
+                raise self._error
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        return self.array
+
+    def _wake(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+
 @dataclass(frozen=True)
 class LatentSentence:
     """What the tts stage needs of one sentence's acoustic result."""
 
     index: int
     span: tuple[int, int]
-    latent: np.ndarray  # float32 [channels, frames]
+    latent: Latent
     words: tuple[tuple[str, int, int], ...] = ()  # (word, start frame, end frame)
 
 
@@ -99,11 +150,12 @@ async def ordered(
                 item[1].cancel()
 
 
-async def vocode_chunk(vocode: Vocode, latent: np.ndarray, chunk: Chunk, deadline: float, pad: bool) -> np.ndarray:
-    """Vocode the chunk's window (zero-padded to its bucket if `pad`) and cut the context off."""
-    frames = bucket_frames(chunk.window_frames) if pad else chunk.window_frames
-    window = np.zeros((latent.shape[0], frames), dtype=np.float32)
-    window[:, : chunk.window_frames] = latent[:, chunk.window_start : chunk.window_end]
+async def vocode_chunk(vocode: Vocode, latent: Latent, chunk: Chunk, deadline: float, pad: bool) -> np.ndarray:
+    """Vocode the chunk's window (zero-padded to its bucket if `pad`), once its frames
+    are in, and cut the context off."""
+    frames = await latent.until(chunk.window_end)
+    window = np.zeros((frames.shape[0], bucket_frames(chunk.window_frames) if pad else chunk.window_frames), np.float32)
+    window[:, : chunk.window_frames] = frames[:, chunk.window_start : chunk.window_end]
     pcm = await vocode(window, deadline)
     first = chunk.lead_frames * SAMPLES_PER_FRAME
     return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]
@@ -146,7 +198,7 @@ async def stream_pcm(
         async with aclosing(sentences):
             async for sentence in sentences:
                 for chunk in plan_chunks(
-                    sentence.latent.shape[1], sizes, chunking.left_context, chunking.right_context
+                    sentence.latent.frames, sizes, chunking.left_context, chunking.right_context
                 ):
                     deadline = clock.deadline()
                     clock.planned += chunk.frames * SAMPLES_PER_FRAME

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from python_backends.chunking import bucket_frames, chunk_sizes, plan_chunks
+from python_backends.chunking import bucket_frames, chunk_sizes, flow_pieces, head_frames, plan_chunks
 from python_backends.contract import VOCODER_BUCKETS
 
 
@@ -44,3 +44,21 @@ def test_buckets_hold_the_window():
         if frames <= VOCODER_BUCKETS[-1]:
             assert bucket in VOCODER_BUCKETS
     assert len({bucket_frames(n) for n in range(1, 1000)}) < 20
+
+
+def test_the_head_holds_the_windows_of_the_first_two_chunks():
+    assert head_frames(8, 128, 8) == 8 + 16 + 8
+    assert head_frames(4, 6, 0) == 4 + 6
+    chunks = plan_chunks(200, chunk_sizes(8, 128), 8, 8)
+    assert chunks[1].window_end == head_frames(8, 128, 8)
+
+
+@pytest.mark.parametrize("frames,head,pieces", [
+    (200, 32, [(0, 32), (32, 200)]),
+    (49, 32, [(0, 32), (32, 49)]),
+    (48, 32, [(0, 48)]),  # a second piece would recompute as many frames as it adds
+    (20, 32, [(0, 20)]),
+    (200, 0, [(0, 200)]),
+])
+def test_flow_pieces(frames, head, pieces):
+    assert flow_pieces(frames, head, 16) == pieces

@@ -12,7 +12,7 @@ from python_backends.contract import VOCODER_BUCKETS
 from python_backends.engines import AcousticEngine, VocoderEngine, VoiceParams
 from python_backends.requests import ChunkParams, read_chunk_params
 from python_backends.scheduler import PlaybackClock
-from python_backends.streaming import LatentSentence, sentence_latents, stream_pcm
+from python_backends.streaming import Latent, LatentSentence, sentence_latents, stream_pcm
 from python_backends.text import split_sentences
 from python_backends.voice import embedded_voice_files, load_voice
 from tests.audio import snr_db
@@ -66,6 +66,16 @@ def test_a_seeded_sentence_sounds_the_same_alone_or_within_a_text(acoustic):
     assert np.array_equal(within.latent, alone.latent)
 
 
+def test_the_flow_in_pieces_matches_the_whole_sentence(acoustic):
+    params = replace(acoustic.default_params(), seed=3)
+    sentence = split_sentences(workload("short"))[0]
+    prior = acoustic.prior(0, sentence, params)
+    whole = acoustic.synthesize(0, sentence, params).latent
+    pieces = np.concatenate([acoustic.flow(prior, 0, 32), acoustic.flow(prior, 32, prior.frames)], axis=1)
+    assert pieces.shape == whole.shape == (whole.shape[0], prior.frames)
+    assert snr_db(whole, pieces) > 80  # without FLOW_CONTEXT: about 25 dB
+
+
 def test_length_scale_stretches_the_audio(acoustic):
     sentence = split_sentences("Rice is often served in round bowls.")[0]
     slow = acoustic.synthesize(0, sentence, VoiceParams(2.0, 0.0, 0.0))
@@ -81,7 +91,7 @@ def latents(acoustic, text, seed=1):
 
 async def as_stream(items):
     for s in items:
-        yield LatentSentence(s.index, (s.sentence.start, s.sentence.end), s.latent)
+        yield LatentSentence(s.index, (s.sentence.start, s.sentence.end), Latent.whole(s.latent))
 
 
 def run_stream(sentences, vocoder, calls=None, cancel_after=None, pad_to_buckets=False, **chunking):
@@ -116,6 +126,47 @@ def test_streamed_chunks_match_whole_sentence_vocoding(acoustic, vocoder):
     assert [c.sample_offset for c in chunks] == list(np.cumsum([0] + [c.pcm.size for c in chunks[:-1]]))
     assert chunks[0].pcm.size == 8 * 256
     assert sorted({c.sentence_index for c in chunks}) == list(range(len(sentences)))
+
+
+def stream_arriving_in_pieces(vocoder, latent: np.ndarray, head: int, rest):
+    """Stream one sentence whose frames after `head` come later, by `rest(latent)`;
+    return the log of vocoder calls and the arrival, and the PCM."""
+    growing, log = Latent(*latent.shape), []
+    growing.extend(latent[:, :head])
+
+    async def vocode(window, deadline):
+        log.append(("vocode", window.shape[1]))
+        return vocoder.vocode(window[None])[0]
+
+    async def sentences():
+        yield LatentSentence(0, (0, 1), growing)
+
+    async def later():
+        await asyncio.sleep(0.05)
+        log.append(("rest", None))
+        rest(growing)
+
+    async def collect():
+        arrival = asyncio.ensure_future(later())
+        try:
+            return [c.pcm async for c in stream_pcm(sentences(), vocode, read_chunk_params({}), PlaybackClock(22050))]
+        finally:
+            await arrival
+
+    return log, np.concatenate(asyncio.run(collect()))
+
+
+def test_a_sentence_is_vocoded_from_its_first_frames_before_the_rest_arrives(acoustic, vocoder):
+    latent = latents(acoustic, workload("short"))[0].latent
+    log, pcm = stream_arriving_in_pieces(vocoder, latent, 32, lambda growing: growing.extend(latent[:, 32:]))
+    assert log[0] == ("vocode", 16) and log.index(("rest", None)) >= 1  # the first chunk did not wait
+    assert snr_db(vocoder.vocode(latent[None])[0], pcm) > 60
+
+
+def test_the_rest_of_a_sentence_failing_ends_the_stream_with_that_error(acoustic, vocoder):
+    latent = latents(acoustic, workload("short"))[0].latent
+    with pytest.raises(RuntimeError, match="acoustic down"):
+        stream_arriving_in_pieces(vocoder, latent, 32, lambda growing: growing.fail(RuntimeError("acoustic down")))
 
 
 def test_less_context_is_measurably_worse(acoustic, vocoder):
@@ -167,7 +218,7 @@ def test_sentences_are_synthesized_in_order_a_bounded_way_ahead():
     async def synthesize(index, sentence, deadline):
         started.append(index)
         await asyncio.sleep(0.01 * (6 - index))  # later sentences finish first
-        return LatentSentence(index, (sentence.start, sentence.end), np.zeros((1, 1), np.float32))
+        return LatentSentence(index, (sentence.start, sentence.end), Latent.whole(np.zeros((1, 1), np.float32)))
 
     async def collect():
         async for s in sentence_latents(sentences, synthesize, PlaybackClock(22050), is_cancelled=lambda: len(taken) >= 3, depth=2):

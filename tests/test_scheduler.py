@@ -7,7 +7,7 @@ import pytest
 
 from python_backends.requests import ChunkParams
 from python_backends.scheduler import PLAYER_LEAD_S, DeadlineScheduler, PlaybackClock
-from python_backends.streaming import LatentSentence, stream_pcm
+from python_backends.streaming import Latent, LatentSentence, stream_pcm
 
 
 def run(coroutine):
@@ -127,7 +127,7 @@ def test_a_new_streams_first_chunk_overtakes_running_streams_ahead_of_their_list
     calls queued, when a fifth arrives: its first chunk must be the next one vocoded,
     not the last of the queue."""
     frames = 64 * 8
-    sentence = LatentSentence(0, (0, 1), np.zeros((2, frames), np.float32))
+    sentence = LatentSentence(0, (0, 1), Latent.whole(np.zeros((2, frames), np.float32)))
     chunking = ChunkParams(8, 64, 0, 0)
 
     async def main():

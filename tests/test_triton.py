@@ -46,6 +46,20 @@ def test_streamed_audio_matches_whole_utterance_vocoding(triton, name):
     assert [text[a:b] for _, (a, b) in sorted(spans.items())] == [s.text for s in split_sentences(text)]
 
 
+def test_acoustic_sends_the_first_sentences_head_ahead_of_its_rest(triton):
+    text, seed = workload("paragraph"), np.int64(5)
+    whole = stream(triton.grpc_url, c.ACOUSTIC_MODEL, {c.TEXT: text, c.SEED: seed})
+    pieces = stream(triton.grpc_url, c.ACOUSTIC_MODEL, {c.TEXT: text, c.SEED: seed, c.HEAD_FRAMES: np.int32(32)})
+    # The first sentence in two pieces, the others whole; the head carries the words.
+    assert [int(r.get(c.SENTENCE_INDEX)[0]) for r in pieces] == [0] + [int(r.get(c.SENTENCE_INDEX)[0]) for r in whole]
+    head, rest = pieces[0], pieces[1]
+    assert head.get(c.LATENT).shape[1] == 32 and head.get(c.DURATIONS).sum() == whole[0].get(c.LATENT).shape[1]
+    assert list(head.get(c.WORDS)) == list(whole[0].get(c.WORDS)) and rest.get(c.WORDS).size == 0
+    joined = np.concatenate([head.get(c.LATENT), rest.get(c.LATENT)], axis=1)
+    assert snr_db(whole[0].get(c.LATENT), joined) > 80
+    assert head.seconds < 0.7 * rest.seconds  # the head did not wait for the rest's flow
+
+
 def test_first_audio_arrives_before_the_second_sentence_is_synthesized(triton):
     # A short first sentence, then one long sentence that keeps the acoustic stage busy.
     text = "Hello there. " + ", and ".join(s.rstrip(".") for s in harvard_sentences()[:6]) + "."

@@ -8,6 +8,7 @@ import sys
 sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))
 
 import asyncio
+import collections
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,7 +18,8 @@ import triton_python_backend_utils as pb_utils
 from python_backends import contract as c
 from python_backends.requests import read_chunk_params, read_params, read_text
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
-from python_backends.streaming import SENTENCE_LOOKAHEAD, LatentSentence, sentence_latents, stream_pcm
+from python_backends.chunking import head_frames
+from python_backends.streaming import SENTENCE_LOOKAHEAD, Latent, LatentSentence, sentence_latents, stream_pcm
 from python_backends.text import split_sentences
 from python_backends.triton_glue import FINAL, declare, gauge, log_error, parameters, request_inputs, response, send_error
 from python_backends.voice import DEFAULT_VOICE, sample_rate
@@ -60,7 +62,8 @@ class TritonPythonModel:
             chunking = read_chunk_params(inputs)
             voice = {p.name: inputs[p.name] for p in c.VOICE_PARAMS if p.name in inputs}
             clock = PlaybackClock(self.rate)
-            synthesize = functools.partial(self._acoustic, voice)
+            head = head_frames(chunking.initial_frames, chunking.frames, chunking.right_context)
+            synthesize = functools.partial(self._acoustic, voice, head)
             sentences = sentence_latents(
                 split_sentences(text, c.MAX_SENTENCE_CHARS), synthesize, clock, request.is_cancelled
             )
@@ -88,8 +91,10 @@ class TritonPythonModel:
         finally:
             self.active.increment(-1)
 
-    async def _acoustic(self, voice, index, sentence, deadline):
-        """One sentence's latent frames from the acoustic model.
+    async def _acoustic(self, voice, head, index, sentence, deadline):
+        """One sentence's latent frames from the acoustic model, as soon as its first
+        piece is in; the rest fills in as it comes (the first sentence's first `head`
+        frames come alone, so that vocoding starts before its flow has run to the end).
 
         One request per sentence, issued only as far ahead as the stream needs, so a
         cancelled stream stops acoustic work too (Triton 2.51's BLS cannot cancel a
@@ -97,32 +102,49 @@ class TritonPythonModel:
         if the stream is cancelled meanwhile: a response iterator dropped unread
         deadlocks the 2.51 stub when the model unloads.
         """
-        return await self.acoustic_slots.run(deadline, lambda: self._acoustic_responses(voice, index, sentence))
-
-    async def _acoustic_responses(self, voice, index, sentence):
-        acoustic = pb_utils.InferenceRequest(
-            model_name=c.ACOUSTIC_MODEL,
-            inputs=[pb_utils.Tensor(c.TEXT, np.array([sentence.text.encode()], dtype=object))]
-            + [pb_utils.Tensor(name, value) for name, value in voice.items()],
-            requested_output_names=[c.LATENT, c.WORDS, c.WORD_FRAMES],
+        first = asyncio.get_running_loop().create_future()
+        head = head if index == 0 else 0
+        work = asyncio.ensure_future(
+            self.acoustic_slots.run(deadline, lambda: self._acoustic_responses(voice, head, index, sentence, first))
         )
-        responses = await acoustic.async_exec(decoupled=True)
-        # The iterator blocks: read it to its end in a waiter thread.
+        await asyncio.wait([first, work], return_when=asyncio.FIRST_COMPLETED)
+        if not first.done():
+            work.result()  # failed before its first piece: raise that
+        # A later failure reaches the stream through the latent; this only retrieves it.
+        work.add_done_callback(lambda w: w.cancelled() or w.exception())
+        return first.result()
+
+    async def _acoustic_responses(self, voice, head, index, sentence, first):
+        inputs = [pb_utils.Tensor(c.TEXT, np.array([sentence.text.encode()], dtype=object))]
+        inputs += [pb_utils.Tensor(name, value) for name, value in voice.items()]
+        if head:
+            inputs.append(pb_utils.Tensor(c.HEAD_FRAMES, np.array([head], dtype=np.int32)))
+        acoustic = pb_utils.InferenceRequest(
+            model_name=c.ACOUSTIC_MODEL, inputs=inputs,
+            requested_output_names=[c.LATENT, c.DURATIONS, c.WORDS, c.WORD_FRAMES],
+        )
+        responses = iter(await acoustic.async_exec(decoupled=True))
         loop = asyncio.get_running_loop()
-        latents, words = [], []
-        for r in await loop.run_in_executor(self.waiters, list, responses):
-            if r.has_error():
-                raise StageError(r.error().message())
-            latent = pb_utils.get_output_tensor_by_name(r, c.LATENT)
-            if latent is None:
-                continue  # the empty final response
-            done = sum(x.shape[1] for x in latents)
-            spans = pb_utils.get_output_tensor_by_name(r, c.WORD_FRAMES).as_numpy()
-            names = pb_utils.get_output_tensor_by_name(r, c.WORDS).as_numpy()
-            words += [(w.decode(), done + int(a), done + int(b)) for w, (a, b) in zip(names, spans)]
-            latents.append(latent.as_numpy())
-        latent = np.concatenate(latents, axis=1)
-        return LatentSentence(index, (sentence.start, sentence.end), latent, tuple(words))
+        latent = None
+        try:
+            # The iterator blocks: each response is awaited in a waiter thread.
+            while (r := await loop.run_in_executor(self.waiters, next, responses, None)) is not None:
+                if r.has_error():
+                    raise StageError(r.error().message())
+                piece = pb_utils.get_output_tensor_by_name(r, c.LATENT)
+                if piece is None:
+                    continue  # the empty final response
+                piece = piece.as_numpy()
+                if latent is None:
+                    frames = int(pb_utils.get_output_tensor_by_name(r, c.DURATIONS).as_numpy().sum())
+                    latent = Latent(piece.shape[0], frames)
+                    first.set_result(LatentSentence(index, (sentence.start, sentence.end), latent, words_of(r)))
+                latent.extend(piece)
+        except Exception as e:
+            if latent is not None:
+                latent.fail(e)
+            await loop.run_in_executor(self.waiters, collections.deque, responses, 0)  # read to the end
+            raise
 
     async def _vocode(self, window, deadline):
         return await self.vocoder_slots.run(deadline, lambda: self._vocoder_call(window))
@@ -142,3 +164,10 @@ class TritonPythonModel:
         self.waiters.shutdown(cancel_futures=True)
         del self.active  # a metric goes before its family
         del self.metric_family
+
+
+def words_of(response) -> tuple:
+    """(word, start frame, end frame) of a sentence's first acoustic response."""
+    spans = pb_utils.get_output_tensor_by_name(response, c.WORD_FRAMES).as_numpy()
+    names = pb_utils.get_output_tensor_by_name(response, c.WORDS).as_numpy()
+    return tuple((w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans))
