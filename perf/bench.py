@@ -1,6 +1,7 @@
 """Benchmark: our gateway over real WebSockets against the compute limit and the peers.
 
     python -m perf.bench                          # the full run, written to perf/results
+    python -m perf.bench --rounds 1 --min-streams 16 --level-seconds 20   # the same in ~20 min on 2 busy cores
     python -m perf.bench --quick --skip-peers     # a smoke run
 
 In one invocation: (a) the compute limit, whole-utterance onnxruntime synthesis of the
@@ -277,20 +278,21 @@ def levels(text: str) -> list[int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m perf.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="benchmark this gateway (ws://.../v1/stream) instead of starting one")
-    parser.add_argument("--levels", type=levels, default=list(LEVELS), help="concurrency levels, comma-separated")
+    parser.add_argument("--levels", type=levels, help=f"concurrency levels, comma-separated (default {','.join(map(str, LEVELS))})")
     parser.add_argument("--workloads", type=lambda s: s.split(","), default=list(WORKLOADS), help="perf.workloads names, comma-separated")
-    parser.add_argument("--rounds", type=int, default=3, help="utterances per client at least")
+    parser.add_argument("--rounds", type=int, default=3, help="utterances per client (more at low levels, see --min-streams; fewer past --level-seconds)")
     parser.add_argument("--min-streams", type=int, default=24, help="utterances per level at least (more rounds at low levels)")
     parser.add_argument("--level-seconds", type=float, default=60.0,
                         help="no client starts another utterance after this long into a level (each speaks once)")
     parser.add_argument("--limit-seconds", type=float, default=10.0, help="compute-limit run per workload (0 skips it)")
     parser.add_argument("--listen", action="store_true", help="clients wait for their player to finish before speaking again")
     parser.add_argument("--skip-peers", action="store_true", help="no piper-http or wyoming-piper")
-    parser.add_argument("--quick", action="store_true", help=f"smoke run: levels {QUICK_LEVELS}, 1 round, 4 streams, 2 s limit")
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: levels {QUICK_LEVELS} unless --levels, 1 round, 4 streams, 2 s limit")
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory for bench.json, bench.md and the plots")
     args = parser.parse_args(argv)
     if args.quick:
-        args.levels, args.rounds, args.min_streams, args.limit_seconds = list(QUICK_LEVELS), 1, 4, min(args.limit_seconds, 2.0)
+        args.rounds, args.min_streams, args.limit_seconds = 1, 4, min(args.limit_seconds, 2.0)
+    args.levels = args.levels or list(QUICK_LEVELS if args.quick else LEVELS)
     return args
 
 

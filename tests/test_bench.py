@@ -176,6 +176,13 @@ def test_the_limit_is_the_higher_of_the_runs_before_and_after_the_servers():
     assert bench.best_limit([before, after]) == {"short": after["short"], "paragraph": before["paragraph"]}
 
 
+def test_quick_is_small_but_keeps_levels_asked_for():
+    assert bench.parse_args([]).levels == [1, 2, 4, 8, 16, 32]
+    quick = bench.parse_args(["--quick"])
+    assert (quick.levels, quick.rounds) == ([1, 2], 1)
+    assert bench.parse_args(["--quick", "--levels", "1,4"]).levels == [1, 4]
+
+
 @pytest.mark.triton
 def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):
     argv = ["--url", gateway, "--quick", "--skip-peers", "--workloads", "short", "--limit-seconds", "1", "--out", str(tmp_path)]
