@@ -7,6 +7,10 @@ first chunk, or of one about to stall. So calls wait here instead, for a free sl
 the time its stream's listener will need the audio. Triton 2.51's BLS cannot give a
 request a priority, so the order is kept here rather than in Triton's queue.
 
+Calls are not preempted, so a call far from its deadline (a sentence synthesized ahead)
+that took the last free slot would hold it while a new stream's first chunk waits. So
+such calls leave a slot free; a call due within URGENT_S may take any.
+
 Pure asyncio, no Triton: the tts model owns one scheduler per stage.
 """
 
@@ -24,16 +28,21 @@ T = TypeVar("T")
 
 # A player starts this long after the first audio arrives (DESIGN.md's underrun model).
 PLAYER_LEAD_S = 0.05
+# A call due within this long is urgent: it may take the slots others leave free.
+URGENT_S = 1.0
 
 
 class DeadlineScheduler:
-    """Runs calls on `slots` slots, earliest deadline first; ties go in arrival order."""
+    """Runs calls on `slots` slots, earliest deadline first; ties go in arrival order.
+    Calls not yet urgent leave `reserve` slots free (one, where there are several)."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, reserve: int | None = None, now: Callable[[], float] = time.monotonic) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, not {slots}")
         self.slots = slots
+        self.reserve = min(1, slots - 1) if reserve is None else reserve
         self.busy = 0
+        self._now = now
         self._waiting: list[tuple[float, int, asyncio.Future]] = []
         self._arrivals = itertools.count()
 
@@ -55,8 +64,13 @@ class DeadlineScheduler:
         task.add_done_callback(lambda _: self._release())
         return await asyncio.shield(task)
 
+    def _may_start(self, deadline: float) -> bool:
+        urgent = deadline - self._now() <= URGENT_S
+        return self.busy < (self.slots if urgent else self.slots - self.reserve)
+
     async def _acquire(self, deadline: float) -> None:
-        if self.busy < self.slots:  # then nobody waits: a freed slot goes to a waiter first
+        self._hand_over()  # waiters that became urgent meanwhile go first
+        if self._may_start(deadline):
             self.busy += 1
             return
         turn = asyncio.get_running_loop().create_future()
@@ -69,12 +83,21 @@ class DeadlineScheduler:
             raise
 
     def _release(self) -> None:
-        while self._waiting:
-            _, _, turn = heapq.heappop(self._waiting)
-            if not turn.done():
-                turn.set_result(None)
-                return
         self.busy -= 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give free slots to the earliest waiters that may start now."""
+        while self._waiting:
+            deadline, _, turn = self._waiting[0]
+            if turn.done():  # cancelled while waiting
+                heapq.heappop(self._waiting)
+            elif self._may_start(deadline):
+                heapq.heappop(self._waiting)
+                self.busy += 1
+                turn.set_result(None)
+            else:
+                return
 
 
 @dataclass

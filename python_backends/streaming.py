@@ -27,6 +27,7 @@ from .text import Sentence
 T = TypeVar("T")
 SENTENCE_LOOKAHEAD = 2  # acoustic requests a stream keeps open ahead of delivery
 CHUNK_LOOKAHEAD = 2  # vocoder calls a stream keeps open ahead of delivery
+SECONDS_PER_CHAR = 0.05  # of speech per character of text; 0.054-0.056 on the Harvard texts
 # (window [channels, frames], deadline) → PCM [frames · 256]
 Vocode = Callable[[np.ndarray, float], Awaitable[np.ndarray]]
 # (index, sentence, deadline) → its latent frames
@@ -169,11 +170,13 @@ async def sentence_latents(
     depth: int = SENTENCE_LOOKAHEAD,
 ) -> AsyncIterator[LatentSentence]:
     """Each sentence's latent frames, in order, synthesized up to `depth` ahead. A
-    sentence is due when the audio planned before it runs out."""
+    sentence is due when the audio before it runs out: the audio planned so far, or,
+    while the sentences before it are not planned yet, their text's likely duration."""
 
     async def jobs():
         for index, sentence in enumerate(sentences):
-            yield None, synthesize(index, sentence, clock.deadline())
+            before = max(clock.planned, round(sentence.start * SECONDS_PER_CHAR * clock.rate))
+            yield None, synthesize(index, sentence, clock.deadline(before))
 
     async for _, latent in ordered(jobs(), depth, is_cancelled):
         yield latent

@@ -12,7 +12,7 @@ from python_backends.contract import VOCODER_BUCKETS
 from python_backends.engines import AcousticEngine, VocoderEngine, VoiceParams
 from python_backends.requests import ChunkParams, read_chunk_params
 from python_backends.scheduler import PlaybackClock
-from python_backends.streaming import Latent, LatentSentence, sentence_latents, stream_pcm
+from python_backends.streaming import SECONDS_PER_CHAR, Latent, LatentSentence, sentence_latents, stream_pcm
 from python_backends.text import split_sentences
 from python_backends.voice import embedded_voice_files, load_voice
 from tests.audio import snr_db
@@ -208,6 +208,24 @@ def test_a_vocoder_failure_ends_the_stream_with_that_error(acoustic):
 
     with pytest.raises(RuntimeError, match="vocoder down"):
         asyncio.run(collect())
+
+
+def test_a_sentence_is_due_after_the_likely_audio_of_the_text_before_it():
+    text = "A first sentence of some length. A second one."
+    sentences = split_sentences(text)
+    clock = PlaybackClock(22050, now=lambda: 10.0)
+    deadlines = []
+
+    async def synthesize(index, sentence, deadline):
+        deadlines.append(deadline)
+        return LatentSentence(index, (sentence.start, sentence.end), Latent.whole(np.zeros((1, 1), np.float32)))
+
+    async def collect():
+        return [s.index async for s in sentence_latents(sentences, synthesize, clock)]
+
+    assert asyncio.run(collect()) == [0, 1]
+    first, second = deadlines  # both asked for before any audio was planned
+    assert second - first == pytest.approx(sentences[1].start * SECONDS_PER_CHAR, abs=1e-3) and second - first > 1
 
 
 def test_sentences_are_synthesized_in_order_a_bounded_way_ahead():

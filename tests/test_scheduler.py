@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from python_backends.requests import ChunkParams
-from python_backends.scheduler import PLAYER_LEAD_S, DeadlineScheduler, PlaybackClock
+from python_backends.scheduler import PLAYER_LEAD_S, URGENT_S, DeadlineScheduler, PlaybackClock
 from python_backends.streaming import Latent, LatentSentence, stream_pcm
 
 
@@ -161,3 +161,56 @@ def test_a_new_streams_first_chunk_overtakes_running_streams_ahead_of_their_list
     order, before, queued_behind = run(main())
     assert queued_behind >= 3  # in arrival order the new stream would wait behind these
     assert order.index("new") <= before + 1, order  # only the call already running goes first
+
+
+async def settle():
+    """Let started calls reach their work (a few turns of the loop)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_calls_not_yet_urgent_leave_a_slot_for_those_that_are():
+    """Two slots; sentences synthesized ahead (due in 5 s) take one, so a new stream's
+    first chunk starts at once; once the clock brings them near, they take both."""
+    clock = [100.0]
+
+    async def main():
+        scheduler = DeadlineScheduler(2, now=lambda: clock[0])
+        release = {name: asyncio.Event() for name in ("ahead1", "ahead2", "urgent", "later")}
+        started = []
+
+        async def call(name, deadline):
+            async def work():
+                started.append(name)
+                await release[name].wait()
+            await scheduler.run(deadline, work)
+
+        ahead1 = asyncio.ensure_future(call("ahead1", 105.0))
+        ahead2 = asyncio.ensure_future(call("ahead2", 105.0))
+        await settle()
+        assert started == ["ahead1"] and scheduler.busy == 1  # one slot kept free
+        urgent = asyncio.ensure_future(call("urgent", 100.0 + URGENT_S / 2))
+        await settle()
+        assert started == ["ahead1", "urgent"]  # at once, on the slot kept free
+        release["ahead1"].set()
+        await ahead1
+        assert started == ["ahead1", "urgent"]  # ahead2 still leaves the slot free
+        clock[0] = 105.0 - URGENT_S / 2  # ahead2 is urgent now: the next arrival hands it the slot
+        later = asyncio.ensure_future(call("later", 200.0))
+        await settle()
+        assert started == ["ahead1", "urgent", "ahead2"] and scheduler.busy == 2
+        for event in release.values():
+            event.set()
+        await asyncio.gather(urgent, ahead2, later)
+        return started[-1], scheduler.busy
+
+    assert run(main()) == ("later", 0)
+
+
+def test_one_slot_is_never_reserved():
+    async def main():
+        scheduler = DeadlineScheduler(1)
+        await scheduler.run(float("inf"), asyncio.sleep, ) if False else None
+        return await scheduler.run(float("inf"), lambda: asyncio.sleep(0, result="ran"))
+
+    assert run(main()) == "ran"

@@ -42,10 +42,10 @@ class TritonPythonModel:
         waiters = int(p.get("max_streams", "256")) * SENTENCE_LOOKAHEAD
         self.waiters = ThreadPoolExecutor(waiters, thread_name_prefix="acoustic-wait")
         self.metric_family, self.active = gauge(c.TTS_ACTIVE_METRIC, "tts requests being synthesized now")
-        # One slot per instance of each stage (keep them equal to the stages' configs),
-        # handed to the stream whose listener needs audio soonest.
-        self.acoustic_slots = DeadlineScheduler(int(p.get("acoustic_slots", "2")))
-        self.vocoder_slots = DeadlineScheduler(int(p.get("vocoder_slots", "2")))
+        # Calls in flight to both stages together, handed to the stream whose listener
+        # needs audio soonest: on a CPU the stages share the cores, so no more calls run
+        # than there are cores and none of them is a stream's work far ahead of its need.
+        self.slots = DeadlineScheduler(int(p.get("slots", "0")) or os.cpu_count() or 1)
         self.pad_to_buckets = p.get("pad_to_buckets", "false") == "true"
         self.rate = sample_rate(p.get("voice", DEFAULT_VOICE))
 
@@ -105,7 +105,7 @@ class TritonPythonModel:
         first = asyncio.get_running_loop().create_future()
         head = head if index == 0 else 0
         work = asyncio.ensure_future(
-            self.acoustic_slots.run(deadline, lambda: self._acoustic_responses(voice, head, index, sentence, first))
+            self.slots.run(deadline, lambda: self._acoustic_responses(voice, head, index, sentence, first))
         )
         await asyncio.wait([first, work], return_when=asyncio.FIRST_COMPLETED)
         if not first.done():
@@ -147,7 +147,7 @@ class TritonPythonModel:
             raise
 
     async def _vocode(self, window, deadline):
-        return await self.vocoder_slots.run(deadline, lambda: self._vocoder_call(window))
+        return await self.slots.run(deadline, lambda: self._vocoder_call(window))
 
     async def _vocoder_call(self, window):
         vocoder = pb_utils.InferenceRequest(
