@@ -1,6 +1,6 @@
 """Locust load on the gateway's WebSocket (protocol v1), with TTFP and underruns as metrics.
 
-    .venv/bin/locust -f perf/locustfile.py --headless -u 8 -r 8 -t 60s \\
+    .venv-locust/bin/locust -f perf/locustfile.py --headless -u 8 -r 8 -t 60s \\
         --host ws://127.0.0.1:8080 --workload paragraph --csv perf/results/locust
 
 Each user is one client on its own connection, speaking a perf/workloads.py text
@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import websocket  # websocket-client, which Locust brings
+import websocket  # websocket-client (perf/locust-requirements.txt)
 from locust import User, events, task
 
 # perf/ is not an installed package, and locust puts only this file's folder on the path.

@@ -34,3 +34,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q -e ".$extras"
   echo "$want" > "$stamp"
 fi
+
+# Locust in an environment of its own (see perf/locust-requirements.txt).
+if [ "${1:-}" = "--tests" ]; then
+  LOCUST_VENV=${LOCUST_VENV:-.venv-locust}
+  [ -x "$LOCUST_VENV/bin/python" ] || "$PYTHON" -m venv "$LOCUST_VENV"
+  want=$(sha256sum perf/locust-requirements.txt | cut -d' ' -f1)
+  if [ "$(cat "$LOCUST_VENV/.installed" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing Locust into $LOCUST_VENV" >&2
+    "$LOCUST_VENV/bin/python" -m pip install -q -r perf/locust-requirements.txt
+    echo "$want" > "$LOCUST_VENV/.installed"
+  fi
+fi
