@@ -63,6 +63,15 @@ def plan_chunks(frames: int, sizes: Iterator[int], left: int, right: int) -> lis
     return chunks
 
 
+def first_chunk_frames(initial: int, asked: bool, loaded: bool) -> int:
+    """The first chunk's size for a stream: the client's own choice stands; otherwise
+    `initial` while every stream can have a slot (a small first chunk buys time to first
+    audio), and 4 × `initial` once streams outnumber the slots (`loaded`): calls queue
+    anyway, and fewer, longer chunks spend fewer context frames, which buys throughput
+    for all."""
+    return initial if asked or not loaded else 4 * initial
+
+
 def head_frames(initial: int, size: int, right: int) -> int:
     """Frames the first vocoder calls of a stream need (the first two chunks and the
     second's right context): the acoustic stage sends these of the first sentence

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from python_backends.chunking import bucket_frames, chunk_sizes, flow_pieces, head_frames, plan_chunks
+from python_backends.chunking import bucket_frames, chunk_sizes, first_chunk_frames, flow_pieces, head_frames, plan_chunks
 from python_backends.contract import VOCODER_BUCKETS
 
 
@@ -62,3 +62,9 @@ def test_the_head_holds_the_windows_of_the_first_two_chunks():
 ])
 def test_flow_pieces(frames, head, pieces):
     assert flow_pieces(frames, head, 16) == pieces
+
+
+def test_the_first_chunk_grows_under_load_unless_the_client_chose_it():
+    assert first_chunk_frames(8, asked=False, loaded=False) == 8
+    assert first_chunk_frames(8, asked=False, loaded=True) == 32
+    assert first_chunk_frames(8, asked=True, loaded=True) == 8

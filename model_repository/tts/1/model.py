@@ -9,6 +9,7 @@ sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(
 
 import asyncio
 import collections
+import dataclasses
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,7 +19,7 @@ import triton_python_backend_utils as pb_utils
 from python_backends import contract as c
 from python_backends.requests import read_chunk_params, read_params, read_text
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
-from python_backends.chunking import head_frames
+from python_backends.chunking import first_chunk_frames, head_frames
 from python_backends.streaming import SENTENCE_LOOKAHEAD, Latent, LatentSentence, sentence_latents, stream_pcm
 from python_backends.text import split_sentences
 from python_backends.triton_glue import FINAL, declare, gauge, log_error, parameters, request_inputs, response, send_error
@@ -46,6 +47,7 @@ class TritonPythonModel:
         # needs audio soonest: on a CPU the stages share the cores, so no more calls run
         # than there are cores and none of them is a stream's work far ahead of its need.
         self.slots = DeadlineScheduler(int(p.get("slots", "0")) or os.cpu_count() or 1)
+        self.streams = 0  # requests being served now: the load that sizes first chunks
         self.pad_to_buckets = p.get("pad_to_buckets", "false") == "true"
         self.rate = sample_rate(p.get("voice", DEFAULT_VOICE))
 
@@ -55,14 +57,19 @@ class TritonPythonModel:
     async def _serve(self, request):
         sender = request.get_response_sender()
         self.active.increment(1)
+        self.streams += 1
         try:
             inputs = request_inputs(request, c.TTS_MODEL)
             text = read_text(inputs, self.max_text_chars)
             read_params(inputs, c.VOICE_PARAMS)
             chunking = read_chunk_params(inputs)
+            loaded = self.streams > self.slots.slots
+            initial = first_chunk_frames(chunking.initial_frames, c.INITIAL_CHUNK_FRAMES in inputs, loaded)
+            chunking = dataclasses.replace(chunking, initial_frames=initial)
             voice = {p.name: inputs[p.name] for p in c.VOICE_PARAMS if p.name in inputs}
             clock = PlaybackClock(self.rate)
-            head = head_frames(chunking.initial_frames, chunking.frames, chunking.right_context)
+            # Under load the first audio waits for a slot anyway: no head piece to pay for.
+            head = 0 if loaded else head_frames(chunking.initial_frames, chunking.frames, chunking.right_context)
             synthesize = functools.partial(self._acoustic, voice, head)
             sentences = sentence_latents(
                 split_sentences(text, c.MAX_SENTENCE_CHARS), synthesize, clock, request.is_cancelled
@@ -90,6 +97,7 @@ class TritonPythonModel:
             send_error(sender, f"tts failed: {e}")
         finally:
             self.active.increment(-1)
+            self.streams -= 1
 
     async def _acoustic(self, voice, head, index, sentence, deadline):
         """One sentence's latent frames from the acoustic model, as soon as its first
