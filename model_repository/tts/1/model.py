@@ -17,9 +17,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from python_backends import contract as c
+from python_backends.chunking import first_chunk_frames, head_frames
 from python_backends.requests import read_chunk_params, read_params, read_text
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
-from python_backends.chunking import first_chunk_frames, head_frames
 from python_backends.streaming import SENTENCE_LOOKAHEAD, Latent, LatentSentence, sentence_latents, stream_pcm
 from python_backends.text import split_sentences
 from python_backends.triton_glue import FINAL, declare, gauge, log_error, parameters, request_inputs, response, send_error
@@ -118,6 +118,7 @@ class TritonPythonModel:
         await asyncio.wait([first, work], return_when=asyncio.FIRST_COMPLETED)
         if not first.done():
             work.result()  # failed before its first piece: raise that
+            raise StageError("acoustic sent no frames")
         # A later failure reaches the stream through the latent; this only retrieves it.
         work.add_done_callback(lambda w: w.cancelled() or w.exception())
         return first.result()
