@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -123,28 +124,28 @@ async def stream_speech(
     """The status waits for the first audio, so a failure before it is an error response;
     one after it cuts the body short (a truncated chunked body, which clients report)."""
     started = time.monotonic()
-    chunks = synthesize(tts, speech_request)
     body = SpeechBody(speech_request, VOICE_RATE)
-    try:
-        first = await anext(chunks)
-    except (BackendUnavailable, SynthesisError) as e:
-        return api_error(gateway, *synthesis_failure(backend, e))
-    response = web.StreamResponse(headers={"Content-Type": speech_request.content_type})
-    await response.prepare(request)
-    await response.write(body.push(first.pcm))
-    gateway.metrics.ttfp.observe(time.monotonic() - started)
-    try:
-        async for chunk in chunks:
-            await response.write(body.push(chunk.pcm))
-        await response.write(body.finish())
-    except (BackendUnavailable, SynthesisError) as e:
-        code, error = synthesis_failure(backend, e)
-        gateway.metrics.errors.labels(code).inc()
-        log.warning("%s: cutting a streamed body short after %.2f s of audio", SPEECH_PATH, body.audio_s)
-        request.transport.close()
-        return response
-    finally:
-        gateway.metrics.audio.inc(body.audio_s)
+    async with contextlib.aclosing(synthesize(tts, speech_request)) as chunks:
+        try:
+            first = await anext(chunks)
+        except (BackendUnavailable, SynthesisError) as e:
+            return api_error(gateway, *synthesis_failure(backend, e))
+        response = web.StreamResponse(headers={"Content-Type": speech_request.content_type})
+        await response.prepare(request)
+        await response.write(body.push(first.pcm))
+        gateway.metrics.ttfp.observe(time.monotonic() - started)
+        try:
+            async for chunk in chunks:
+                await response.write(body.push(chunk.pcm))
+            await response.write(body.finish())
+        except (BackendUnavailable, SynthesisError) as e:
+            code, _ = synthesis_failure(backend, e)
+            gateway.metrics.errors.labels(code).inc()
+            log.warning("%s: cutting a streamed body short after %.2f s of audio", SPEECH_PATH, body.audio_s)
+            request.transport.close()
+            return response
+        finally:
+            gateway.metrics.audio.inc(body.audio_s)
     await response.write_eof()
     return response
 

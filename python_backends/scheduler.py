@@ -34,13 +34,13 @@ URGENT_S = 1.0
 
 class DeadlineScheduler:
     """Runs calls on `slots` slots, earliest deadline first; ties go in arrival order.
-    Calls not yet urgent leave `reserve` slots free (one, where there are several)."""
+    Calls not yet urgent leave one slot free, where there are several."""
 
-    def __init__(self, slots: int, reserve: int | None = None, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, slots: int, now: Callable[[], float] = time.monotonic) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, not {slots}")
         self.slots = slots
-        self.reserve = min(1, slots - 1) if reserve is None else reserve
+        self.reserve = min(1, slots - 1)
         self.busy = 0
         self._now = now
         self._waiting: list[tuple[float, int, asyncio.Future]] = []
