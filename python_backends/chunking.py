@@ -66,10 +66,12 @@ def plan_chunks(frames: int, sizes: Iterator[int], left: int, right: int) -> lis
 def first_chunk_frames(initial: int, asked: bool, loaded: bool) -> int:
     """The first chunk's size for a stream: the client's own choice stands; otherwise
     `initial` while every stream can have a slot (a small first chunk buys time to first
-    audio), and 4 × `initial` once streams outnumber the slots (`loaded`): calls queue
-    anyway, and fewer, longer chunks spend fewer context frames, which buys throughput
-    for all."""
-    return initial if asked or not loaded else 4 * initial
+    audio), and 8 × `initial` once streams outnumber the slots (`loaded`): calls queue
+    anyway, so the first chunk's audio is the player's only cushion until the next call
+    gets a slot, and fewer, longer chunks spend fewer context frames. Measured at 8
+    back-to-back clients against 4 × `initial`: half the stalls, 6-10 % more throughput,
+    about 40 % longer TTFP."""
+    return initial if asked or not loaded else 8 * initial
 
 
 def head_frames(initial: int, size: int, right: int) -> int:

@@ -66,5 +66,5 @@ def test_flow_pieces(frames, head, pieces):
 
 def test_the_first_chunk_grows_under_load_unless_the_client_chose_it():
     assert first_chunk_frames(8, asked=False, loaded=False) == 8
-    assert first_chunk_frames(8, asked=False, loaded=True) == 32
+    assert first_chunk_frames(8, asked=False, loaded=True) == 64
     assert first_chunk_frames(8, asked=True, loaded=True) == 8
