@@ -6,13 +6,14 @@
 
 In one invocation: (a) the compute limit, whole-utterance onnxruntime synthesis of the
 same texts in process, one process per core (perf.limit), before and after the servers,
-the higher kept; (b) our Triton + gateway,
-started on free loopback ports (or --url), N clients at once for each concurrency level,
+the higher kept, and the floor of time to first audio (perf.limit.ttfp_floor); (b) our
+Triton + gateway, started on free loopback ports (or --url), N clients at once for each concurrency level,
 each on its own WebSocket speaking the workload in Opus over protocol v1; (c) the peers,
 Piper's HTTP server and wyoming-piper, on the same voice from the benchmark's own
 environment (perf.peers), at the same levels. Per level: TTFP p50/p90/p99, per-stream RTF,
 throughput, underrun stalls and stalled ms (perf.metrics), and the CPU of the server
-processes, the gateway apart from Triton. Writes bench.json, bench.md, ttfp.png and
+processes, the gateway apart from Triton and Triton's by stage (perf.breakdown reads them
+against the limit's). Writes bench.json, bench.md, ttfp.png and
 throughput.png into --out. Clients speak back to back (a saturating closed loop) unless
 --listen makes each wait for its player to finish, like N real listeners.
 """
@@ -40,10 +41,11 @@ from urllib.parse import urlparse
 import psutil
 
 from perf.clients import Connect, GatewayClient, PiperHttpClient, WyomingClient, run_level
-from perf.limit import compute_limit
+from perf.limit import compute_limit, ttfp_floor
 from perf.metrics import summarize
 from perf.peers import start_piper_http, start_wyoming_piper
-from perf.report import OURS, goals, write_report
+from perf.goals import OURS, goals
+from perf.report import write_report
 from perf.servers import Servers, cpu_seconds, stop, triton_metrics
 from perf.workloads import workload
 from python_backends.launcher import PROJECT_ROOT
@@ -186,16 +188,37 @@ def cpu_now(groups: Groups) -> dict[str, float]:
     return {g: cpu_seconds(procs) for g, procs in groups.items()} | {"machine": machine_busy()}
 
 
+def stage_of(proc: psutil.Process) -> str:
+    """The model a Python backend stub serves (its command line names the model's
+    model.py), or "tritonserver" for the server itself."""
+    try:
+        script = next((Path(a) for a in proc.cmdline() if Path(a).name == "model.py"), None)
+    except psutil.NoSuchProcess:
+        return "exited"
+    return script.parents[1].name if script else "tritonserver"
+
+
+def stage_cpu(groups: Groups) -> dict[str, float]:
+    """CPU seconds of Triton's processes by stage, instances of a model added up."""
+    stages: dict[str, float] = {}
+    for proc in groups.get("triton", []):
+        stage = stage_of(proc)
+        stages[stage] = stages.get(stage, 0.0) + cpu_seconds([proc])
+    return stages
+
+
 async def measure(system: System, name: str, level: int, rounds: int, listen: bool, seconds: float) -> dict:
     """One row: `level` clients speaking workload `name` `rounds` times each (fewer past `seconds`)."""
     groups = system.groups() | {"client": [psutil.Process()]}
-    before, scrape = cpu_now(groups), await asyncio.to_thread(system.metrics)
+    before, scrape, stages = cpu_now(groups), await asyncio.to_thread(system.metrics), stage_cpu(groups)
     start = time.perf_counter()
     streams = await run_level(system.connect, workload(name), level, rounds, listen, seconds)
     wall = time.perf_counter() - start
     row = {"system": system.name, "workload": name, "level": level, "rounds_max": rounds, "wall_s": round(wall, 2)}
     row |= summarize(streams)
     row["cpu"] = cpu_use(before, cpu_now(groups), wall, row["audio_s"])
+    if stages:
+        row["triton_stages_cpu_s"] = {k: round(v - stages.get(k, 0.0), 2) for k, v in stage_cpu(groups).items()}
     row["server_times"] = server_times(scrape, await asyncio.to_thread(system.metrics))
     return row
 
@@ -256,6 +279,9 @@ def run(args: argparse.Namespace) -> dict:
                "options": {k: getattr(args, k) for k in ("rounds", "min_streams", "level_seconds", "limit_seconds", "listen")},
                "limit": {}, "runs": []}
     limits = [measure_limit(texts, args.limit_seconds, "before the servers")] if args.limit_seconds > 0 else []
+    if args.limit_seconds > 0:
+        results["ttfp_floor"] = {name: ttfp_floor(text) for name, text in texts.items()}
+        log(f"TTFP floor: {results['ttfp_floor']}")
     log_dir = Path(tempfile.mkdtemp(prefix="bench-"))
     systems = [lambda: ours(args.url, log_dir)]
     if not args.skip_peers:

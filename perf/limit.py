@@ -4,7 +4,11 @@ Whole-utterance synthesis in process with onnxruntime (each sentence's latent fr
 vocoded in one call, no chunks, no context frames, no Triton, no network), one process
 per core, each with one onnxruntime thread, all synthesizing the same text over and
 over. Its audio-seconds per wall second are the ceiling a server's throughput is
-measured against.
+measured against; its CPU split between the stages is what a server's split is read
+against.
+
+The floor of time to first audio (`ttfp_floor`): the compute a first packet waits for,
+timed the same way, in process, with nothing else in the way.
 """
 
 from __future__ import annotations
@@ -19,18 +23,20 @@ from queue import Empty
 START_TIMEOUT_S = 120.0  # spawning, importing and loading the graphs, on a busy machine
 
 
-def _utterance(acoustic, vocoder, sentences, params) -> tuple[float, float]:
-    """(audio s, wall s) of one whole-utterance synthesis."""
-    start, samples = time.perf_counter(), 0
+def _utterance(acoustic, vocoder, sentences, params) -> tuple[float, float, float]:
+    """(audio s, wall s, acoustic CPU s) of one whole-utterance synthesis."""
+    start, samples, acoustic_cpu = time.perf_counter(), 0, 0.0
     for i, sentence in enumerate(sentences):
+        cpu = time.process_time()
         latent = acoustic.synthesize(i, sentence, params).latent
+        acoustic_cpu += time.process_time() - cpu
         samples += vocoder.vocode(latent[None]).shape[1]
-    return samples / acoustic.voice.sample_rate, time.perf_counter() - start
+    return samples / acoustic.voice.sample_rate, time.perf_counter() - start, acoustic_cpu
 
 
 def _worker(texts: dict[str, str], seconds: float, barrier: Barrier, results: multiprocessing.Queue) -> None:
     """Per workload: wait for every core to be ready, synthesize for `seconds`, report
-    (workload, audio s, elapsed s, CPU s, per-utterance RTFs)."""
+    (workload, audio s, elapsed s, CPU s, acoustic CPU s, per-utterance RTFs)."""
     from python_backends.engines import AcousticEngine, VocoderEngine
     from python_backends.text import split_sentences
     from python_backends.voice import load_voice
@@ -42,11 +48,11 @@ def _worker(texts: dict[str, str], seconds: float, barrier: Barrier, results: mu
         sentences = split_sentences(text)
         _utterance(acoustic, vocoder, sentences, params)  # warm-up: first runs are slow
         barrier.wait(START_TIMEOUT_S)
-        start, cpu, audio, rtfs = time.perf_counter(), time.process_time(), 0.0, []
+        start, cpu, audio, acoustic_cpu, rtfs = time.perf_counter(), time.process_time(), 0.0, 0.0, []
         while time.perf_counter() - start < seconds:
-            audio_s, wall_s = _utterance(acoustic, vocoder, sentences, params)
-            audio, rtfs = audio + audio_s, rtfs + [wall_s / audio_s]
-        results.put((name, audio, time.perf_counter() - start, time.process_time() - cpu, rtfs))
+            audio_s, wall_s, acoustic_s = _utterance(acoustic, vocoder, sentences, params)
+            audio, acoustic_cpu, rtfs = audio + audio_s, acoustic_cpu + acoustic_s, rtfs + [wall_s / audio_s]
+        results.put((name, audio, time.perf_counter() - start, time.process_time() - cpu, acoustic_cpu, rtfs))
 
 
 def compute_limit(texts: dict[str, str], seconds: float, cores: int | None = None) -> dict[str, dict]:
@@ -69,13 +75,69 @@ def compute_limit(texts: dict[str, str], seconds: float, cores: int | None = Non
                 w.kill()
     limit = {}
     for name in texts:
-        mine = [(audio, elapsed, cpu, rtfs) for n, audio, elapsed, cpu, rtfs in rows if n == name]
+        mine = [row[1:] for row in rows if row[0] == name]
+        audio, cpu, acoustic_cpu = (sum(row[i] for row in mine) for i in (0, 2, 3))
         limit[name] = {
             "cores": cores,
-            "audio_s_per_s": round(sum(audio / elapsed for audio, elapsed, _, _ in mine), 2),
+            "audio_s_per_s": round(sum(audio / elapsed for audio, elapsed, *_ in mine), 2),
             # What a CPU-second buys, whatever else the machine runs meanwhile.
-            "audio_s_per_cpu_s": round(sum(audio for audio, *_ in mine) / sum(cpu for _, _, cpu, _ in mine), 2),
+            "audio_s_per_cpu_s": round(audio / cpu, 2),
+            "cpu_ms_per_audio_s": {"acoustic": round(1000 * acoustic_cpu / audio, 1),
+                                   "vocoder": round(1000 * (cpu - acoustic_cpu) / audio, 1)},
             "rtf_one_core_p50": round(statistics.median(rtf for *_, rtfs in mine for rtf in rtfs), 4),
             "seconds": seconds,
         }
     return limit
+
+
+def _ttfp_floor_worker(text: str, runs: int, results: multiprocessing.Queue) -> None:
+    from python_backends.chunking import head_frames
+    from python_backends.engines import AcousticEngine, VocoderEngine
+    from python_backends.requests import read_chunk_params
+    from python_backends.text import split_sentences
+    from python_backends.voice import load_voice
+
+    voice = load_voice()
+    acoustic, vocoder = AcousticEngine(voice, threads=1), VocoderEngine(voice, threads=1)
+    params, first = acoustic.default_params(), split_sentences(text)[0]
+    chunking = read_chunk_params({})  # the defaults a client gets
+    window = chunking.initial_frames + chunking.right_context
+    head = head_frames(chunking.initial_frames, chunking.frames, chunking.right_context)
+    steps: dict[str, list[float]] = {"acoustic": [], "prior": [], "head_flow": [], "first_window": []}
+    for run in range(runs + 1):  # the first run warms up and is not counted
+        times = {}
+        t = time.perf_counter()
+        latent = acoustic.synthesize(0, first, params).latent
+        times["acoustic"], t = time.perf_counter() - t, time.perf_counter()
+        prior = acoustic.prior(0, first, params)
+        times["prior"], t = time.perf_counter() - t, time.perf_counter()
+        acoustic.flow(prior, 0, head)
+        times["head_flow"], t = time.perf_counter() - t, time.perf_counter()
+        vocoder.vocode(latent[None, :, :window])
+        times["first_window"] = time.perf_counter() - t
+        for step, seconds in times.items():
+            if run:
+                steps[step].append(1000 * seconds)
+    results.put({step: round(statistics.median(ms), 1) for step, ms in steps.items()} | {"head_frames": head, "window_frames": window})
+
+
+def ttfp_floor(text: str, runs: int = 15) -> dict:
+    """Medians (ms) of the compute before a first packet of `text`, in process on one
+    core: the first sentence's whole acoustic stage, its prior, the flow of its first
+    head_frames frames, and one first vocoder window (the default first chunk and its
+    look-ahead). "whole_ms" is the floor as the first sentence's acoustic stage plus the
+    first window; "pieces_ms" is what this server's first packet waits for, the prior,
+    the head's flow and the first window."""
+    context = multiprocessing.get_context("spawn")  # as for the limit: a clean process
+    results = context.Queue()
+    worker = context.Process(target=_ttfp_floor_worker, args=(text, runs, results))
+    worker.start()
+    try:
+        floor = results.get(timeout=START_TIMEOUT_S)
+    except Empty:
+        raise RuntimeError("the TTFP-floor worker did not report") from None
+    finally:
+        worker.join(5)
+    floor["whole_ms"] = round(floor["acoustic"] + floor["first_window"], 1)
+    floor["pieces_ms"] = round(floor["prior"] + floor["head_flow"] + floor["first_window"], 1)
+    return floor

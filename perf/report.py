@@ -1,5 +1,5 @@
-"""The benchmark's report: the goal checks, a Markdown table and two PNG plots, all from
-the results dictionary that `perf.bench` also writes as JSON, so a report can be redrawn
+"""The benchmark's report: the goal checks (`perf.goals`), a Markdown table, where the
+time goes (`perf.breakdown`) and two PNG plots, all from the results dictionary that `perf.bench` also writes as JSON, so a report can be redrawn
 from a bench.json without measuring again:
 
     python -m perf.report [DIR]       # DIR/bench.json → DIR/bench.md, ttfp.png, throughput.png
@@ -12,92 +12,8 @@ import math
 import sys
 from pathlib import Path
 
-OURS = "speechstream"
-GOAL_TTFP_P50_1_MS = 50
-GOAL_TTFP_P99_8_MS = 150
-GOAL_TTFP_P99_32_MS = 300
-GOAL_OF_LIMIT = 0.85
-GOAL_OVER_PEER = 1.15
-GOAL_GATEWAY_SHARE = 0.05
-
-
-def rows_of(results: dict, system: str, workload: str) -> list[dict]:
-    return sorted((r for r in results["runs"] if r["system"] == system and r["workload"] == workload), key=lambda r: r["level"])
-
-
-def at_level(results: dict, system: str, workload: str, level: int) -> dict | None:
-    return next((r for r in rows_of(results, system, workload) if r["level"] == level), None)
-
-
-def saturated(results: dict, system: str, workload: str) -> dict | None:
-    """The level with the highest throughput."""
-    return max(rows_of(results, system, workload), key=lambda r: r["throughput_audio_s_per_s"], default=None)
-
-
-def efficiency(row: dict) -> float | None:
-    """Audio seconds per CPU-second of the server's processes: unlike audio-s per wall-s,
-    it hardly moves with what else a shared machine runs at the time."""
-    cpu_s = sum(c["cpu_s"] for group, c in row["cpu"].items() if group not in ("client", "others"))
-    return row["audio_s"] / cpu_s if cpu_s > 0 else None
-
-
-def goal(name: str, value: float, target: str, met: bool) -> dict:
-    return {"goal": name, "value": value, "target": target, "met": met}
-
-
-def level_goals(results: dict, workload: str) -> list[dict]:
-    """TTFP and underrun goals at 1, 8 and 32 clients, where those levels were run."""
-    out = []
-    if row := at_level(results, OURS, workload, 1):
-        out.append(goal(f"{workload}: TTFP p50 at 1 client (ms)", row["ttfp_ms"]["p50"], f"≤ {GOAL_TTFP_P50_1_MS}", row["ttfp_ms"]["p50"] <= GOAL_TTFP_P50_1_MS))
-    for level, limit in ((8, GOAL_TTFP_P99_8_MS), (32, GOAL_TTFP_P99_32_MS)):
-        if row := at_level(results, OURS, workload, level):
-            out.append(goal(f"{workload}: TTFP p99 at {level} clients (ms)", row["ttfp_ms"]["p99"], f"≤ {limit}", row["ttfp_ms"]["p99"] <= limit))
-            out.append(goal(f"{workload}: underruns at {level} clients", row["stalls"], "0", row["stalls"] == 0 and row["errors"] == 0))
-    return out
-
-
-def ratio_goal(name: str, ours: float | None, theirs: float | None, at_least: float) -> list[dict]:
-    if not ours or not theirs:
-        return []
-    return [goal(name, round(ours / theirs, 2), f"≥ {at_least}", ours / theirs >= at_least)]
-
-
-def throughput_goals(results: dict, workload: str) -> list[dict]:
-    """Saturated throughput against the compute limit and against the best peer, in
-    audio-s per wall-s as asked, and per CPU-second, which a busy shared machine skews less
-    (the limit, ours and the peers are measured minutes apart)."""
-    ours = saturated(results, OURS, workload)
-    if ours is None:
-        return []
-    limit = results["limit"].get(workload, {})
-    peers = [saturated(results, s, workload) for s in {r["system"] for r in results["runs"]} - {OURS}]
-    best = max(filter(None, peers), key=lambda r: r["throughput_audio_s_per_s"], default=None)
-    best_by_cpu = max((e for e in map(efficiency, filter(None, peers)) if e), default=None)
-    return (
-        ratio_goal(f"{workload}: saturated throughput / compute limit", ours["throughput_audio_s_per_s"], limit.get("audio_s_per_s"), GOAL_OF_LIMIT)
-        + ratio_goal(f"{workload}: audio-s per server CPU-s / compute limit's", efficiency(ours), limit.get("audio_s_per_cpu_s"), GOAL_OF_LIMIT)
-        + ratio_goal(f"{workload}: saturated throughput / best peer's", ours["throughput_audio_s_per_s"], best and best["throughput_audio_s_per_s"], GOAL_OVER_PEER)
-        + ratio_goal(f"{workload}: audio-s per server CPU-s / best peer's", efficiency(ours), best_by_cpu, GOAL_OVER_PEER)
-    )
-
-
-def cpu_goal(results: dict) -> list[dict]:
-    """Gateway CPU per audio second as a share of synthesis (Triton) CPU per audio second,
-    over every level run: the audio is the same, so it is the ratio of CPU seconds."""
-    runs = [r for r in results["runs"] if r["system"] == OURS and "triton" in r["cpu"]]
-    triton = sum(r["cpu"]["triton"]["cpu_s"] for r in runs)
-    if not triton:
-        return []
-    share = sum(r["cpu"]["gateway"]["cpu_s"] for r in runs) / triton
-    return [goal("gateway CPU / Triton CPU, per audio second", round(share, 3), f"≤ {GOAL_GATEWAY_SHARE}", share <= GOAL_GATEWAY_SHARE)]
-
-
-def goals(results: dict) -> list[dict]:
-    out = []
-    for workload in results["workloads"]:
-        out += level_goals(results, workload) + throughput_goals(results, workload)
-    return out + cpu_goal(results)
+from perf.breakdown import section
+from perf.goals import OURS, at_level, efficiency, goals, rows_of
 
 
 def cpu_cell(cpu: dict) -> str:
@@ -165,7 +81,7 @@ def markdown(results: dict) -> str:
         f"starting 50 ms after the first audio, in real time; CPU in cores (CPU s ÷ wall s), gw = gateway, "
         f"tr = tritonserver + its Python backend stubs; client = this benchmark; others = the rest of the machine "
         f"meanwhile.\n\n"
-        f"{table(results)}\n\n{limits}\n\n## Goals\n\n{checks}\n"
+        f"{table(results)}\n\n{limits}\n\n## Goals\n\n{checks}\n\n{section(results)}"
     )
 
 

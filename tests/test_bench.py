@@ -9,10 +9,11 @@ import wave
 
 import pytest
 
-from perf import bench
+from perf import bench, breakdown
 from perf.clients import read_wyoming_event
 from perf.metrics import Stream, WavProgress, percentile, summarize, throughput, wav_layout
-from perf.report import goals, markdown
+from perf.goals import goals
+from perf.report import markdown
 
 FRAME = 0.02
 
@@ -170,6 +171,30 @@ def test_markdown_has_a_row_per_system_workload_and_level_and_the_goal_lines(res
     assert "| 90 / 44 % |" in rows[1]  # 36 of 40 audio-s/s; 8.8 of 20 audio-s per CPU-s
 
 
+def test_where_the_time_goes_splits_a_first_packet_and_the_cpu_by_stage(results):
+    results["ttfp_floor"] = {"paragraph": {"acoustic": 100.0, "prior": 40.0, "head_flow": 15.0, "first_window": 20.0,
+                                           "head_frames": 32, "window_frames": 16, "whole_ms": 120.0, "pieces_ms": 75.0}}
+    results["limit"]["paragraph"]["cpu_ms_per_audio_s"] = {"acoustic": 15.0, "vocoder": 35.0}
+    first, loaded = results["runs"][0], results["runs"][1]  # 1 client; 8 clients, the saturated level
+    first["server_times"] = {"triton_first_response_ms_mean": 90.0, "gateway_ttfp_ms_mean": 93.0}
+    first["ttfp_samples_ms"] = [94.0, 96.0]
+    loaded["triton_stages_cpu_s"] = {"tritonserver": 0.4, "tts": 0.6, "acoustic": 9.0, "vocoder": 30.0}
+
+    assert [ms for _, ms in breakdown.ttfp_path(results, "paragraph")] == [75.0, 90.0, 93.0, 95.0]
+    # 360 audio-s at 8 clients; the gateway spent 1 CPU-s.
+    assert breakdown.stage_costs(results, "paragraph") == [
+        ("acoustic", 25.0, 15.0), ("vocoder", 83.3, 35.0), ("tts", 1.7, None), ("tritonserver", 1.1, None), ("gateway", 2.8, None)]
+    assert breakdown.machine_scale(results) == pytest.approx(1.25)  # RTF 0.05 here against 0.04
+    scaled = breakdown.scaled_goals(results, "paragraph", 1.25)
+    assert scaled[0] == "TTFP p50 at 1 client ≤ 62 ms: 35 ms, met"
+    assert scaled[1].startswith("8 clients there ≈ 8 here: TTFP p99 ≤ 188 ms") and scaled[1].endswith("met")
+    assert scaled[2].startswith("32 clients there ≈ 32 here") and scaled[2].endswith("**missed**")  # 400 ms, 3 stalls
+    assert breakdown.peer_goal_against_limit(results, "paragraph").endswith("34.5 audio-s/s, 0.86 × the compute limit of 40.0")
+    text = breakdown.section(results)
+    assert "| Triton: gRPC, BLS calls between the stubs, scheduling | 15.0 | 90.0 |" in text
+    assert "| all | 113.9 | 50.0 |" in text
+
+
 def test_the_limit_is_the_higher_of_the_runs_before_and_after_the_servers():
     before = {"short": {"audio_s_per_s": 5.0}, "paragraph": {"audio_s_per_s": 9.0}}
     after = {"short": {"audio_s_per_s": 7.0}, "paragraph": {"audio_s_per_s": 8.0}}
@@ -195,6 +220,12 @@ def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):
         assert 0 < row["rtf"]["p50"] < 5 and row["throughput_audio_s_per_s"] > 0
         assert row["cpu"]["gateway"]["cpu_s"] > 0 and row["cpu"]["triton"]["cpu_s"] > 0
     assert results["limit"]["short"]["audio_s_per_s"] > 0
+    limit_cpu = results["limit"]["short"]["cpu_ms_per_audio_s"]
+    assert 0 < limit_cpu["acoustic"] < limit_cpu["vocoder"]  # the vocoder is most of the work
+    floor = results["ttfp_floor"]["short"]
+    assert 0 < floor["pieces_ms"] < floor["whole_ms"]  # the first packet waits for less than the whole first sentence
+    stages = results["runs"][-1]["triton_stages_cpu_s"]
+    assert set(stages) == {"tritonserver", "tts", "acoustic", "vocoder"} and stages["vocoder"] > 0
     assert {g["goal"] for g in results["goals"]} >= {"short: TTFP p50 at 1 client (ms)", "short: saturated throughput / compute limit"}
     for name in ("bench.md", "ttfp.png", "throughput.png"):
         assert (tmp_path / name).stat().st_size > 0
