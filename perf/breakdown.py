@@ -80,8 +80,8 @@ def peer_goal_against_limit(results: dict, workload: str) -> str | None:
     """What GOAL_OVER_PEER × the best peer's saturated throughput asks for, as a share
     of the compute limit: above 1, no server on this machine can meet it."""
     limit = results.get("limit", {}).get(workload, {}).get("audio_s_per_s")
-    peers = {r["system"] for r in results["runs"]} - {OURS}
-    best = max((saturated(results, p, workload)["throughput_audio_s_per_s"] for p in peers), default=None)
+    peers = filter(None, (saturated(results, p, workload) for p in {r["system"] for r in results["runs"]} - {OURS}))
+    best = max((row["throughput_audio_s_per_s"] for row in peers), default=None)
     if not limit or not best:
         return None
     asked = GOAL_OVER_PEER * best
@@ -93,32 +93,43 @@ def verdict(met: bool) -> str:
     return "met" if met else "**missed**"
 
 
+def ttfp_part(results: dict, workload: str) -> str | None:
+    if not (path := ttfp_path(results, workload)):
+        return None
+    floor = results["ttfp_floor"][workload]
+    rows = [f"| {name} | {ms - before:.1f} | {ms:.1f} |" for (name, ms), before in zip(path, [0.0] + [ms for _, ms in path])]
+    return (
+        f"### {workload}: a first packet at 1 client, mean ms\n\n| step | takes | done at |\n|---|---|---|\n"
+        + "\n".join(rows)
+        + f"\n\nThe floor as the goals define it, the first sentence's whole acoustic stage and the first vocoder "
+        f"window, is {floor['whole_ms']:.1f} ms here ({floor['acoustic']:.1f} + {floor['first_window']:.1f}; "
+        f"{GOALS_FLOOR_MS:.0f} ms where the goals were set). The first packet computes less than that: the prior "
+        f"{floor['prior']:.1f}, the flow of {floor['head_frames']} frames {floor['head_flow']:.1f}, a "
+        f"{floor['window_frames']}-frame window {floor['first_window']:.1f}."
+    )
+
+
+def costs_part(results: dict, workload: str) -> str | None:
+    if not (costs := stage_costs(results, workload)):
+        return None
+    rows = [f"| {name} | {ms:.1f} | {'–' if limit is None else f'{limit:.1f}'} |" for name, ms, limit in costs]
+    rows.append(f"| all | {sum(ms for _, ms, _ in costs):.1f} | {sum(l for *_, l in costs if l is not None):.1f} |")
+    return (f"### {workload}: CPU ms per audio second at our saturated level, against the compute limit\n\n"
+            "| process | ours | limit |\n|---|---|---|\n" + "\n".join(rows))
+
+
+def scale_part(results: dict) -> str | None:
+    if not (scale := machine_scale(results)) or math.isnan(scale):
+        return None
+    scaled = [f"- {w}: {line}" for w in results["workloads"] for line in scaled_goals(results, w, scale)]
+    peers = [f"- {w}: {line}" for w in results["workloads"] if (line := peer_goal_against_limit(results, w))]
+    return (f"### At this machine's scale\n\nOne core here synthesizes {scale:.1f} times slower than where the goals "
+            f"were set (whole-utterance RTF {GOALS_RTF_ONE_CORE} there). The goals read at that scale:\n\n"
+            + "\n".join(scaled) + ("\n\nThe throughput goal against the peers, on this machine:\n\n" + "\n".join(peers) if peers else ""))
+
+
 def section(results: dict) -> str:
     """The Markdown section "Where the time goes"; empty without the measurements."""
-    parts = []
-    for workload in results["workloads"]:
-        if path := ttfp_path(results, workload):
-            floor = results["ttfp_floor"][workload]
-            rows = [f"| {name} | {ms - before:.1f} | {ms:.1f} |" for (name, ms), before in zip(path, [0.0] + [ms for _, ms in path])]
-            parts.append(
-                f"### {workload}: a first packet at 1 client, mean ms\n\n| step | takes | done at |\n|---|---|---|\n"
-                + "\n".join(rows)
-                + f"\n\nThe floor as the goals define it, the first sentence's whole acoustic stage and the first vocoder "
-                f"window, is {floor['whole_ms']:.1f} ms here ({floor['acoustic']:.1f} + {floor['first_window']:.1f}; "
-                f"{GOALS_FLOOR_MS:.0f} ms where the goals were set). The first packet computes less than that: the prior "
-                f"{floor['prior']:.1f}, the flow of {floor['head_frames']} frames {floor['head_flow']:.1f}, a "
-                f"{floor['window_frames']}-frame window {floor['first_window']:.1f}."
-            )
-        if costs := stage_costs(results, workload):
-            rows = [f"| {name} | {ms:.1f} | {'–' if lim is None else f'{lim:.1f}'} |" for name, ms, lim in costs]
-            total = sum(ms for _, ms, _ in costs)
-            limit_total = sum(lim for *_, lim in costs if lim is not None)
-            rows.append(f"| all | {total:.1f} | {limit_total:.1f} |")
-            parts.append(f"### {workload}: CPU ms per audio second at our saturated level, against the compute limit\n\n"
-                         "| process | ours | limit |\n|---|---|---|\n" + "\n".join(rows))
-    if (scale := machine_scale(results)) and not math.isnan(scale):
-        lines = [f"- {w}: {line}" for w in results["workloads"] for line in scaled_goals(results, w, scale)]
-        lines += [f"- {w}: {line}" for w in results["workloads"] if (line := peer_goal_against_limit(results, w))]
-        parts.append(f"### At this machine's scale\n\nOne core here synthesizes {scale:.1f} times slower than where the goals "
-                     f"were set (whole-utterance RTF {GOALS_RTF_ONE_CORE} there). Read at that scale:\n\n" + "\n".join(lines))
+    parts = [part for w in results["workloads"] for part in (ttfp_part(results, w), costs_part(results, w))]
+    parts = [p for p in parts + [scale_part(results)] if p]
     return "## Where the time goes\n\n" + "\n\n".join(parts) + "\n" if parts else ""
