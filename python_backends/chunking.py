@@ -8,9 +8,10 @@ the context's audio is cut off again.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .contract import VOCODER_BUCKETS
+from .requests import ChunkParams
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,14 @@ def first_chunk_frames(initial: int, asked: bool, loaded: bool) -> int:
     back-to-back clients against 4 × `initial`: half the stalls, 6-10 % more throughput,
     about 40 % longer TTFP."""
     return initial if asked or not loaded else 8 * initial
+
+
+def sized_for_load(params: ChunkParams, asked: bool, loaded: bool) -> tuple[ChunkParams, int]:
+    """A stream's chunking, its first chunk sized for the load (first_chunk_frames), and
+    the head frames its first sentence's acoustic request sends alone: none under load,
+    where the first audio waits for a slot anyway."""
+    params = replace(params, initial_frames=first_chunk_frames(params.initial_frames, asked, loaded))
+    return params, 0 if loaded else head_frames(params.initial_frames, params.frames, params.right_context)
 
 
 def head_frames(initial: int, size: int, right: int) -> int:

@@ -107,6 +107,10 @@ class InvalidRequest(ValueError):
     """A request the models refuse; the message is sent to the client as is."""
 
 
+class StageError(RuntimeError):
+    """A stage model answered `tts` with an error, or with no frames."""
+
+
 def _tensor(name: str, triton_type: str, dims: list[int], optional: bool = False) -> dict:
     tensor = {"name": name, "data_type": triton_type, "dims": dims}
     return tensor | {"optional": True} if optional else tensor

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from . import contract as c
 from .chunking import Chunk, bucket_frames, chunk_sizes, plan_chunks
 from .engines import SAMPLES_PER_FRAME
 from .requests import ChunkParams
@@ -96,6 +97,52 @@ class LatentSentence:
 
 
 @dataclass(frozen=True)
+class LatentPiece:
+    """One acoustic response: the next run of a sentence's latent frames; the first piece
+    of a sentence also carries the sentence's frame count and its words."""
+
+    frames: np.ndarray  # float32 [channels, n]
+    sentence_frames: int = 0
+    words: tuple[tuple[str, int, int], ...] = ()
+
+
+async def latent_sentence(
+    index: int,
+    span: tuple[int, int],
+    pieces: Callable[[], AsyncIterator[LatentPiece]],
+    run: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]],
+) -> LatentSentence:
+    """A sentence's latent as soon as its first piece is in; the rest fills in as
+    `pieces()` yields it. `run(read)` runs the whole reading (a scheduler holds its slot
+    to the last piece); a failure after the first piece reaches the latent's readers, one
+    before it is raised here."""
+    first: asyncio.Future[LatentSentence] = asyncio.get_running_loop().create_future()
+
+    async def read() -> None:
+        latent = None
+        try:
+            async with aclosing(pieces()) as stream:
+                async for piece in stream:
+                    if latent is None:
+                        latent = Latent(piece.frames.shape[0], piece.sentence_frames)
+                        first.set_result(LatentSentence(index, span, latent, piece.words))
+                    latent.extend(piece.frames)
+        except Exception as error:
+            if latent is not None:
+                latent.fail(error)
+            raise
+
+    work = asyncio.ensure_future(run(read))
+    await asyncio.wait([first, work], return_when=asyncio.FIRST_COMPLETED)
+    if not first.done():
+        work.result()  # failed before its first piece: raise that
+        raise c.StageError("acoustic sent no frames")
+    # A later failure reaches the stream through the latent; this only retrieves it.
+    work.add_done_callback(lambda w: w.cancelled() or w.exception())
+    return first.result()
+
+
+@dataclass(frozen=True)
 class PcmChunk:
     index: int
     sample_offset: int
@@ -104,6 +151,21 @@ class PcmChunk:
     pcm: np.ndarray  # float32 [samples]
     words: tuple[tuple[str, int, int], ...] = ()  # (word, start, end sample in the stream);
     # on the first chunk of each sentence only
+
+
+def tts_outputs(chunk: PcmChunk) -> dict[str, np.ndarray]:
+    """The `tts` response tensors of one chunk."""
+    outputs = {
+        c.PCM: chunk.pcm,
+        c.CHUNK_INDEX: np.array([chunk.index], dtype=np.int32),
+        c.SAMPLE_OFFSET: np.array([chunk.sample_offset], dtype=np.int64),
+        c.SENTENCE_INDEX: np.array([chunk.sentence_index], dtype=np.int32),
+        c.TEXT_SPAN: np.array(chunk.span, dtype=np.int32),
+    }
+    if chunk.words:
+        outputs[c.WORDS] = np.array([w.encode() for w, _, _ in chunk.words], dtype=object)
+        outputs[c.WORD_SAMPLES] = np.array([(a, b) for _, a, b in chunk.words], dtype=np.int64)
+    return outputs
 
 
 async def ordered(

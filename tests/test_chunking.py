@@ -2,8 +2,11 @@ import itertools
 
 import pytest
 
-from python_backends.chunking import bucket_frames, chunk_sizes, first_chunk_frames, flow_pieces, head_frames, plan_chunks
+from python_backends.chunking import (
+    bucket_frames, chunk_sizes, first_chunk_frames, flow_pieces, head_frames, plan_chunks, sized_for_load,
+)
 from python_backends.contract import VOCODER_BUCKETS
+from python_backends.requests import read_chunk_params
 
 
 def test_chunk_sizes_double_from_the_first_up_to_the_cap():
@@ -68,3 +71,13 @@ def test_the_first_chunk_grows_under_load_unless_the_client_chose_it():
     assert first_chunk_frames(8, asked=False, loaded=False) == 8
     assert first_chunk_frames(8, asked=False, loaded=True) == 64
     assert first_chunk_frames(8, asked=True, loaded=True) == 8
+
+
+def test_a_stream_is_sized_for_load_with_a_head_only_while_unloaded():
+    defaults = read_chunk_params({})  # initial 8, chunk 128, right context 8
+    params, head = sized_for_load(defaults, asked=False, loaded=False)
+    assert (params, head) == (defaults, 8 + 16 + 8)  # the first two chunks and the second's look-ahead
+    params, head = sized_for_load(defaults, asked=False, loaded=True)
+    assert (params.initial_frames, params.frames, head) == (64, 128, 0)
+    params, head = sized_for_load(defaults, asked=True, loaded=True)
+    assert (params.initial_frames, head) == (8, 0)

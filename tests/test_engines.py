@@ -8,11 +8,15 @@ import onnxruntime as ort
 import pytest
 
 from perf.workloads import workload
+from python_backends import contract as c
 from python_backends.contract import VOCODER_BUCKETS
 from python_backends.engines import AcousticEngine, VocoderEngine, VoiceParams
 from python_backends.requests import ChunkParams, read_chunk_params
 from python_backends.scheduler import PlaybackClock
-from python_backends.streaming import SECONDS_PER_CHAR, Latent, LatentSentence, sentence_latents, stream_pcm
+from python_backends.streaming import (
+    SECONDS_PER_CHAR, Latent, LatentPiece, LatentSentence, PcmChunk, latent_sentence, sentence_latents, stream_pcm,
+    tts_outputs,
+)
 from python_backends.text import split_sentences
 from python_backends.voice import embedded_voice_files, load_voice
 from tests.audio import snr_db
@@ -246,3 +250,64 @@ def test_sentences_are_synthesized_in_order_a_bounded_way_ahead():
     asyncio.run(collect())
     assert taken == [0, 1, 2, 3, 4][: len(taken)] and len(taken) <= 5
     assert len(started) <= 5
+
+
+def read_pieces(pieces, log):
+    """latent_sentence over `pieces` (LatentPieces, or an exception to raise), run by a
+    wrapper that logs when the reading starts and ends; (result or error, log)."""
+    async def stream():
+        for piece in pieces:
+            await asyncio.sleep(0.01)
+            if isinstance(piece, Exception):
+                raise piece
+            log.append(("piece", piece.frames.shape[1]))
+            yield piece
+
+    async def run(read):
+        log.append(("run", "start"))
+        try:
+            await read()
+        finally:
+            log.append(("run", "end"))
+
+    async def main():
+        sentence = await latent_sentence(3, (0, 9), stream, run)
+        log.append(("returned", sentence.latent.filled))
+        try:
+            frames = await sentence.latent.until(sentence.latent.frames)
+        except Exception as error:
+            return error
+        return sentence, frames
+
+    try:
+        return asyncio.run(main()), log
+    except Exception as error:
+        return error, log
+
+
+def test_a_sentence_is_returned_at_its_first_piece_and_fills_in():
+    a, b = np.ones((4, 3), np.float32), 2 * np.ones((4, 5), np.float32)
+    (sentence, frames), log = read_pieces([LatentPiece(a, 8, (("hi", 0, 8),)), LatentPiece(b)], [])
+    assert log[:3] == [("run", "start"), ("piece", 3), ("returned", 3)]  # before the second piece
+    assert log[-1] == ("run", "end")  # the run lasts to the last piece
+    assert (sentence.index, sentence.span, sentence.words) == (3, (0, 9), (("hi", 0, 8),))
+    assert np.array_equal(frames, np.concatenate([a, b], axis=1))
+
+
+def test_a_sentence_failing_before_or_after_its_first_piece():
+    error, _ = read_pieces([RuntimeError("acoustic down")], [])
+    assert isinstance(error, RuntimeError) and str(error) == "acoustic down"  # raised to the caller
+    error, log = read_pieces([LatentPiece(np.ones((4, 3), np.float32), 8), RuntimeError("lost mid-sentence")], [])
+    assert ("returned", 3) in log and str(error) == "lost mid-sentence"  # reached the latent's reader
+    error, _ = read_pieces([], [])
+    assert isinstance(error, c.StageError) and "no frames" in str(error)
+
+
+def test_tts_outputs_of_a_chunk_carry_words_only_where_it_has_them():
+    pcm = np.zeros(256, np.float32)
+    plain = tts_outputs(PcmChunk(2, 512, 1, (10, 20), pcm))
+    assert set(plain) == {c.PCM, c.CHUNK_INDEX, c.SAMPLE_OFFSET, c.SENTENCE_INDEX, c.TEXT_SPAN}
+    assert plain[c.SAMPLE_OFFSET].dtype == np.int64 and plain[c.SAMPLE_OFFSET].tolist() == [512]
+    assert plain[c.TEXT_SPAN].tolist() == [10, 20] and plain[c.CHUNK_INDEX].tolist() == [2]
+    worded = tts_outputs(PcmChunk(0, 0, 0, (0, 5), pcm, (("héllo", 0, 256),)))
+    assert worded[c.WORDS].tolist() == ["héllo".encode()] and worded[c.WORD_SAMPLES].tolist() == [[0, 256]]

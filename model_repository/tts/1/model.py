@@ -9,7 +9,6 @@ sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(
 
 import asyncio
 import collections
-import dataclasses
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,17 +16,15 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from python_backends import contract as c
-from python_backends.chunking import first_chunk_frames, head_frames
+from python_backends.chunking import sized_for_load
 from python_backends.requests import read_chunk_params, read_params, read_text
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
-from python_backends.streaming import SENTENCE_LOOKAHEAD, Latent, LatentSentence, sentence_latents, stream_pcm
+from python_backends.streaming import (
+    SENTENCE_LOOKAHEAD, LatentPiece, latent_sentence, sentence_latents, stream_pcm, tts_outputs,
+)
 from python_backends.text import split_sentences
 from python_backends.triton_glue import FINAL, declare, gauge, log_error, parameters, request_inputs, response, send_error
 from python_backends.voice import DEFAULT_VOICE, sample_rate
-
-
-class StageError(RuntimeError):
-    """A stage model answered with an error."""
 
 
 class TritonPythonModel:
@@ -62,14 +59,10 @@ class TritonPythonModel:
             inputs = request_inputs(request, c.TTS_MODEL)
             text = read_text(inputs, self.max_text_chars)
             read_params(inputs, c.VOICE_PARAMS)
-            chunking = read_chunk_params(inputs)
             loaded = self.streams > self.slots.slots
-            initial = first_chunk_frames(chunking.initial_frames, c.INITIAL_CHUNK_FRAMES in inputs, loaded)
-            chunking = dataclasses.replace(chunking, initial_frames=initial)
+            chunking, head = sized_for_load(read_chunk_params(inputs), c.INITIAL_CHUNK_FRAMES in inputs, loaded)
             voice = {p.name: inputs[p.name] for p in c.VOICE_PARAMS if p.name in inputs}
             clock = PlaybackClock(self.rate)
-            # Under load the first audio waits for a slot anyway: no head piece to pay for.
-            head = 0 if loaded else head_frames(chunking.initial_frames, chunking.frames, chunking.right_context)
             synthesize = functools.partial(self._acoustic, voice, head)
             sentences = sentence_latents(
                 split_sentences(text, c.MAX_SENTENCE_CHARS), synthesize, clock, request.is_cancelled
@@ -78,19 +71,9 @@ class TritonPythonModel:
                 sentences, self._vocode, chunking, clock, request.is_cancelled, pad_to_buckets=self.pad_to_buckets
             )
             async for chunk in chunks:
-                outputs = {
-                    c.PCM: chunk.pcm,
-                    c.CHUNK_INDEX: np.array([chunk.index], dtype=np.int32),
-                    c.SAMPLE_OFFSET: np.array([chunk.sample_offset], dtype=np.int64),
-                    c.SENTENCE_INDEX: np.array([chunk.sentence_index], dtype=np.int32),
-                    c.TEXT_SPAN: np.array(chunk.span, dtype=np.int32),
-                }
-                if chunk.words:
-                    outputs[c.WORDS] = np.array([w.encode() for w, _, _ in chunk.words], dtype=object)
-                    outputs[c.WORD_SAMPLES] = np.array([(a, b) for _, a, b in chunk.words], dtype=np.int64)
-                sender.send(response(outputs))
+                sender.send(response(tts_outputs(chunk)))
             sender.send(flags=FINAL)
-        except (c.InvalidRequest, StageError) as e:
+        except (c.InvalidRequest, c.StageError) as e:
             send_error(sender, str(e))
         except Exception as e:
             log_error(f"tts: request failed: {e!r}")
@@ -101,29 +84,23 @@ class TritonPythonModel:
 
     async def _acoustic(self, voice, head, index, sentence, deadline):
         """One sentence's latent frames from the acoustic model, as soon as its first
-        piece is in; the rest fills in as it comes (the first sentence's first `head`
-        frames come alone, so that vocoding starts before its flow has run to the end).
+        piece is in (the first sentence's first `head` frames come alone, so that
+        vocoding starts before its flow has run to the end).
 
         One request per sentence, issued only as far ahead as the stream needs, so a
         cancelled stream stops acoustic work too (Triton 2.51's BLS cannot cancel a
-        request it has sent). The scheduler runs the request to its last response even
-        if the stream is cancelled meanwhile: a response iterator dropped unread
-        deadlocks the 2.51 stub when the model unloads.
+        request it has sent). The request holds its slot to its last response, even if
+        the stream is cancelled meanwhile: a response iterator dropped unread deadlocks
+        the 2.51 stub when the model unloads.
         """
-        first = asyncio.get_running_loop().create_future()
         head = head if index == 0 else 0
-        work = asyncio.ensure_future(
-            self.slots.run(deadline, lambda: self._acoustic_responses(voice, head, index, sentence, first))
+        return await latent_sentence(
+            index, (sentence.start, sentence.end),
+            lambda: self._acoustic_pieces(voice, head, sentence),
+            lambda read: self.slots.run(deadline, read),
         )
-        await asyncio.wait([first, work], return_when=asyncio.FIRST_COMPLETED)
-        if not first.done():
-            work.result()  # failed before its first piece: raise that
-            raise StageError("acoustic sent no frames")
-        # A later failure reaches the stream through the latent; this only retrieves it.
-        work.add_done_callback(lambda w: w.cancelled() or w.exception())
-        return first.result()
 
-    async def _acoustic_responses(self, voice, head, index, sentence, first):
+    async def _acoustic_pieces(self, voice, head, sentence):
         inputs = [pb_utils.Tensor(c.TEXT, np.array([sentence.text.encode()], dtype=object))]
         inputs += [pb_utils.Tensor(name, value) for name, value in voice.items()]
         if head:
@@ -134,26 +111,18 @@ class TritonPythonModel:
         )
         responses = iter(await acoustic.async_exec(decoupled=True))
         loop = asyncio.get_running_loop()
-        latent = None
+        read_all = False
         try:
             # The iterator blocks: each response is awaited in a waiter thread.
             while (r := await loop.run_in_executor(self.waiters, next, responses, None)) is not None:
                 if r.has_error():
-                    raise StageError(r.error().message())
-                piece = pb_utils.get_output_tensor_by_name(r, c.LATENT)
-                if piece is None:
-                    continue  # the empty final response
-                piece = piece.as_numpy()
-                if latent is None:
-                    frames = int(pb_utils.get_output_tensor_by_name(r, c.DURATIONS).as_numpy().sum())
-                    latent = Latent(piece.shape[0], frames)
-                    first.set_result(LatentSentence(index, (sentence.start, sentence.end), latent, words_of(r)))
-                latent.extend(piece)
-        except Exception as e:
-            if latent is not None:
-                latent.fail(e)
-            await loop.run_in_executor(self.waiters, collections.deque, responses, 0)  # read to the end
-            raise
+                    raise c.StageError(r.error().message())
+                if pb_utils.get_output_tensor_by_name(r, c.LATENT) is not None:  # None: the empty final response
+                    yield latent_piece(r)
+            read_all = True
+        finally:
+            if not read_all:
+                await loop.run_in_executor(self.waiters, collections.deque, responses, 0)  # read to the end
 
     async def _vocode(self, window, deadline):
         return await self.slots.run(deadline, lambda: self._vocoder_call(window))
@@ -166,7 +135,7 @@ class TritonPythonModel:
         )
         r = await vocoder.async_exec()
         if r.has_error():
-            raise StageError(r.error().message())
+            raise c.StageError(r.error().message())
         return pb_utils.get_output_tensor_by_name(r, c.PCM).as_numpy()[0]
 
     def finalize(self):
@@ -175,8 +144,10 @@ class TritonPythonModel:
         del self.metric_family
 
 
-def words_of(response) -> tuple:
-    """(word, start frame, end frame) of a sentence's first acoustic response."""
-    spans = pb_utils.get_output_tensor_by_name(response, c.WORD_FRAMES).as_numpy()
-    names = pb_utils.get_output_tensor_by_name(response, c.WORDS).as_numpy()
-    return tuple((w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans))
+def latent_piece(response) -> LatentPiece:
+    """An acoustic response's frames; the first of a sentence carries its frame count
+    (its durations' sum) and words, later ones empty arrays."""
+    output = functools.partial(pb_utils.get_output_tensor_by_name, response)
+    spans, names = output(c.WORD_FRAMES).as_numpy(), output(c.WORDS).as_numpy()
+    words = tuple((w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans))
+    return LatentPiece(output(c.LATENT).as_numpy(), int(output(c.DURATIONS).as_numpy().sum()), words)
