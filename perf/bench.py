@@ -7,15 +7,15 @@
 In one invocation: (a) the compute limit, whole-utterance onnxruntime synthesis of the
 same texts in process, one process per core (perf.limit), before and after the servers,
 the higher kept, and the floor of time to first audio (perf.limit.ttfp_floor); (b) our
-Triton + gateway, started on free loopback ports (or --url), N clients at once for each concurrency level,
-each on its own WebSocket speaking the workload in Opus over protocol v1; (c) the peers,
-Piper's HTTP server and wyoming-piper, on the same voice from the benchmark's own
-environment (perf.peers), at the same levels. Per level: TTFP p50/p90/p99, per-stream RTF,
-throughput, underrun stalls and stalled ms (perf.metrics), and the CPU of the server
-processes, the gateway apart from Triton and Triton's by stage (perf.breakdown reads them
-against the limit's). Writes bench.json, bench.md, ttfp.png and
-throughput.png into --out. Clients speak back to back (a saturating closed loop) unless
---listen makes each wait for its player to finish, like N real listeners.
+Triton + gateway, started on free loopback ports (or --url), N clients at once for each
+concurrency level, each on its own WebSocket speaking the workload in Opus over protocol
+v1; (c) the peers, Piper's HTTP server and wyoming-piper, on the same voice from the
+benchmark's own environment (perf.peers), at the same levels. Per level: TTFP
+p50/p90/p99, per-stream RTF, throughput, underrun stalls and stalled ms (perf.metrics),
+and the CPU of the server processes, the gateway apart from Triton and Triton's by
+stage (perf.breakdown reads them against the limit's). Writes bench.json, bench.md,
+ttfp.png and throughput.png into --out. Clients speak back to back (a saturating closed
+loop) unless --listen makes each wait for its player to finish, like N real listeners.
 """
 
 from __future__ import annotations

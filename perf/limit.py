@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import statistics
 import time
+from collections import defaultdict
 from multiprocessing.synchronize import Barrier
 from queue import Empty
 
@@ -90,6 +91,14 @@ def compute_limit(texts: dict[str, str], seconds: float, cores: int | None = Non
     return limit
 
 
+def _timed(steps: dict[str, list[float]], step: str, call, *args):
+    """call(*args), its wall time in ms appended to steps[step]."""
+    start = time.perf_counter()
+    result = call(*args)
+    steps[step].append(1000 * (time.perf_counter() - start))
+    return result
+
+
 def _ttfp_floor_worker(text: str, runs: int, results: multiprocessing.Queue) -> None:
     from python_backends.chunking import head_frames
     from python_backends.engines import AcousticEngine, VocoderEngine
@@ -103,21 +112,17 @@ def _ttfp_floor_worker(text: str, runs: int, results: multiprocessing.Queue) -> 
     chunking = read_chunk_params({})  # the defaults a client gets
     window = chunking.initial_frames + chunking.right_context
     head = head_frames(chunking.initial_frames, chunking.frames, chunking.right_context)
-    steps: dict[str, list[float]] = {"acoustic": [], "prior": [], "head_flow": [], "first_window": []}
-    for run in range(runs + 1):  # the first run warms up and is not counted
-        times = {}
-        t = time.perf_counter()
-        latent = acoustic.synthesize(0, first, params).latent
-        times["acoustic"], t = time.perf_counter() - t, time.perf_counter()
-        prior = acoustic.prior(0, first, params)
-        times["prior"], t = time.perf_counter() - t, time.perf_counter()
-        acoustic.flow(prior, 0, head)
-        times["head_flow"], t = time.perf_counter() - t, time.perf_counter()
-        vocoder.vocode(latent[None, :, :window])
-        times["first_window"] = time.perf_counter() - t
-        for step, seconds in times.items():
-            if run:
-                steps[step].append(1000 * seconds)
+
+    def once(steps: dict[str, list[float]]) -> None:
+        latent = _timed(steps, "acoustic", acoustic.synthesize, 0, first, params).latent
+        prior = _timed(steps, "prior", acoustic.prior, 0, first, params)
+        _timed(steps, "head_flow", acoustic.flow, prior, 0, head)
+        _timed(steps, "first_window", vocoder.vocode, latent[None, :, :window])
+
+    once(defaultdict(list))  # warm-up: first runs are slow
+    steps: dict[str, list[float]] = defaultdict(list)
+    for _ in range(runs):
+        once(steps)
     results.put({step: round(statistics.median(ms), 1) for step, ms in steps.items()} | {"head_frames": head, "window_frames": window})
 
 
@@ -138,6 +143,8 @@ def ttfp_floor(text: str, runs: int = 15) -> dict:
         raise RuntimeError("the TTFP-floor worker did not report") from None
     finally:
         worker.join(5)
+        if worker.is_alive():
+            worker.kill()
     floor["whole_ms"] = round(floor["acoustic"] + floor["first_window"], 1)
     floor["pieces_ms"] = round(floor["prior"] + floor["head_flow"] + floor["first_window"], 1)
     return floor
