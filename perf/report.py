@@ -1,6 +1,7 @@
 """The benchmark's report: the goal checks (`perf.goals`), a Markdown table, where the
-time goes (`perf.breakdown`) and two PNG plots, all from the results dictionary that `perf.bench` also writes as JSON, so a report can be redrawn
-from a bench.json without measuring again:
+time goes (`perf.breakdown`) and two PNG plots, all from the results dictionary that
+`perf.bench` also writes as JSON, so a report can be redrawn from a bench.json without
+measuring again:
 
     python -m perf.report [DIR]       # DIR/bench.json → DIR/bench.md, ttfp.png, throughput.png
 """
