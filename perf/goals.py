@@ -1,4 +1,4 @@
-"""The benchmark's goals (issue 6), checked against a results dictionary of `perf.bench`,
+"""The benchmark's speed goals, checked against a results dictionary of `perf.bench`,
 and the selectors the report reads rows with."""
 
 from __future__ import annotations
