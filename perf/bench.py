@@ -188,22 +188,22 @@ def cpu_now(groups: Groups) -> dict[str, float]:
     return {g: cpu_seconds(procs) for g, procs in groups.items()} | {"machine": machine_busy()}
 
 
-def stage_of(proc: psutil.Process) -> str:
+def stage_of(proc: psutil.Process) -> str | None:
     """The model a Python backend stub serves (its command line names the model's
-    model.py), or "tritonserver" for the server itself."""
+    model.py), "tritonserver" for the server itself, None once it has exited."""
     try:
         script = next((Path(a) for a in proc.cmdline() if Path(a).name == "model.py"), None)
     except psutil.NoSuchProcess:
-        return "exited"
+        return None
     return script.parents[1].name if script else "tritonserver"
 
 
 def stage_cpu(groups: Groups) -> dict[str, float]:
-    """CPU seconds of Triton's processes by stage, instances of a model added up."""
+    """CPU seconds of Triton's running processes by stage, instances of a model added up."""
     stages: dict[str, float] = {}
     for proc in groups.get("triton", []):
-        stage = stage_of(proc)
-        stages[stage] = stages.get(stage, 0.0) + cpu_seconds([proc])
+        if (stage := stage_of(proc)) is not None:
+            stages[stage] = stages.get(stage, 0.0) + cpu_seconds([proc])
     return stages
 
 
