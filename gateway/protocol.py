@@ -10,40 +10,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from python_backends.contract import VOICE_PARAMS
-
-PATH = "/v1/stream"
-
-FORMATS = ("opus", "pcm_s16le")
-SAMPLE_RATES = (48000, 24000, 16000)
-FRAME_MS = (10, 20, 40, 60)  # Opus packet durations a client may ask for
-MAX_CONTEXT_ID = 64
-
-# Stable error codes: clients branch on these, so they never change meaning.
-INVALID_JSON = "invalid_json"
-INVALID_MESSAGE = "invalid_message"
-UNKNOWN_TYPE = "unknown_type"
-MISSING_FIELD = "missing_field"
-INVALID_FIELD = "invalid_field"
-UNKNOWN_VOICE = "unknown_voice"
-UNSUPPORTED_FORMAT = "unsupported_format"
-BINARY_NOT_ACCEPTED = "binary_not_accepted"
-CONFIG_TOO_LATE = "config_too_late"
-UNKNOWN_CONTEXT = "unknown_context"
-CONTEXT_EXISTS = "context_exists"
-CONTEXT_CLOSED = "context_closed"
-TEXT_TOO_LONG = "text_too_long"
-TOO_MANY_CONTEXTS = "too_many_contexts"
-MESSAGE_TOO_LARGE = "message_too_large"
-IDLE_TIMEOUT = "idle_timeout"
-BACKEND_UNAVAILABLE = "backend_unavailable"
-SYNTHESIS_FAILED = "synthesis_failed"
-INTERNAL_ERROR = "internal_error"
-ERROR_CODES = (
-    INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, MISSING_FIELD, INVALID_FIELD, UNKNOWN_VOICE, UNSUPPORTED_FORMAT,
-    BINARY_NOT_ACCEPTED, CONFIG_TOO_LATE, UNKNOWN_CONTEXT, CONTEXT_EXISTS, CONTEXT_CLOSED, TEXT_TOO_LONG,
-    TOO_MANY_CONTEXTS, MESSAGE_TOO_LARGE, IDLE_TIMEOUT, BACKEND_UNAVAILABLE, SYNTHESIS_FAILED, INTERNAL_ERROR,
-)
+from python_backends import contract as c
 
 # Binary audio frame: u8 kind (1 = audio) · u8 flags (bit 0 = last) · u16 stream ·
 # u32 seq · u32 sample_offset, little-endian, then one Opus packet or PCM chunk.
@@ -65,9 +32,9 @@ class ProtocolError(Exception):
 @dataclass(frozen=True)
 class Config:
     voice: str
-    format: str = "opus"
-    sample_rate: int = 48000
-    frame_ms: int = 20
+    format: str = c.DEFAULT_FORMAT
+    sample_rate: int = c.DEFAULT_SAMPLE_RATE
+    frame_ms: int = c.DEFAULT_FRAME_MS
     timestamps: bool = False
     # Extension of v1: Piper's voice parameters and a seed, by their lower-case tensor
     # names (length_scale, noise_scale, noise_w, seed), passed to Triton as they are.
@@ -90,13 +57,13 @@ TEXT_TYPES = ("speak", "text")
 def _field(message: dict, name: str, kind: type | tuple[type, ...], default: Any = None, required: bool = False) -> Any:
     if name not in message:
         if required:
-            raise ProtocolError(MISSING_FIELD, f"'{message.get('type')}' needs the field '{name}'", _context(message))
+            raise ProtocolError(c.MISSING_FIELD, f"'{message.get('type')}' needs the field '{name}'", _context(message))
         return default
     value = message[name]
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
         expected = " or ".join(k.__name__ for k in kinds)
-        raise ProtocolError(INVALID_FIELD, f"'{name}' must be {expected}, got {type(value).__name__}", _context(message))
+        raise ProtocolError(c.INVALID_FIELD, f"'{name}' must be {expected}, got {type(value).__name__}", _context(message))
     return value
 
 
@@ -108,16 +75,16 @@ def _context(message: dict) -> str | None:
 def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
     voice = _field(message, "voice", str, voices[0])
     if voice not in voices:
-        raise ProtocolError(UNKNOWN_VOICE, f"unknown voice '{voice}'; available: {', '.join(voices)}")
-    fmt = _field(message, "format", str, "opus")
-    if fmt not in FORMATS:
-        raise ProtocolError(UNSUPPORTED_FORMAT, f"unsupported format '{fmt}'; use one of {', '.join(FORMATS)}")
-    rate = _field(message, "sample_rate", int, 48000)
-    if rate not in SAMPLE_RATES:
-        raise ProtocolError(INVALID_FIELD, f"sample_rate {rate} is not one of {SAMPLE_RATES}")
-    frame_ms = _field(message, "frame_ms", int, 20)
-    if frame_ms not in FRAME_MS:
-        raise ProtocolError(INVALID_FIELD, f"frame_ms {frame_ms} is not one of {FRAME_MS}")
+        raise ProtocolError(c.UNKNOWN_VOICE, f"unknown voice '{voice}'; available: {', '.join(voices)}")
+    fmt = _field(message, "format", str, c.DEFAULT_FORMAT)
+    if fmt not in c.FORMATS:
+        raise ProtocolError(c.UNSUPPORTED_FORMAT, f"unsupported format '{fmt}'; use one of {', '.join(c.FORMATS)}")
+    rate = _field(message, "sample_rate", int, c.DEFAULT_SAMPLE_RATE)
+    if rate not in c.SAMPLE_RATES:
+        raise ProtocolError(c.INVALID_FIELD, f"sample_rate {rate} is not one of {c.SAMPLE_RATES}")
+    frame_ms = _field(message, "frame_ms", int, c.DEFAULT_FRAME_MS)
+    if frame_ms not in c.FRAME_MS:
+        raise ProtocolError(c.INVALID_FIELD, f"frame_ms {frame_ms} is not one of {c.FRAME_MS}")
     return Config(voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), voice_params(message))
 
 
@@ -125,13 +92,13 @@ def voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:
     """Piper's voice parameters and a seed, by their lower-case tensor names, checked
     against their ranges; (tensor name, value) pairs of those present."""
     values = []
-    for param in VOICE_PARAMS:
+    for param in c.VOICE_PARAMS:
         key = param.name.lower()
         value = _field(message, key, int if param.is_integer else (int, float))
         if value is None:
             continue
         if not param.minimum <= value <= param.maximum:
-            raise ProtocolError(INVALID_FIELD, f"{key} {value} is out of range [{param.minimum}, {param.maximum}]")
+            raise ProtocolError(c.INVALID_FIELD, f"{key} {value} is out of range [{param.minimum}, {param.maximum}]")
         values.append((param.name, value))
     return tuple(values)
 
@@ -139,15 +106,15 @@ def voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:
 def parse_context_message(message: dict, max_text_chars: int) -> ContextMessage:
     kind = message["type"]
     context_id = _field(message, "context_id", str, required=True)
-    if not context_id or len(context_id) > MAX_CONTEXT_ID:
-        raise ProtocolError(INVALID_FIELD, f"context_id must be 1 to {MAX_CONTEXT_ID} characters")
+    if not context_id or len(context_id) > c.MAX_CONTEXT_ID:
+        raise ProtocolError(c.INVALID_FIELD, f"context_id must be 1 to {c.MAX_CONTEXT_ID} characters")
     text = ""
     if kind in TEXT_TYPES:
         text = _field(message, "text", str, required=True)
         if not text.isascii() and not _is_unicode(text):
-            raise ProtocolError(INVALID_FIELD, "text holds a lone surrogate (\\ud800-\\udfff escape)", context_id)
+            raise ProtocolError(c.INVALID_FIELD, "text holds a lone surrogate (\\ud800-\\udfff escape)", context_id)
         if len(text) > max_text_chars:
-            raise ProtocolError(TEXT_TOO_LONG, f"text has {len(text)} characters; the limit is {max_text_chars}", context_id)
+            raise ProtocolError(c.TEXT_TOO_LONG, f"text has {len(text)} characters; the limit is {max_text_chars}", context_id)
     return ContextMessage(kind, context_id, text)
 
 
@@ -163,23 +130,23 @@ def _is_unicode(text: str) -> bool:
 def parse_message(frame: str | bytes, voices: tuple[str, ...], max_text_chars: int) -> Config | ContextMessage:
     """Parse one client frame, or raise ProtocolError with a stable code."""
     if isinstance(frame, bytes):
-        raise ProtocolError(BINARY_NOT_ACCEPTED, "binary frames are not accepted from clients; send JSON text frames")
+        raise ProtocolError(c.BINARY_NOT_ACCEPTED, "binary frames are not accepted from clients; send JSON text frames")
     try:
         message = json.loads(frame)
     except ValueError as e:
-        raise ProtocolError(INVALID_JSON, f"not valid JSON: {e}") from None
+        raise ProtocolError(c.INVALID_JSON, f"not valid JSON: {e}") from None
     except RecursionError:
-        raise ProtocolError(INVALID_JSON, "JSON nested too deeply") from None
+        raise ProtocolError(c.INVALID_JSON, "JSON nested too deeply") from None
     if not isinstance(message, dict):
-        raise ProtocolError(INVALID_MESSAGE, "a message must be a JSON object")
+        raise ProtocolError(c.INVALID_MESSAGE, "a message must be a JSON object")
     kind = message.get("type")
     if not isinstance(kind, str):
-        raise ProtocolError(MISSING_FIELD if kind is None else INVALID_FIELD, "a message needs a string 'type'")
+        raise ProtocolError(c.MISSING_FIELD if kind is None else c.INVALID_FIELD, "a message needs a string 'type'")
     if kind == "config":
         return parse_config(message, voices)
     if kind in CONTEXT_TYPES:
         return parse_context_message(message, max_text_chars)
-    raise ProtocolError(UNKNOWN_TYPE, f"unknown message type '{kind}'", _context(message))
+    raise ProtocolError(c.UNKNOWN_TYPE, f"unknown message type '{kind}'", _context(message))
 
 
 def encode(kind: str, **fields: Any) -> str:

@@ -23,8 +23,10 @@ from aiohttp import web
 from python_backends.contract import MAX_SENTENCE_CHARS
 from python_backends.text import split_sentences
 from python_backends.voice import sample_rate
+from python_backends import contract as c
 
 from . import protocol as p
+
 from . import settings as s
 from .backends import Backend, Backends
 from .inbox import Inbox, Mark
@@ -104,9 +106,9 @@ async def speech(request: web.Request) -> web.StreamResponse:
     try:
         speech_request = parse_speech_request(await request.read(), VOICES, gateway.settings.max_text_chars)
     except ApiError as e:
-        return api_error(gateway, p.INVALID_MESSAGE, e)
+        return api_error(gateway, c.INVALID_MESSAGE, e)
     except web.HTTPRequestEntityTooLarge:
-        return api_error(gateway, p.MESSAGE_TOO_LARGE, ApiError(
+        return api_error(gateway, c.MESSAGE_TOO_LARGE, ApiError(
             f"the body is over {gateway.settings.max_message_bytes} bytes", status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE
         ))
     backend = gateway.backends.acquire()
@@ -165,9 +167,9 @@ def synthesis_failure(backend: Backend, e: Exception) -> tuple[str, ApiError]:
     if isinstance(e, BackendUnavailable):
         log.error("%s: Triton %s: %s", SPEECH_PATH, backend.url, e)
         backend.mark(False, str(e).splitlines()[0])
-        return p.BACKEND_UNAVAILABLE, ApiError(str(e), status=HTTPStatus.SERVICE_UNAVAILABLE)
+        return c.BACKEND_UNAVAILABLE, ApiError(str(e), status=HTTPStatus.SERVICE_UNAVAILABLE)
     log.warning("%s: synthesis failed: %s", SPEECH_PATH, e)
-    return p.SYNTHESIS_FAILED, ApiError(str(e), status=HTTPStatus.INTERNAL_SERVER_ERROR)
+    return c.SYNTHESIS_FAILED, ApiError(str(e), status=HTTPStatus.INTERNAL_SERVER_ERROR)
 
 
 def api_error(gateway: Gateway, code: str, error: ApiError) -> web.Response:
@@ -241,7 +243,7 @@ def application(gateway: Gateway) -> web.Application:
     # A speech request body is one message: the same limit as on the WebSocket.
     app = web.Application(client_max_size=gateway.settings.max_message_bytes)
     app[GATEWAY] = gateway
-    app.router.add_get(p.PATH, stream)
+    app.router.add_get(c.PROTOCOL_PATH, stream)
     app.router.add_post(SPEECH_PATH, speech)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
@@ -258,7 +260,7 @@ async def serve_forever(settings: Settings) -> None:
     await runner.setup()
     try:
         await web.TCPSite(runner, settings.host, settings.port).start()
-        log.info("gateway on http://%s:%d (WebSocket %s), Triton at %s", settings.host, settings.port, p.PATH,
+        log.info("gateway on http://%s:%d (WebSocket %s), Triton at %s", settings.host, settings.port, c.PROTOCOL_PATH,
                  ", ".join(settings.triton_urls))
         await asyncio.Event().wait()
     finally:

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING
 from aiohttp import WSMsgType, web
 
 from python_backends.voice import DEFAULT_VOICE, sample_rate
+from python_backends import contract as c
 
 from . import protocol as p
+
 from .audio import FrameEncoder
 from .inbox import Inbox, Mark
 from .segmenter import Segmenter
@@ -125,7 +127,7 @@ class Session:
                     raise
                 except Exception:
                     log.exception("session %s: unexpected error handling a message", self.id)
-                    await self.send_error(p.INTERNAL_ERROR, "the server failed to handle this message")
+                    await self.send_error(c.INTERNAL_ERROR, "the server failed to handle this message")
         except ConnectionClosed:
             pass
         finally:
@@ -142,7 +144,7 @@ class Session:
                 if any(context.busy for context in self.contexts.values()):
                     continue  # speaking is not idle; a context left open with nothing to say is
                 log.info("session %s: idle for %g s, closing", self.id, idle_s)
-                await self.send_error(p.IDLE_TIMEOUT, f"no message for {idle_s:g} s")
+                await self.send_error(c.IDLE_TIMEOUT, f"no message for {idle_s:g} s")
                 await self.ws.close(1000, "idle timeout")
                 return None
 
@@ -150,7 +152,7 @@ class Session:
         size = len(frame) if isinstance(frame, bytes) else len(frame.encode("utf-8", "surrogatepass"))
         if size > self.settings.max_message_bytes:
             raise p.ProtocolError(
-                p.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.settings.max_message_bytes}"
+                c.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.settings.max_message_bytes}"
             )
         return p.parse_message(frame, VOICES, self.settings.max_text_chars)
 
@@ -168,7 +170,7 @@ class Session:
     async def handle(self, message: p.Config | p.ContextMessage) -> None:
         if isinstance(message, p.Config):
             if self.streams:
-                raise p.ProtocolError(p.CONFIG_TOO_LATE, "config must come before the first speak or text")
+                raise p.ProtocolError(c.CONFIG_TOO_LATE, "config must come before the first speak or text")
             self.config = message
             await self.send_ready()
             return
@@ -177,21 +179,21 @@ class Session:
             if context is None:
                 context = await self.open(message.context_id)
             elif message.type == "speak":
-                raise p.ProtocolError(p.CONTEXT_EXISTS, f"context '{message.context_id}' is already open", message.context_id)
+                raise p.ProtocolError(c.CONTEXT_EXISTS, f"context '{message.context_id}' is already open", message.context_id)
             elif context.closed:
-                raise p.ProtocolError(p.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
+                raise p.ProtocolError(c.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
             self.append(context, message.text)
             if message.type == "speak":
                 self.close(context)
             return
         if context is None:
-            raise p.ProtocolError(p.UNKNOWN_CONTEXT, f"no open context '{message.context_id}'", message.context_id)
+            raise p.ProtocolError(c.UNKNOWN_CONTEXT, f"no open context '{message.context_id}'", message.context_id)
         if message.type == "cancel":
             context.task.cancel()
             del self.contexts[context.id]
             await self.ws.send(p.encode("cancelled", context_id=context.id))
         elif context.closed:
-            raise p.ProtocolError(p.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
+            raise p.ProtocolError(c.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
         elif message.type == "flush":
             context.submit(*context.segmenter.flush(), Mark.FLUSH)
         else:
@@ -201,7 +203,7 @@ class Session:
         waiting = context.inbox.chars + len(context.segmenter.pending)
         if waiting + len(text) > self.settings.max_text_chars:
             raise p.ProtocolError(
-                p.TEXT_TOO_LONG,
+                c.TEXT_TOO_LONG,
                 f"{waiting} characters are already waiting for synthesis; the limit is {self.settings.max_text_chars}",
                 context.id,
             )
@@ -209,7 +211,7 @@ class Session:
 
     async def open(self, context_id: str) -> Context:
         if len(self.contexts) >= self.settings.max_contexts:
-            raise p.ProtocolError(p.TOO_MANY_CONTEXTS, f"at most {self.settings.max_contexts} open contexts", context_id)
+            raise p.ProtocolError(c.TOO_MANY_CONTEXTS, f"at most {self.settings.max_contexts} open contexts", context_id)
         self.streams = self.streams % 0xFFFF + 1
         context = Context(context_id, self.streams)
         context.task = asyncio.create_task(self.speak(context))  # it sends after audio_start, queued first below
@@ -267,15 +269,15 @@ class Session:
         except BackendUnavailable as e:
             log.error("context %s: Triton %s: %s", context.id, backend.url, e)
             backend.mark(False, str(e).splitlines()[0])
-            await self._fail(context, p.BACKEND_UNAVAILABLE, str(e))
+            await self._fail(context, c.BACKEND_UNAVAILABLE, str(e))
         except SynthesisError as e:
             log.warning("context %s: synthesis failed: %s", context.id, e)
-            await self._fail(context, p.SYNTHESIS_FAILED, str(e))
+            await self._fail(context, c.SYNTHESIS_FAILED, str(e))
         except ConnectionClosed:
             pass
         except Exception:
             log.exception("context %s: unexpected failure", context.id)
-            await self._fail(context, p.INTERNAL_ERROR, "the server failed while speaking this context")
+            await self._fail(context, c.INTERNAL_ERROR, "the server failed while speaking this context")
         finally:
             tts.close()
             self.backends.release(backend)

@@ -16,7 +16,9 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import protocol as p
+
 from python_backends.launcher import PROJECT_ROOT, TritonServer
+from python_backends import contract as c
 
 SHM = Path("/dev/shm")
 
@@ -87,7 +89,7 @@ class Servers:
 
     @property
     def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}{p.PATH}"
+        return f"ws://127.0.0.1:{self.port}{c.PROTOCOL_PATH}"
 
     def start(self) -> None:
         self._logs = [self.logs["gateway"].open("w"), self.logs["triton"].open("w")]

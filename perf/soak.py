@@ -40,10 +40,12 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from gateway import protocol as p
+
 from gateway.client import SpeechClient
 from perf.servers import SHM, Servers, shm_mapped_by, triton_metrics
 from perf.workloads import harvard_sentences
 from python_backends.contract import TTS_ACTIVE_METRIC
+from python_backends import contract as c
 
 MAX_DURATION_S = 600.0
 MIN_DURATION_S = 30.0
@@ -219,7 +221,7 @@ class Utterance:
             return None if self.cancel_sent else COMPLETED  # a cancel in flight still gets an answer
         elif kind == "cancelled" and self.cancel_sent:
             return COMPLETED if self.done else CANCELLED
-        elif kind == "error" and self.done and self.cancel_sent and m.get("code") == p.UNKNOWN_CONTEXT:
+        elif kind == "error" and self.done and self.cancel_sent and m.get("code") == c.UNKNOWN_CONTEXT:
             return COMPLETED  # the cancel arrived after the context had ended: a race, not a fault
         elif kind == "error":
             raise Failure(f"error_{m.get('code')}")

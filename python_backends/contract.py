@@ -1,8 +1,10 @@
-"""The contract between the Triton models and their clients: names, types, defaults, limits.
+"""The contract every process of the product shares: names, types, defaults, limits.
 
-This module is the single source of truth. The models declare their tensors from it
-(``auto_complete_config``), validate requests with it, and the gateway and tests import
-it to build requests, so nothing here is written twice.
+This module is the single source of truth, and it is pure (the standard library only),
+so any process can import it. The Triton models declare their tensors from it
+(``auto_complete_config``) and validate requests with it; the gateway, the protocol-v1
+client, perf and the tests import it to build requests and messages. Nothing here is
+written twice anywhere else.
 """
 
 from __future__ import annotations
@@ -12,6 +14,15 @@ from dataclasses import dataclass
 ACOUSTIC_MODEL = "acoustic"
 VOCODER_MODEL = "vocoder"
 TTS_MODEL = "tts"
+
+# The embedded default voice (Piper's en_US-joe-medium): the only voice so far.
+DEFAULT_VOICE = "en_US-joe-medium"
+# A latent frame is this many samples at the voice's rate (11.6 ms at 22,050 Hz).
+SAMPLES_PER_FRAME = 256
+# A listener's player starts this long after the first audio arrives, then plays in
+# real time (DESIGN.md's underrun model): the tts scheduler's deadlines and perf's
+# stall count both assume it.
+PLAYER_LEAD_S = 0.05
 
 # A gauge on Triton's metrics port: `tts` requests being synthesized now. It returns
 # to zero when every stream has ended or been cancelled (a leak shows here), and it
@@ -155,3 +166,39 @@ def model_outputs(model: str) -> list[dict]:
     if model == VOCODER_MODEL:
         return [_tensor(PCM, "TYPE_FP32", [-1])]
     raise KeyError(model)
+
+
+# Client protocol v1 (the WebSocket at PROTOCOL_PATH): what a client may ask for.
+PROTOCOL_PATH = "/v1/stream"
+FORMATS = ("opus", "pcm_s16le")
+SAMPLE_RATES = (48000, 24000, 16000)
+FRAME_MS = (10, 20, 40, 60)  # Opus packet durations a client may ask for
+DEFAULT_FORMAT, DEFAULT_SAMPLE_RATE, DEFAULT_FRAME_MS = "opus", 48000, 20
+MAX_CONTEXT_ID = 64
+
+# Stable error codes of protocol v1 (and of the HTTP API's metrics): clients branch on
+# these, so they never change meaning.
+INVALID_JSON = "invalid_json"
+INVALID_MESSAGE = "invalid_message"
+UNKNOWN_TYPE = "unknown_type"
+MISSING_FIELD = "missing_field"
+INVALID_FIELD = "invalid_field"
+UNKNOWN_VOICE = "unknown_voice"
+UNSUPPORTED_FORMAT = "unsupported_format"
+BINARY_NOT_ACCEPTED = "binary_not_accepted"
+CONFIG_TOO_LATE = "config_too_late"
+UNKNOWN_CONTEXT = "unknown_context"
+CONTEXT_EXISTS = "context_exists"
+CONTEXT_CLOSED = "context_closed"
+TEXT_TOO_LONG = "text_too_long"
+TOO_MANY_CONTEXTS = "too_many_contexts"
+MESSAGE_TOO_LARGE = "message_too_large"
+IDLE_TIMEOUT = "idle_timeout"
+BACKEND_UNAVAILABLE = "backend_unavailable"
+SYNTHESIS_FAILED = "synthesis_failed"
+INTERNAL_ERROR = "internal_error"
+ERROR_CODES = (
+    INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, MISSING_FIELD, INVALID_FIELD, UNKNOWN_VOICE, UNSUPPORTED_FORMAT,
+    BINARY_NOT_ACCEPTED, CONFIG_TOO_LATE, UNKNOWN_CONTEXT, CONTEXT_EXISTS, CONTEXT_CLOSED, TEXT_TOO_LONG,
+    TOO_MANY_CONTEXTS, MESSAGE_TOO_LARGE, IDLE_TIMEOUT, BACKEND_UNAVAILABLE, SYNTHESIS_FAILED, INTERNAL_ERROR,
+)

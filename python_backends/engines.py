@@ -10,11 +10,11 @@ import numpy as np
 import onnxruntime as ort
 
 from . import voice as v
+from .contract import SAMPLES_PER_FRAME
 from .phonemes import BOS, EOS, PAD, Espeak, phoneme_ids
 from .text import Sentence, normalize
 from .timing import word_timings
 
-SAMPLES_PER_FRAME = 256
 # The flow is convolutional: frames computed with this many frames of context on each
 # side match the whole sentence's flow at 85-108 dB (exactly from 32), so a sentence's
 # latent can be made in pieces, its first frames long before its last.

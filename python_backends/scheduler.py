@@ -24,10 +24,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from .contract import PLAYER_LEAD_S
+
 T = TypeVar("T")
 
-# A player starts this long after the first audio arrives (DESIGN.md's underrun model).
-PLAYER_LEAD_S = 0.05
 # A call due within this long is urgent: it may take the slots others leave free.
 URGENT_S = 1.0
 

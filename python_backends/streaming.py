@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import contract as c
+from .contract import SAMPLES_PER_FRAME
 from .chunking import Chunk, bucket_frames, chunk_sizes, plan_chunks
-from .engines import SAMPLES_PER_FRAME
 from .requests import ChunkParams
 from .scheduler import PlaybackClock
 from .text import Sentence

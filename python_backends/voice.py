@@ -19,9 +19,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .contract import DEFAULT_VOICE
+
 log = logging.getLogger(__name__)
 
-DEFAULT_VOICE = "en_US-joe-medium"
 
 # Tensor names inside Piper's exported VITS graph (piper `export_onnx`).
 PHONEME_IDS_IN, LENGTHS_IN, SCALES_IN = "input", "input_lengths", "scales"

@@ -5,8 +5,10 @@ import asyncio
 import pytest
 
 from gateway import protocol as p
+
 from gateway.client import SpeechClient, SpeechError, SyncSpeechClient
 from perf.workloads import workload
+from python_backends import contract as c
 
 pytestmark = pytest.mark.triton
 
@@ -55,7 +57,7 @@ def test_async_errors_raise_speech_error(gateway):
                     pass
         return refused.value.code, too_long.value.code
 
-    assert asyncio.run(run()) == (p.UNKNOWN_VOICE, p.TEXT_TOO_LONG)
+    assert asyncio.run(run()) == (c.UNKNOWN_VOICE, c.TEXT_TOO_LONG)
 
 
 def test_sync_client_speaks(gateway):
@@ -66,4 +68,4 @@ def test_sync_client_speaks(gateway):
             list(client.speak("x" * 30_000))
     assert contiguous(first) and contiguous(second) and len(second) > len(first)
     assert all(len(f.payload) == 2 * 16000 * 20 // 1000 for f in first)
-    assert refused.value.code == p.TEXT_TOO_LONG
+    assert refused.value.code == c.TEXT_TOO_LONG

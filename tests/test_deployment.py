@@ -7,6 +7,8 @@ from pathlib import Path
 import yaml
 
 from gateway import protocol as p
+from python_backends import contract as c
+
 
 ROOT = Path(__file__).parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -64,4 +66,4 @@ def test_copied_paths_exist():
 def test_the_gpu_override_reserves_an_nvidia_gpu_for_triton():
     devices = GPU["services"]["triton"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
-    assert "docker compose" in README and p.PATH in README
+    assert "docker compose" in README and c.PROTOCOL_PATH in README

@@ -52,7 +52,7 @@ def impatient(triton, tmp_path_factory):
 
 
 def url(gateway, query=""):
-    return f"ws://127.0.0.1:{gateway.port}{p.PATH}{query}"
+    return f"ws://127.0.0.1:{gateway.port}{c.PROTOCOL_PATH}{query}"
 
 
 def connect(gateway, query="", headers=None, origin=None, **kwargs):
@@ -128,7 +128,7 @@ def test_a_large_message_gets_an_error_and_an_abusive_one_closes_the_connection(
                 await client.until("never", timeout=10)
             return error["code"], ws.protocol.close_rcvd.code
 
-    assert asyncio.run(run()) == (p.MESSAGE_TOO_LARGE, 1009)
+    assert asyncio.run(run()) == (c.MESSAGE_TOO_LARGE, 1009)
 
 
 def test_idle_connections_are_closed_but_a_speaking_one_is_not(impatient):
@@ -156,7 +156,7 @@ def test_idle_connections_are_closed_but_a_speaking_one_is_not(impatient):
     outcomes, closed_after = asyncio.run(run())
     for messages, code in outcomes:
         assert [m["type"] for m in messages if m["type"] != "audio_start"] == ["ready", "error"]
-        assert messages[-1]["code"] == p.IDLE_TIMEOUT and code == 1000
+        assert messages[-1]["code"] == c.IDLE_TIMEOUT and code == 1000
     assert closed_after >= IDLE_S
 
 

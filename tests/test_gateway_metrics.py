@@ -8,7 +8,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import protocol as p
+
 from python_backends.voice import DEFAULT_VOICE, sample_rate
+from python_backends import contract as c
 
 from .wsclient import Client, connect
 
@@ -16,7 +18,7 @@ pytestmark = pytest.mark.triton
 
 
 def http(gateway: str) -> str:
-    return gateway.replace("ws://", "http://").removesuffix(p.PATH)
+    return gateway.replace("ws://", "http://").removesuffix(c.PROTOCOL_PATH)
 
 
 def scrape(gateway: str) -> dict[tuple[str, tuple], float]:
@@ -58,7 +60,7 @@ def test_counters_move_as_requests_are_served(gateway):
     for name in ("speechstream_ttfp_seconds_count", "speechstream_triton_first_response_seconds_count"):
         assert value(after, name) - value(before, name) >= 1
     errors = "speechstream_errors_total"
-    assert value(after, errors, code=p.INVALID_JSON) - value(before, errors, code=p.INVALID_JSON) == 1
+    assert value(after, errors, code=c.INVALID_JSON) - value(before, errors, code=c.INVALID_JSON) == 1
     assert value(after, "speechstream_ttfp_seconds_sum") > value(before, "speechstream_ttfp_seconds_sum")
 
 

@@ -3,6 +3,8 @@ import json
 import pytest
 
 from gateway import protocol as p
+from python_backends import contract as c
+
 
 VOICES = ("en_US-joe-medium",)
 
@@ -25,28 +27,28 @@ def test_context_messages(kind):
 
 
 @pytest.mark.parametrize("frame,code", [
-    (b"\x00\x01", p.BINARY_NOT_ACCEPTED),
-    ("{nope", p.INVALID_JSON),
-    ("", p.INVALID_JSON),
-    ("[1, 2]", p.INVALID_MESSAGE),
-    ('"speak"', p.INVALID_MESSAGE),
-    ('{"text": "hi"}', p.MISSING_FIELD),
-    ('{"type": 5}', p.INVALID_FIELD),
-    ('{"type": "dance"}', p.UNKNOWN_TYPE),
-    ('{"type": "speak", "text": "hi"}', p.MISSING_FIELD),
-    ('{"type": "speak", "context_id": "c1"}', p.MISSING_FIELD),
-    ('{"type": "speak", "context_id": 7, "text": "hi"}', p.INVALID_FIELD),
-    ('{"type": "speak", "context_id": "c1", "text": ["hi"]}', p.INVALID_FIELD),
-    ('{"type": "speak", "context_id": "", "text": "hi"}', p.INVALID_FIELD),
-    ('{"type": "speak", "context_id": "' + "x" * 65 + '", "text": "hi"}', p.INVALID_FIELD),
-    ('{"type": "speak", "context_id": "c1", "text": "' + "a" * 101 + '"}', p.TEXT_TOO_LONG),
-    ('{"type": "config", "voice": "nobody"}', p.UNKNOWN_VOICE),
-    ('{"type": "config", "format": "mp3"}', p.UNSUPPORTED_FORMAT),
-    ('{"type": "config", "sample_rate": 44100}', p.INVALID_FIELD),
-    ('{"type": "config", "sample_rate": "48000"}', p.INVALID_FIELD),
-    ('{"type": "config", "frame_ms": 25}', p.INVALID_FIELD),
-    ('{"type": "config", "timestamps": 1}', p.INVALID_FIELD),
-    ('{"type": "config", "sample_rate": true}', p.INVALID_FIELD),
+    (b"\x00\x01", c.BINARY_NOT_ACCEPTED),
+    ("{nope", c.INVALID_JSON),
+    ("", c.INVALID_JSON),
+    ("[1, 2]", c.INVALID_MESSAGE),
+    ('"speak"', c.INVALID_MESSAGE),
+    ('{"text": "hi"}', c.MISSING_FIELD),
+    ('{"type": 5}', c.INVALID_FIELD),
+    ('{"type": "dance"}', c.UNKNOWN_TYPE),
+    ('{"type": "speak", "text": "hi"}', c.MISSING_FIELD),
+    ('{"type": "speak", "context_id": "c1"}', c.MISSING_FIELD),
+    ('{"type": "speak", "context_id": 7, "text": "hi"}', c.INVALID_FIELD),
+    ('{"type": "speak", "context_id": "c1", "text": ["hi"]}', c.INVALID_FIELD),
+    ('{"type": "speak", "context_id": "", "text": "hi"}', c.INVALID_FIELD),
+    ('{"type": "speak", "context_id": "' + "x" * 65 + '", "text": "hi"}', c.INVALID_FIELD),
+    ('{"type": "speak", "context_id": "c1", "text": "' + "a" * 101 + '"}', c.TEXT_TOO_LONG),
+    ('{"type": "config", "voice": "nobody"}', c.UNKNOWN_VOICE),
+    ('{"type": "config", "format": "mp3"}', c.UNSUPPORTED_FORMAT),
+    ('{"type": "config", "sample_rate": 44100}', c.INVALID_FIELD),
+    ('{"type": "config", "sample_rate": "48000"}', c.INVALID_FIELD),
+    ('{"type": "config", "frame_ms": 25}', c.INVALID_FIELD),
+    ('{"type": "config", "timestamps": 1}', c.INVALID_FIELD),
+    ('{"type": "config", "sample_rate": true}', c.INVALID_FIELD),
 ])
 def test_malformed_messages_raise_stable_codes(frame, code):
     with pytest.raises(p.ProtocolError) as e:
@@ -59,12 +61,12 @@ def test_errors_carry_the_context_when_known():
         parse('{"type": "speak", "context_id": "c9", "text": 3}')
     assert e.value.context_id == "c9"
     assert json.loads(p.error(e.value.code, e.value.message, e.value.context_id)) == {
-        "type": "error", "context_id": "c9", "code": p.INVALID_FIELD, "message": e.value.message}
+        "type": "error", "context_id": "c9", "code": c.INVALID_FIELD, "message": e.value.message}
 
 
 def test_server_messages_omit_absent_fields():
     assert json.loads(p.encode("done", context_id="c1", audio_ms=120)) == {"type": "done", "context_id": "c1", "audio_ms": 120}
-    assert "context_id" not in json.loads(p.error(p.INVALID_JSON, "bad"))
+    assert "context_id" not in json.loads(p.error(c.INVALID_JSON, "bad"))
 
 
 def test_audio_frame_header_round_trips():

@@ -4,7 +4,9 @@ import argparse
 from pathlib import Path
 
 from gateway import protocol as p
+
 from gateway import settings as s
+from python_backends import contract as c
 
 README = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
 
@@ -19,5 +21,5 @@ def test_every_gateway_setting_is_in_the_configuration_table():
 
 
 def test_every_error_code_is_documented():
-    for code in p.ERROR_CODES:
+    for code in c.ERROR_CODES:
         assert f"`{code}`" in README, code

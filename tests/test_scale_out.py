@@ -54,7 +54,7 @@ def test_contexts_spread_across_two_tritons_and_survive_losing_one(two_tritons, 
 
 
 def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:
-    url = f"ws://127.0.0.1:{port}{p.PATH}"
+    url = f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}"
 
     async def first_wave():
         async with connect(url) as ws:
@@ -78,7 +78,7 @@ def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:
     spread, outstanding, ends, client = asyncio.run(first_wave())
     assert spread == [2, 2] and outstanding == [2, 2]  # two contexts on each server
     kinds = sorted(m["type"] if m["type"] == "done" else m["code"] for m in ends.values())
-    assert kinds == [p.BACKEND_UNAVAILABLE] * 2 + ["done"] * 2  # the survivor's streams finished
+    assert kinds == [c.BACKEND_UNAVAILABLE] * 2 + ["done"] * 2  # the survivor's streams finished
     for context_id, m in ends.items():
         if m["type"] == "done":
             frames = client.audio(context_id)

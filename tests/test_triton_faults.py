@@ -114,7 +114,7 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
     triton = own_triton(tmp_path, ports)
     log = (tmp_path / "gateway.log").open("w")
     gateway, port = start_gateway(f"127.0.0.1:{ports[1]}", log)
-    url = f"ws://127.0.0.1:{port}{p.PATH}"
+    url = f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}"
     try:
         async def killed():
             async with connect(url) as a, connect(url) as b:
@@ -135,10 +135,10 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
                 return errors, seen_after, status, refused, refused_after
 
         errors, seen_after, status, refused, refused_after = asyncio.run(killed())
-        assert [e["code"] for e in errors] == [p.BACKEND_UNAVAILABLE] * 2 and seen_after < 1
+        assert [e["code"] for e in errors] == [c.BACKEND_UNAVAILABLE] * 2 and seen_after < 1
         assert status[0] == 503 and status[1]["triton"] == "unavailable"
         assert status[1]["backends"] == {f"127.0.0.1:{ports[1]}": "unavailable"}
-        assert refused["code"] == p.BACKEND_UNAVAILABLE and refused_after < 2
+        assert refused["code"] == c.BACKEND_UNAVAILABLE and refused_after < 2
         status, body = post_speech(port)
         assert status == 503 and "Triton unavailable" in body["error"]["message"]
         assert gateway.poll() is None
@@ -174,7 +174,7 @@ def test_triton_unloads_cleanly_after_clients_vanished(tmp_path):
     gateway, port = start_gateway(f"127.0.0.1:{ports[1]}", log)
     try:
         for _ in range(3):
-            asyncio.run(vanish_mid_stream(f"ws://127.0.0.1:{port}{p.PATH}", 4))
+            asyncio.run(vanish_mid_stream(f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}", 4))
     finally:
         stop(gateway)
         log.close()
