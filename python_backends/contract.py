@@ -17,6 +17,9 @@ TTS_MODEL = "tts"
 
 # The embedded default voice (Piper's en_US-joe-medium): the only voice so far.
 DEFAULT_VOICE = "en_US-joe-medium"
+# Each voice's output rate, so that processes which never load a voice (the gateway,
+# clients) know it; tests compare it with the voice's own config.
+VOICE_SAMPLE_RATES = {DEFAULT_VOICE: 22050}
 # A latent frame is this many samples at the voice's rate (11.6 ms at 22,050 Hz).
 SAMPLES_PER_FRAME = 256
 # A listener's player starts this long after the first audio arrives, then plays in
@@ -29,8 +32,11 @@ PLAYER_LEAD_S = 0.05
 # is the outstanding-work signal for balancing gateways across Triton servers.
 TTS_ACTIVE_METRIC = "speechstream_tts_active_requests"
 
-# Inputs shared by `acoustic` and `tts`.
+# Inputs shared by `acoustic` and `tts`. `tts` takes either TEXT, which it cuts into
+# sentences, or SENTENCES, text already cut (the gateway's segmenter does it); `acoustic`
+# takes one sentence as TEXT.
 TEXT = "TEXT"
+SENTENCES = "SENTENCES"
 LENGTH_SCALE = "LENGTH_SCALE"
 NOISE_SCALE = "NOISE_SCALE"
 NOISE_W = "NOISE_W"
