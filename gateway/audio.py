@@ -34,6 +34,8 @@ class FrameEncoder:
         self._pending = np.empty(0, dtype=np.float32)
         self.frames = 0  # frames produced so far; frame k starts at sample k · frame_samples
         self.padding = 0  # silence samples the last `finish` added
+        self._finished_at = 0  # `samples` at the last finish
+        self._pushed = 0  # source samples pushed since then
 
     @property
     def samples(self) -> int:
@@ -41,9 +43,10 @@ class FrameEncoder:
         return self.frames * self.frame_samples
 
     @property
-    def position(self) -> int:
-        """Samples at `rate` resampled so far: those framed and those waiting for a frame."""
-        return self.samples + self._pending.size
+    def position_ms(self) -> float:
+        """Where the next PCM pushed will be heard, in ms of the output: everything pushed
+        so far counts, including what the resampler still holds."""
+        return (self._finished_at + self._pushed * self.rate / self.source_rate) * 1000 / self.rate
 
     def _new_resampler(self) -> soxr.ResampleStream | None:
         if self.source_rate == self.rate:
@@ -52,6 +55,7 @@ class FrameEncoder:
 
     def push(self, pcm: np.ndarray) -> list[bytes]:
         """Payloads of the frames completed by `pcm` (float32 in [-1, 1])."""
+        self._pushed += len(pcm)
         return self._frames(self._resample(pcm, last=False))
 
     def finish(self) -> list[bytes]:
@@ -62,6 +66,7 @@ class FrameEncoder:
         if self._pending.size or not payloads:
             self.padding = self.frame_samples - self._pending.size
             payloads += self._frames(np.zeros(self.padding, np.float32))
+        self._finished_at, self._pushed = self.samples, 0
         return payloads
 
     def _resample(self, pcm: np.ndarray, last: bool) -> np.ndarray:

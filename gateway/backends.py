@@ -1,4 +1,4 @@
-"""The Triton servers behind a gateway: each context goes to the one with the least
+"""The Triton servers behind a gateway: each `tts` request goes to the one with the least
 outstanding work among those up; a health poll marks them down and up again."""
 
 from __future__ import annotations
@@ -8,12 +8,20 @@ import logging
 from dataclasses import dataclass, field
 
 import tritonclient.grpc.aio as grpcclient
-
-from .tts_client import triton_client
+from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
 
 log = logging.getLogger("speechstream.gateway")
 
 HEALTH_INTERVAL_S = 1.0
+# Reconnect within a second of Triton coming back: gRPC's default backoff grows to two
+# minutes. (No keepalive pings: Triton's default policy answers them with GOAWAY.)
+CHANNEL_ARGS = [
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 
 
 @dataclass(eq=False)
@@ -21,7 +29,7 @@ class Backend:
     url: str
     client: grpcclient.InferenceServerClient = field(repr=False)
     up: bool = False  # until a health poll says it is ready
-    outstanding: int = 0  # contexts speaking through it now
+    outstanding: int = 0  # tts requests in flight on it now
 
     def mark(self, up: bool, why: str = "") -> None:
         if up != self.up:
@@ -40,7 +48,7 @@ def choose(backends: list[Backend]) -> Backend:
 
 class Backends:
     def __init__(self, urls: tuple[str, ...]) -> None:
-        self.all = [Backend(url, triton_client(url)) for url in urls]
+        self.all = [Backend(url, grpcclient.InferenceServerClient(url, channel_args=CHANNEL_ARGS)) for url in urls]
 
     def acquire(self) -> Backend:
         backend = choose(self.all)

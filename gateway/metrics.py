@@ -26,13 +26,13 @@ class Metrics:
         Gauge("speechstream_connections", "Open WebSocket connections", registry=r).set_function(connections)
         Gauge("speechstream_contexts", "Open contexts, on all connections", registry=r).set_function(contexts)
         Gauge("speechstream_active_streams", "Contexts with text being spoken now", registry=r).set_function(speaking)
-        self.ttfp = Histogram(
+        self._ttfp = Histogram(
             "speechstream_ttfp_seconds",
             "From text ready for an idle context (speak, a completed sentence, flush) to its first audio frame sent;"
             " for POST /v1/audio/speech, from the request read to the first body bytes",
             buckets=LATENCY_BUCKETS, registry=r,
         )
-        self.triton_first_response = Histogram(
+        self._triton_first_response = Histogram(
             "speechstream_triton_first_response_seconds", "From a tts request sent to Triton to its first response",
             buckets=LATENCY_BUCKETS, registry=r,
         )
@@ -41,8 +41,25 @@ class Metrics:
         for b in backends:
             up.labels(b.url).set_function(lambda b=b: float(b.up))
             load.labels(b.url).set_function(lambda b=b: b.outstanding)
-        self.audio = Counter("speechstream_audio_seconds", "Audio sent to clients", registry=r)
-        self.errors = Counter("speechstream_errors", "Error messages sent, and HTTP speech requests refused or cut short, by code", ["code"], registry=r)
+        self._audio = Counter("speechstream_audio_seconds", "Audio sent to clients", registry=r)
+        self._errors = Counter(
+            "speechstream_errors", "Error messages sent, and HTTP speech requests refused or cut short, by code",
+            ["code"], registry=r,
+        )
+
+    # What sessions and the speech endpoint report (session.Observer).
+
+    def error(self, code: str) -> None:
+        self._errors.labels(code).inc()
+
+    def first_audio(self, seconds: float) -> None:
+        self._ttfp.observe(seconds)
+
+    def audio(self, seconds: float) -> None:
+        self._audio.inc(seconds)
+
+    def triton_first_response(self, seconds: float) -> None:
+        self._triton_first_response.observe(seconds)
 
     def exposition(self) -> tuple[bytes, str]:
         """The text format and its content type."""

@@ -1,45 +1,76 @@
-"""Incremental text segmentation for LLM-style deltas, sans I/O.
+"""Text into sentences, and sentences into `tts` requests, sans I/O.
 
-Text arrives in small pieces; a sentence is released for synthesis as soon as it is
-known to be complete: when the next sentence has begun, or when it ends in sentence
-punctuation followed by a space (and is not an abbreviation), or when it reached the
-length cap. `flush` releases whatever is buffered.
+This is where the gateway's text is cut, once: each sentence keeps its span in all the
+text its context was sent, from here to the `timestamps` message, and goes to Triton as
+one element of the `tts` model's SENTENCES input, which is never cut again.
+
+Text arrives in small pieces (LLM deltas); a sentence is released for synthesis as soon
+as it is known to be complete: when the next sentence has begun, or when it ends in
+sentence punctuation followed by a space (and is not an abbreviation), or when it
+reached the length cap. `flush` releases whatever is buffered.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from python_backends.contract import MAX_SENTENCE_CHARS
-from python_backends.text import split_sentences
+from python_backends.text import Sentence, split_sentences
 
 _PROBE = "X"  # a capital letter after the buffer: would a sentence start here?
+# Characters of whole sentences per `tts` request (about 30 s of speech): a request is
+# synthesized to its end whatever the client does, so this bounds the work in flight
+# for a client that stops reading.
+REQUEST_CHARS = 400
 
 
 class Segmenter:
+    """Cuts one context's text, given in pieces, into sentences with their spans in the
+    whole of it."""
+
     def __init__(self, max_sentence_chars: int = MAX_SENTENCE_CHARS) -> None:
         self._buffer = ""
+        self._offset = 0  # where the buffer starts in all the text appended so far
         self._max = max_sentence_chars
 
     @property
     def pending(self) -> str:
         return self._buffer
 
-    def append(self, text: str) -> list[str]:
+    def append(self, text: str) -> list[Sentence]:
         """Add a delta; return the sentences it completed, in order."""
         self._buffer += text
         sentences = split_sentences(self._buffer, self._max)
         if not sentences:
             return []
         complete = sentences[:-1]
-        last = sentences[-1]
         if self._buffer[-1:].isspace() and split_sentences(self._buffer + _PROBE, self._max)[-1].text == _PROBE:
-            complete.append(last)
+            complete.append(sentences[-1])
         if not complete:
             return []
-        self._buffer = self._buffer[complete[-1].end :]
-        return [s.text for s in complete]
+        return self._release(complete, complete[-1].end)
 
-    def flush(self) -> list[str]:
+    def flush(self) -> list[Sentence]:
         """Everything buffered, as sentences; the buffer is emptied."""
-        sentences = [s.text for s in split_sentences(self._buffer, self._max)]
-        self._buffer = ""
-        return sentences
+        return self._release(split_sentences(self._buffer, self._max), len(self._buffer))
+
+    def _release(self, sentences: list[Sentence], end: int) -> list[Sentence]:
+        released = [Sentence(s.start + self._offset, s.end + self._offset, s.text) for s in sentences]
+        self._buffer = self._buffer[end:]
+        self._offset += end
+        return released
+
+
+def batches(sentences: Iterable[Sentence], max_chars: int = REQUEST_CHARS) -> Iterator[list[Sentence]]:
+    """Consecutive sentences grouped into requests of at most `max_chars` characters (a
+    longer sentence goes alone)."""
+    batch: list[Sentence] = []
+    size = 0
+    for sentence in sentences:
+        if batch and size + len(sentence.text) > max_chars:
+            yield batch
+            batch, size = [], 0
+        batch.append(sentence)
+        size += len(sentence.text)
+    if batch:
+        yield batch

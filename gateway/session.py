@@ -1,302 +1,348 @@
-"""Protocol v1 sessions: one per WebSocket connection, one worker task per context.
+"""Protocol v1's rules, sans I/O: one `Session` per WebSocket connection.
 
-Each context's worker owns one gRPC stream to Triton's `tts` model, turns its PCM into
-frames and sends them in order. The socket is reached through `ClientSocket`, a small
-adapter over aiohttp's WebSocket, so the session reads as plain send/receive.
+The session takes what happens — a client frame, a chunk of synthesized audio, the end
+or failure of a synthesis job, the connection falling idle — and answers with actions
+for its I/O shell (gateway/websocket.py) to carry out, in order: send this, start
+synthesizing that, stop that job, close the connection. No awaits, no sockets, no
+Triton here, so every rule is tested without a server (tests/test_gateway_session.py).
+
+Each context cuts its text into sentences (segmenter.Segmenter), queues them with the
+flush and close marks between them, and has at most one synthesis job in flight: the
+next job starts only when the shell reports the last one finished, and the shell
+reports that only after the job's audio was sent. A client that stops reading thus
+stops its contexts' synthesis, one bounded request (segmenter.REQUEST_CHARS) at most.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import enum
 import logging
 import time
 import uuid
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from aiohttp import WSMsgType, web
+import numpy as np
 
-from python_backends.voice import DEFAULT_VOICE, sample_rate
 from python_backends import contract as c
+from python_backends.text import Sentence
 
 from . import protocol as p
-
 from .audio import FrameEncoder
-from .inbox import Inbox, Mark
-from .segmenter import Segmenter
-from .tts_client import BackendUnavailable, SynthesisError, TtsStream
-
-if TYPE_CHECKING:
-    from .server import Gateway
+from .segmenter import Segmenter, batches
 
 log = logging.getLogger("speechstream.gateway")
 
-VOICE_RATE = sample_rate(DEFAULT_VOICE)
-VOICES = (DEFAULT_VOICE,)
-# Characters of whole sentences per `tts` request (about 30 s of speech): a request is
-# synthesized to its end whatever the client does, so this bounds the work a paused
-# (slow-reading) context has in flight.
-REQUEST_CHARS = 400
+VOICES = tuple(c.VOICE_SAMPLE_RATES)
 
 
-class ConnectionClosed(Exception):
-    """The client's WebSocket is closed or closing: nothing more goes either way."""
+class Mark(enum.Enum):
+    FLUSH = "flush"  # deliver every sample so far; the context goes on
+    CLOSE = "close"  # deliver every sample so far; the context ends
 
 
-class ClientSocket:
-    """The session's view of an aiohttp WebSocket: send a message, receive the next.
+@dataclass(frozen=True)
+class Limits:
+    """The per-connection limits a session enforces (from the gateway's settings)."""
 
-    `send` waits while the write buffer is over its limit (aiohttp drains it), which
-    is the backpressure on a slow reader.
-    """
-
-    def __init__(self, ws: web.WebSocketResponse) -> None:
-        self._ws = ws
-
-    async def send(self, message: str | bytes) -> None:
-        if self._ws.closed:
-            raise ConnectionClosed
-        try:
-            if isinstance(message, str):
-                await self._ws.send_str(message)
-            else:
-                await self._ws.send_bytes(message)
-        except ConnectionError as e:  # aiohttp's ClientConnectionResetError among them
-            raise ConnectionClosed from e
-
-    async def recv(self, timeout: float | None) -> str | bytes:
-        """The next text or binary message; TimeoutError after `timeout` s (None: never)."""
-        message = await self._ws.receive(timeout)
-        if message.type in (WSMsgType.TEXT, WSMsgType.BINARY):
-            return message.data
-        raise ConnectionClosed  # CLOSE, CLOSING, CLOSED or ERROR: aiohttp has answered it
-
-    async def close(self, code: int, reason: str) -> None:
-        await self._ws.close(code=code, message=reason.encode())
+    max_text_chars: int = c.MAX_TEXT_CHARS
+    max_contexts: int = 16
+    max_message_bytes: int = 256 * 1024
 
 
-@dataclass
+class Observer(Protocol):
+    """Where a session reports what the gateway's metrics count."""
+
+    def error(self, code: str) -> None: ...
+    def first_audio(self, seconds: float) -> None: ...
+    def audio(self, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class Job:
+    """One `tts` request: a context's next sentences, spoken with its voice parameters."""
+
+    id: int
+    context_id: str
+    sentences: tuple[Sentence, ...]
+    voice_params: tuple[tuple[str, float | int], ...]
+    start_ms: float  # where its audio starts in the context's audio, for timestamps
+
+
+@dataclass(frozen=True)
+class Send:
+    data: str | bytes
+
+
+@dataclass(frozen=True)
+class Synthesize:
+    job: Job
+
+
+@dataclass(frozen=True)
+class Stop:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class Close:
+    code: int
+    reason: str
+
+
+Action = Send | Synthesize | Stop | Close
+
+
+@dataclass(eq=False)
 class Context:
-    """One context: text waiting for synthesis, and the worker that speaks it."""
-
     id: str
     stream: int
+    encoder: FrameEncoder
     segmenter: Segmenter = field(default_factory=Segmenter)
-    inbox: Inbox = field(default_factory=Inbox)
+    queue: deque[Sentence | Mark] = field(default_factory=deque)
     closed: bool = False
-    speaking: bool = False  # the worker holds text it has not yet delivered as audio
-    task: asyncio.Task | None = None
-
-    ready_at: float | None = None  # when text arrived for this context while it was idle
+    job: Job | None = None  # the synthesis in flight
+    seq: int = 0
+    ready_at: float | None = None  # when text arrived while the context was idle
 
     @property
     def busy(self) -> bool:
-        return self.speaking or len(self.inbox) > 0
+        return self.job is not None or bool(self.queue)
 
-    def submit(self, *items: str | Mark) -> None:
-        """Queue sentences and marks for the worker; note when an idle context gets text."""
-        if not self.busy and any(isinstance(item, str) for item in items):
-            self.ready_at = time.monotonic()
-        self.inbox.put(*items)
+    @property
+    def waiting_chars(self) -> int:
+        return sum(len(s.text) for s in self.queue if isinstance(s, Sentence)) + len(self.segmenter.pending)
 
 
 class Session:
-    """One WebSocket connection speaking protocol v1."""
+    """One connection speaking protocol v1."""
 
-    def __init__(self, ws: ClientSocket, gateway: Gateway, client: str) -> None:
-        self.ws = ws
-        self.client = client  # the peer's address, for the per-client connection cap
-        self.backends = gateway.backends
-        self.settings = gateway.settings
-        self.metrics = gateway.metrics
-        self.id = uuid.uuid4().hex[:12]
+    def __init__(
+        self, limits: Limits, observer: Observer, clock: Callable[[], float] = time.monotonic,
+        session_id: str | None = None,
+    ) -> None:
+        self.limits = limits
+        self.observer = observer
+        self.clock = clock
+        self.id = session_id or uuid.uuid4().hex[:12]
         self.config = p.Config(VOICES[0])
         self.contexts: dict[str, Context] = {}
-        self.streams = 0
+        self._streams = 0  # stream numbers given out; also: a context was opened
+        self._jobs = 0
 
-    async def run(self) -> None:
+    @property
+    def voice_rate(self) -> int:
+        return c.VOICE_SAMPLE_RATES[self.config.voice]
+
+    @property
+    def busy(self) -> bool:
+        """Whether any context has text to speak: the connection is not idle."""
+        return any(context.busy for context in self.contexts.values())
+
+    def start(self) -> list[Action]:
+        return [self._ready()]
+
+    def is_current(self, job_id: int) -> bool:
+        """Whether job `job_id` is still wanted (not cancelled, its context not failed)."""
+        return any(context.job is not None and context.job.id == job_id for context in self.contexts.values())
+
+    # Client frames
+
+    def receive(self, frame: str | bytes) -> list[Action]:
+        """The actions answering one client frame; a refused one gets an `error`."""
         try:
-            await self.send_ready()
-            while (frame := await self.receive()) is not None:
-                try:
-                    await self.handle(self.parse(frame))
-                except p.ProtocolError as e:
-                    await self.send_error(e.code, e.message, e.context_id)
-                except ConnectionClosed:
-                    raise
-                except Exception:
-                    log.exception("session %s: unexpected error handling a message", self.id)
-                    await self.send_error(c.INTERNAL_ERROR, "the server failed to handle this message")
-        except ConnectionClosed:
-            pass
-        finally:
-            for context in self.contexts.values():
-                context.task.cancel()
+            return self._handle(self._parse(frame))
+        except p.ProtocolError as e:
+            return [self._error(e.code, e.message, e.context_id)]
+        except Exception:
+            log.exception("session %s: unexpected error handling a message", self.id)
+            return [self._error(c.INTERNAL_ERROR, "the server failed to handle this message")]
 
-    async def receive(self) -> str | bytes | None:
-        """The next client frame; None once the connection is closed or left idle."""
-        idle_s = self.settings.idle_timeout_s or None  # 0: never
-        while True:
-            try:
-                return await self.ws.recv(idle_s)
-            except asyncio.TimeoutError:  # not the builtin on Python 3.10
-                if any(context.busy for context in self.contexts.values()):
-                    continue  # speaking is not idle; a context left open with nothing to say is
-                log.info("session %s: idle for %g s, closing", self.id, idle_s)
-                await self.send_error(c.IDLE_TIMEOUT, f"no message for {idle_s:g} s")
-                await self.ws.close(1000, "idle timeout")
-                return None
-
-    def parse(self, frame: str | bytes) -> p.Config | p.ContextMessage:
+    def _parse(self, frame: str | bytes) -> p.Config | p.ContextMessage:
         size = len(frame) if isinstance(frame, bytes) else len(frame.encode("utf-8", "surrogatepass"))
-        if size > self.settings.max_message_bytes:
+        if size > self.limits.max_message_bytes:
             raise p.ProtocolError(
-                c.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.settings.max_message_bytes}"
+                c.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.limits.max_message_bytes}"
             )
-        return p.parse_message(frame, VOICES, self.settings.max_text_chars)
+        return p.parse_message(frame, VOICES, self.limits.max_text_chars)
 
-    async def send_error(self, code: str, message: str, context_id: str | None = None) -> None:
-        self.metrics.errors.labels(code).inc()
-        await self.ws.send(p.error(code, message, context_id))
-
-    async def send_ready(self) -> None:
-        c = self.config
-        await self.ws.send(p.encode(
-            "ready", session_id=self.id, format=c.format, sample_rate=c.sample_rate,
-            channels=1, frame_ms=c.frame_ms, voices=list(VOICES),
-        ))
-
-    async def handle(self, message: p.Config | p.ContextMessage) -> None:
+    def _handle(self, message: p.Config | p.ContextMessage) -> list[Action]:
         if isinstance(message, p.Config):
-            if self.streams:
+            if self._streams:
                 raise p.ProtocolError(c.CONFIG_TOO_LATE, "config must come before the first speak or text")
             self.config = message
-            await self.send_ready()
-            return
+            return [self._ready()]
         context = self.contexts.get(message.context_id)
         if message.type in p.TEXT_TYPES:
-            if context is None:
-                context = await self.open(message.context_id)
-            elif message.type == "speak":
-                raise p.ProtocolError(c.CONTEXT_EXISTS, f"context '{message.context_id}' is already open", message.context_id)
-            elif context.closed:
-                raise p.ProtocolError(c.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
-            self.append(context, message.text)
-            if message.type == "speak":
-                self.close(context)
-            return
+            return self._text(context, message)
         if context is None:
             raise p.ProtocolError(c.UNKNOWN_CONTEXT, f"no open context '{message.context_id}'", message.context_id)
         if message.type == "cancel":
-            context.task.cancel()
-            del self.contexts[context.id]
-            await self.ws.send(p.encode("cancelled", context_id=context.id))
-        elif context.closed:
-            raise p.ProtocolError(c.CONTEXT_CLOSED, f"context '{message.context_id}' is closed", message.context_id)
-        elif message.type == "flush":
-            context.submit(*context.segmenter.flush(), Mark.FLUSH)
-        else:
-            self.close(context)
+            return self._cancel(context)
+        if context.closed:
+            raise p.ProtocolError(c.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
+        return self._submit(context, *context.segmenter.flush(), Mark.FLUSH if message.type == "flush" else Mark.CLOSE)
 
-    def append(self, context: Context, text: str) -> None:
-        waiting = context.inbox.chars + len(context.segmenter.pending)
-        if waiting + len(text) > self.settings.max_text_chars:
+    def _text(self, context: Context | None, message: p.ContextMessage) -> list[Action]:
+        actions: list[Action] = []
+        if context is None:
+            context = self._open(message.context_id)
+            actions.append(Send(p.encode("audio_start", context_id=context.id, stream=context.stream)))
+        elif message.type == "speak":
+            raise p.ProtocolError(c.CONTEXT_EXISTS, f"context '{context.id}' is already open", context.id)
+        elif context.closed:
+            raise p.ProtocolError(c.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
+        waiting = context.waiting_chars
+        if waiting + len(message.text) > self.limits.max_text_chars:
             raise p.ProtocolError(
                 c.TEXT_TOO_LONG,
-                f"{waiting} characters are already waiting for synthesis; the limit is {self.settings.max_text_chars}",
+                f"{waiting} characters are already waiting for synthesis; the limit is {self.limits.max_text_chars}",
                 context.id,
             )
-        context.submit(*context.segmenter.append(text))
+        sentences = context.segmenter.append(message.text)
+        if message.type == "speak":
+            return actions + self._submit(context, *sentences, *context.segmenter.flush(), Mark.CLOSE)
+        return actions + self._submit(context, *sentences)
 
-    async def open(self, context_id: str) -> Context:
-        if len(self.contexts) >= self.settings.max_contexts:
-            raise p.ProtocolError(c.TOO_MANY_CONTEXTS, f"at most {self.settings.max_contexts} open contexts", context_id)
-        self.streams = self.streams % 0xFFFF + 1
-        context = Context(context_id, self.streams)
-        context.task = asyncio.create_task(self.speak(context))  # it sends after audio_start, queued first below
+    def _open(self, context_id: str) -> Context:
+        if len(self.contexts) >= self.limits.max_contexts:
+            raise p.ProtocolError(c.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts", context_id)
+        self._streams = self._streams % 0xFFFF + 1
+        cfg = self.config
+        encoder = FrameEncoder(self.voice_rate, cfg.sample_rate, cfg.frame_ms, cfg.format)
+        context = Context(context_id, self._streams, encoder)
         self.contexts[context_id] = context
-        await self.ws.send(p.encode("audio_start", context_id=context_id, stream=context.stream))
         return context
 
-    def close(self, context: Context) -> None:
-        context.submit(*context.segmenter.flush(), Mark.CLOSE)
-        context.closed = True
+    def _cancel(self, context: Context) -> list[Action]:
+        del self.contexts[context.id]
+        stop = [Stop(context.job.id)] if context.job is not None else []
+        return stop + [Send(p.encode("cancelled", context_id=context.id))]
 
-    async def speak(self, context: Context) -> None:
-        """The context's worker: synthesize its sentences in order, send frames.
+    def _submit(self, context: Context, *items: Sentence | Mark) -> list[Action]:
+        if not context.busy and any(isinstance(item, Sentence) for item in items):
+            context.ready_at = self.clock()
+        context.queue.extend(items)
+        if items and items[-1] is Mark.CLOSE:
+            context.closed = True
+        return self._advance(context)
 
-        `ws.send` waits while the connection's write buffer is full, and the worker
-        takes no more sentences meanwhile: that is the backpressure on a slow reader.
-        """
-        c = self.config
-        encoder = FrameEncoder(VOICE_RATE, c.sample_rate, c.frame_ms, c.format)
-        backend = self.backends.acquire()
-        tts = TtsStream(backend.client, self.metrics.triton_first_response.observe)
-        seq = 0
+    def _advance(self, context: Context) -> list[Action]:
+        """Deliver the marks at the head of the queue, then start the next job, if idle."""
+        actions: list[Action] = []
+        while context.job is None and context.queue:
+            if isinstance(context.queue[0], Mark):
+                actions += self._deliver_mark(context, context.queue.popleft())
+                continue
+            run = []
+            while context.queue and isinstance(context.queue[0], Sentence):
+                run.append(context.queue.popleft())
+            batch = next(batches(run))
+            context.queue.extendleft(reversed(run[len(batch) :]))
+            self._jobs += 1
+            start_ms = context.encoder.position_ms
+            context.job = Job(self._jobs, context.id, tuple(batch), self.config.voice_params, start_ms)
+            actions.append(Synthesize(context.job))
+        return actions
 
-        async def send(payloads: list[bytes], last: bool = False) -> None:
-            nonlocal seq
-            first = encoder.samples - len(payloads) * encoder.frame_samples
-            for i, payload in enumerate(payloads):
-                end = last and i == len(payloads) - 1
-                await self.ws.send(p.audio_frame(context.stream, seq, first + i * encoder.frame_samples, payload, end))
-                seq += 1
-            if payloads and context.ready_at is not None:
-                self.metrics.ttfp.observe(time.monotonic() - context.ready_at)
-                context.ready_at = None
-            self.metrics.audio.inc(len(payloads) * c.frame_ms / 1000)
+    def _deliver_mark(self, context: Context, mark: Mark) -> list[Action]:
+        """Every sample so far goes out (the partial frame padded); then `flushed`, or
+        `done` and the context ends."""
+        actions = self._frames(context, context.encoder.finish(), last=mark is Mark.CLOSE)
+        if mark is Mark.FLUSH:
+            return actions + [Send(p.encode("flushed", context_id=context.id))]
+        encoder = context.encoder
+        ms = round((encoder.samples - encoder.padding) * 1000 / encoder.rate)  # without the padding
+        del self.contexts[context.id]
+        return actions + [Send(p.encode("done", context_id=context.id, audio_ms=ms))]
 
-        try:
-            while True:
-                context.speaking = False
-                item = await context.inbox.take(REQUEST_CHARS)
-                context.speaking = True
-                if isinstance(item, Mark):
-                    # Deliver every sample so far: the partial frame goes out padded.
-                    await send(encoder.finish(), last=item is Mark.CLOSE)
-                    if item is Mark.FLUSH:
-                        await self.ws.send(p.encode("flushed", context_id=context.id))
-                        continue
-                    ms = round((encoder.samples - encoder.padding) * 1000 / c.sample_rate)  # without the padding
-                    await self.ws.send(p.encode("done", context_id=context.id, audio_ms=ms))
-                    break
-                start_ms = encoder.position * 1000 / c.sample_rate
-                async for chunk in tts.synthesize(" ".join(item), c.voice_params):
-                    if c.timestamps and chunk.words:
-                        await self.ws.send(timestamps(context.id, chunk.words, start_ms))
-                    await send(encoder.push(chunk.pcm))
-        except BackendUnavailable as e:
-            log.error("context %s: Triton %s: %s", context.id, backend.url, e)
-            backend.mark(False, str(e).splitlines()[0])
-            await self._fail(context, c.BACKEND_UNAVAILABLE, str(e))
-        except SynthesisError as e:
-            log.warning("context %s: synthesis failed: %s", context.id, e)
-            await self._fail(context, c.SYNTHESIS_FAILED, str(e))
-        except ConnectionClosed:
-            pass
-        except Exception:
-            log.exception("context %s: unexpected failure", context.id)
-            await self._fail(context, c.INTERNAL_ERROR, "the server failed while speaking this context")
-        finally:
-            tts.close()
-            self.backends.release(backend)
-            if self.contexts.get(context.id) is context and context.closed:
-                del self.contexts[context.id]
+    # Synthesis events
 
-    async def _fail(self, context: Context, code: str, message: str) -> None:
-        self.contexts.pop(context.id, None)
-        with contextlib.suppress(ConnectionClosed):
-            await self.send_error(code, message, context.id)
+    def audio(self, job_id: int, pcm: np.ndarray, sentence_index: int, words: list[tuple[str, int, int]]) -> list[Action]:
+        """A chunk of job `job_id`'s audio at the voice's rate; words (word, start, end
+        sample of the job's audio) come with the first chunk of each sentence."""
+        context = self._context_of(job_id)
+        if context is None:
+            return []  # cancelled meanwhile
+        actions: list[Action] = []
+        if self.config.timestamps and words:
+            actions.append(Send(self._timestamps(context.job, sentence_index, words)))
+        return actions + self._frames(context, context.encoder.push(pcm))
 
+    def finished(self, job_id: int) -> list[Action]:
+        """Job `job_id` delivered all its audio: the context goes on to its next item."""
+        context = self._context_of(job_id)
+        if context is None:
+            return []
+        context.job = None
+        return self._advance(context)
 
-def timestamps(context_id: str, words: list[tuple[str, int, int]], start_ms: float) -> str:
-    """A `timestamps` message; word samples (voice rate) count from `start_ms`."""
+    def failed(self, job_id: int, code: str, message: str) -> list[Action]:
+        """Job `job_id` failed: its context ends with an `error`."""
+        context = self._context_of(job_id)
+        if context is None:
+            return []
+        del self.contexts[context.id]
+        return [self._error(code, message, context.id)]
 
-    def ms(sample: int) -> int:
-        return round(start_ms + sample * 1000 / VOICE_RATE)
+    def _context_of(self, job_id: int) -> Context | None:
+        return next((x for x in self.contexts.values() if x.job is not None and x.job.id == job_id), None)
 
-    return p.encode(
-        "timestamps", context_id=context_id, words=[w for w, _, _ in words],
-        start_ms=[ms(a) for _, a, _ in words], end_ms=[ms(b) for _, _, b in words],
-    )
+    # The connection
+
+    def idle(self, seconds: float) -> list[Action]:
+        """No message for `seconds` (the idle timeout): close, unless a context is still
+        speaking (a context left open with nothing to say is idle)."""
+        if self.busy:
+            return []
+        log.info("session %s: idle for %g s, closing", self.id, seconds)
+        return [self._error(c.IDLE_TIMEOUT, f"no message for {seconds:g} s"), Close(1000, "idle timeout")]
+
+    def abort(self) -> list[Action]:
+        """The connection is gone: stop every job."""
+        jobs = [context.job.id for context in self.contexts.values() if context.job is not None]
+        self.contexts.clear()
+        return [Stop(job_id) for job_id in jobs]
+
+    # Messages
+
+    def _ready(self) -> Send:
+        cfg = self.config
+        return Send(p.encode(
+            "ready", session_id=self.id, format=cfg.format, sample_rate=cfg.sample_rate,
+            channels=1, frame_ms=cfg.frame_ms, voices=list(VOICES),
+        ))
+
+    def _error(self, code: str, message: str, context_id: str | None = None) -> Send:
+        self.observer.error(code)
+        return Send(p.error(code, message, context_id))
+
+    def _frames(self, context: Context, payloads: list[bytes], last: bool = False) -> list[Action]:
+        encoder = context.encoder
+        first = encoder.samples - len(payloads) * encoder.frame_samples
+        actions: list[Action] = []
+        for i, payload in enumerate(payloads):
+            end = last and i == len(payloads) - 1
+            offset = first + i * encoder.frame_samples
+            actions.append(Send(p.audio_frame(context.stream, context.seq, offset, payload, end)))
+            context.seq += 1
+        if payloads and context.ready_at is not None:
+            self.observer.first_audio(self.clock() - context.ready_at)
+            context.ready_at = None
+        self.observer.audio(len(payloads) * encoder.frame_samples / encoder.rate)
+        return actions
+
+    def _timestamps(self, job: Job, sentence_index: int, words: list[tuple[str, int, int]]) -> str:
+        """Word times in ms of the context's audio, and the sentence's span in its text."""
+
+        def ms(sample: int) -> int:
+            return round(job.start_ms + sample * 1000 / self.voice_rate)
+
+        sentence = job.sentences[sentence_index]
+        return p.encode(
+            "timestamps", context_id=job.context_id, words=[w for w, _, _ in words],
+            start_ms=[ms(a) for _, a, _ in words], end_ms=[ms(b) for _, _, b in words],
+            text_span=[sentence.start, sentence.end],
+        )

@@ -1,0 +1,144 @@
+"""GET /v1/stream: the asyncio shell around a protocol-v1 `Session`.
+
+It admits the client, upgrades the connection, feeds the session each client frame and
+each synthesis event, and carries out the actions it answers with. Audio goes out
+through a bounded write buffer: while it is full, `send` waits, and so does the job
+whose audio it is, which then reads no more from Triton — the backpressure on a slow
+reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from http import HTTPStatus
+
+from aiohttp import WSMsgType, web
+
+from python_backends import contract as c
+
+from .access import refused_origin, text_response, too_many_connections, unauthorized
+from .service import GATEWAY, Gateway
+from .session import Action, Close, Job, Send, Session, Stop, Synthesize
+from .synthesis import SynthesisFailed
+
+log = logging.getLogger("speechstream.gateway")
+
+class ConnectionClosed(Exception):
+    """The client's WebSocket is closed or closing: nothing more goes either way."""
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    """Admit the client, then speak protocol v1 until it leaves."""
+    gateway = request.app[GATEWAY]
+    settings = gateway.settings
+    client = request.remote or ""
+    if refusal := (
+        unauthorized(request, settings) or refused_origin(request, settings)
+        or too_many_connections(client, gateway.connections_from(client), settings)
+    ):
+        return refusal
+    ws = web.WebSocketResponse(
+        max_msg_size=settings.max_frame_bytes,  # past it: close 1009
+        writer_limit=settings.max_buffered_bytes,
+        compress=False,  # Opus does not deflate; compressing it would only cost CPU
+    )
+    if not ws.can_prepare(request).ok:
+        return text_response(HTTPStatus.UPGRADE_REQUIRED, "this path takes a WebSocket upgrade\n")
+    limit_buffers(request, settings.max_buffered_bytes)
+    await ws.prepare(request)
+    connection = Connection(ws, gateway)
+    gateway.sessions[connection.session] = client
+    try:
+        await connection.run()
+    finally:
+        del gateway.sessions[connection.session]
+    return ws
+
+
+def limit_buffers(request: web.Request, size: int) -> None:
+    """The transport and the kernel each hold no more than `size` unsent bytes: past
+    both, `send` waits and the slow reader's synthesis pauses."""
+    request.transport.set_write_buffer_limits(high=size)
+    sock = request.transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+
+
+class Connection:
+    """One WebSocket: its session, and a task per synthesis job in flight."""
+
+    def __init__(self, ws: web.WebSocketResponse, gateway: Gateway) -> None:
+        self.ws = ws
+        self.gateway = gateway
+        self.session = Session(gateway.limits, gateway.metrics)
+        self.jobs: dict[int, asyncio.Task] = {}
+
+    async def run(self) -> None:
+        try:
+            await self.act(self.session.start())
+            while (frame := await self.receive()) is not None:
+                await self.act(self.session.receive(frame))
+        except ConnectionClosed:
+            pass
+        finally:
+            await self.act(self.session.abort())  # only Stops: nothing is sent
+
+    async def receive(self) -> str | bytes | None:
+        """The next client frame; None once the connection is closed or closed as idle."""
+        idle_s = self.gateway.settings.idle_timeout_s or None  # 0: never
+        while True:
+            try:
+                message = await self.ws.receive(idle_s)
+            except asyncio.TimeoutError:  # not the builtin on Python 3.10
+                if actions := self.session.idle(idle_s):
+                    await self.act(actions)
+                    return None
+                continue
+            if message.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                return message.data
+            return None  # CLOSE, CLOSING, CLOSED or ERROR: aiohttp has answered it
+
+    async def act(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                await self.send(action.data)
+            elif isinstance(action, Synthesize):
+                if self.session.is_current(action.job.id):  # not cancelled while sending
+                    self.jobs[action.job.id] = asyncio.create_task(self.synthesize(action.job))
+            elif isinstance(action, Stop):
+                if task := self.jobs.pop(action.job_id, None):
+                    task.cancel()
+            elif isinstance(action, Close):
+                await self.ws.close(code=action.code, message=action.reason.encode())
+
+    async def send(self, data: str | bytes) -> None:
+        if self.ws.closed:
+            raise ConnectionClosed
+        try:
+            await (self.ws.send_str(data) if isinstance(data, str) else self.ws.send_bytes(data))
+        except ConnectionError as e:  # aiohttp's ClientConnectionResetError among them
+            raise ConnectionClosed from e
+
+    async def synthesize(self, job: Job) -> None:
+        """Run one job: its audio to the client as it comes, then what follows it."""
+        session = self.session
+        try:
+            texts = [s.text for s in job.sentences]
+            async for chunk in self.gateway.synthesizer.synthesize(texts, job.voice_params):
+                await self.act(session.audio(job.id, chunk.pcm, chunk.sentence_index, chunk.words))
+            after = session.finished(job.id)
+        except SynthesisFailed as e:
+            after = session.failed(job.id, e.code, e.message)
+        except ConnectionClosed:
+            return
+        except Exception:
+            log.exception("session %s: job %d failed unexpectedly", session.id, job.id)
+            after = session.failed(job.id, c.INTERNAL_ERROR, "the server failed while speaking this context")
+        finally:
+            self.jobs.pop(job.id, None)
+        try:
+            await self.act(after)
+        except ConnectionClosed:
+            pass

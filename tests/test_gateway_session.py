@@ -1,0 +1,206 @@
+"""Protocol v1's rules on the sans-I/O session: no socket, no Triton. Synthesis is
+played by handing the session PCM for the jobs it asked for."""
+
+import json
+
+import numpy as np
+import pytest
+
+from gateway import protocol as p
+from gateway.segmenter import REQUEST_CHARS
+from gateway.session import Close, Job, Limits, Send, Session, Stop, Synthesize
+from python_backends import contract as c
+
+RATE = c.VOICE_SAMPLE_RATES[c.DEFAULT_VOICE]
+
+
+class Recorder:
+    """The session's observer: what the gateway's metrics would count."""
+
+    def __init__(self):
+        self.errors, self.first_audio_s, self.audio_s = [], [], 0.0
+
+    def error(self, code):
+        self.errors.append(code)
+
+    def first_audio(self, seconds):
+        self.first_audio_s.append(seconds)
+
+    def audio(self, seconds):
+        self.audio_s += seconds
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def session(**limits):
+    recorder, clock = Recorder(), Clock()
+    s = Session(Limits(**limits), recorder, clock, session_id="s1")
+    return s, recorder, clock
+
+
+def messages(actions):
+    return [json.loads(a.data) for a in actions if isinstance(a, Send) and isinstance(a.data, str)]
+
+
+def frames(actions):
+    return [p.parse_audio_frame(a.data) for a in actions if isinstance(a, Send) and isinstance(a.data, bytes)]
+
+
+def jobs(actions) -> list[Job]:
+    return [a.job for a in actions if isinstance(a, Synthesize)]
+
+
+def send(s, **message):
+    return s.receive(json.dumps(message))
+
+
+def speech(seconds):
+    return (0.1 * np.sin(np.arange(round(seconds * RATE)) / 10)).astype(np.float32)
+
+
+def test_ready_on_start_and_after_config_then_config_is_too_late_once_a_context_opened():
+    s, recorder, _ = session()
+    (ready,) = messages(s.start())
+    assert ready == {"type": "ready", "session_id": "s1", "format": "opus", "sample_rate": 48000, "channels": 1,
+                     "frame_ms": 20, "voices": [c.DEFAULT_VOICE]}
+    (ready,) = messages(send(s, type="config", format="pcm_s16le", sample_rate=16000, frame_ms=40))
+    assert (ready["format"], ready["sample_rate"], ready["frame_ms"]) == ("pcm_s16le", 16000, 40)
+    send(s, type="text", context_id="a", text="Hi")
+    (error,) = messages(send(s, type="config"))
+    assert error["code"] == c.CONFIG_TOO_LATE
+    assert recorder.errors == [c.CONFIG_TOO_LATE]
+
+
+def test_speak_runs_one_job_then_the_last_frame_is_flagged_and_done_gives_the_duration():
+    s, recorder, clock = session()
+    s.start()
+    actions = send(s, type="speak", context_id="a", text="Hello there. How are you?")
+    (start,) = messages(actions)
+    assert start == {"type": "audio_start", "context_id": "a", "stream": 1}
+    (job,) = jobs(actions)
+    assert [x.text for x in job.sentences] == ["Hello there.", "How are you?"]
+    assert [(x.start, x.end) for x in job.sentences] == [(0, 12), (13, 25)]
+    clock.now += 0.25
+    audio = frames(s.audio(job.id, speech(0.5), 0, []))
+    assert [f.seq for f in audio] == list(range(len(audio))) and all(f.stream == 1 for f in audio)
+    assert [f.sample_offset for f in audio] == [960 * i for i in range(len(audio))]
+    assert recorder.first_audio_s == [pytest.approx(0.25)]
+    end = s.finished(job.id)
+    tail = frames(end)
+    assert tail[-1].last and not any(f.last for f in audio + tail[:-1])
+    (done,) = messages(end)
+    assert done["type"] == "done" and done["audio_ms"] == pytest.approx(500, abs=1)
+    assert s.contexts == {} and not s.busy
+    assert recorder.audio_s == pytest.approx((len(audio) + len(tail)) * 0.02)
+
+
+def test_deltas_release_complete_sentences_and_queue_them_behind_the_job_in_flight():
+    s, _, _ = session()
+    assert jobs(send(s, type="text", context_id="a", text="One.")) == []  # it may go on: "One.5"
+    (first,) = jobs(send(s, type="text", context_id="a", text=" Tw"))  # the next sentence began
+    assert [x.text for x in first.sentences] == ["One."]
+    assert jobs(send(s, type="text", context_id="a", text="o. ")) == []  # one job at a time
+    long = "Word " + "word " * 49 + "end. "  # 254 characters and a space: two make more than a request
+    assert jobs(send(s, type="text", context_id="a", text=long + long)) == []
+    (second,) = jobs(s.finished(first.id))
+    assert [x.text for x in second.sentences] == ["Two.", long.strip()]  # batched up to REQUEST_CHARS
+    assert sum(len(x.text) for x in second.sentences) <= REQUEST_CHARS
+    (third,) = jobs(s.finished(second.id))
+    assert third.sentences[0].start == second.sentences[-1].end + 1
+    assert jobs(s.finished(third.id)) == [] and "a" in s.contexts  # open until closed
+
+
+def test_flush_waits_for_the_job_in_flight_then_pads_the_partial_frame():
+    s, _, _ = session()
+    (job,) = jobs(send(s, type="text", context_id="a", text="Hello there. "))
+    assert messages(send(s, type="flush", context_id="a")) == []
+    s.audio(job.id, speech(0.013), 0, [])  # under one 20 ms frame
+    after = s.finished(job.id)
+    assert len(frames(after)) == 1 and not frames(after)[0].last
+    assert messages(after) == [{"type": "flushed", "context_id": "a"}]
+    (job,) = jobs(send(s, type="speak", context_id="b", text="Next."))
+    assert job.start_ms == 0  # a context of its own
+
+
+def test_cancel_stops_the_job_first_and_its_late_audio_is_dropped():
+    s, _, _ = session()
+    (job,) = jobs(send(s, type="speak", context_id="a", text="Hello there."))
+    actions = send(s, type="cancel", context_id="a")
+    assert actions[0] == Stop(job.id)
+    assert messages(actions) == [{"type": "cancelled", "context_id": "a"}]
+    assert not s.is_current(job.id)
+    assert s.audio(job.id, speech(0.1), 0, []) == [] and s.finished(job.id) == []
+    (again,) = jobs(send(s, type="speak", context_id="a", text="Again."))  # the id is free again
+    assert again.id != job.id
+
+
+@pytest.mark.parametrize("message,code", [
+    ({"type": "flush", "context_id": "nope"}, c.UNKNOWN_CONTEXT),
+    ({"type": "speak", "context_id": "a", "text": "Again."}, c.CONTEXT_EXISTS),
+    ({"type": "text", "context_id": "closed", "text": "More."}, c.CONTEXT_CLOSED),
+    ({"type": "close", "context_id": "closed"}, c.CONTEXT_CLOSED),
+    ({"type": "text", "context_id": "a", "text": "x" * 60}, c.TEXT_TOO_LONG),
+    ({"type": "speak", "context_id": "c", "text": "One too many."}, c.TOO_MANY_CONTEXTS),
+    ({"type": "nope"}, c.UNKNOWN_TYPE),
+])
+def test_refused_messages_get_their_code_and_change_nothing(message, code):
+    s, recorder, _ = session(max_contexts=2, max_text_chars=100)
+    send(s, type="text", context_id="a", text="y" * 50)
+    send(s, type="speak", context_id="closed", text="Bye.")
+    before = {k: (len(v.queue), v.segmenter.pending, v.closed) for k, v in s.contexts.items()}
+    (error,) = messages(send(s, **message))
+    assert error["type"] == "error" and error["code"] == code
+    assert recorder.errors == [code]
+    assert {k: (len(v.queue), v.segmenter.pending, v.closed) for k, v in s.contexts.items()} == before
+
+
+def test_oversized_binary_and_malformed_frames_are_refused():
+    s, recorder, _ = session(max_message_bytes=64)
+    s.receive(json.dumps({"type": "text", "context_id": "a", "text": "x" * 100}))
+    s.receive(b"\x00")
+    s.receive("{not json")
+    assert recorder.errors == [c.MESSAGE_TOO_LARGE, c.BINARY_NOT_ACCEPTED, c.INVALID_JSON]
+
+
+def test_a_failed_job_ends_its_context_with_an_error_and_spares_the_others():
+    s, _, _ = session()
+    (a,) = jobs(send(s, type="speak", context_id="a", text="One."))
+    (b,) = jobs(send(s, type="speak", context_id="b", text="Two."))
+    (error,) = messages(s.failed(a.id, c.BACKEND_UNAVAILABLE, "Triton unavailable"))
+    assert error == {"type": "error", "context_id": "a", "code": c.BACKEND_UNAVAILABLE, "message": "Triton unavailable"}
+    assert list(s.contexts) == ["b"] and s.is_current(b.id)
+
+
+def test_idle_closes_only_when_nothing_is_being_spoken():
+    s, _, _ = session()
+    (job,) = jobs(send(s, type="text", context_id="a", text="Hello there. "))
+    assert s.idle(5) == []
+    s.finished(job.id)
+    actions = s.idle(5)  # the context is open, but has nothing to say
+    assert messages(actions)[0]["code"] == c.IDLE_TIMEOUT and actions[-1] == Close(1000, "idle timeout")
+
+
+def test_timestamps_are_in_the_contexts_time_and_name_the_sentences_span():
+    s, _, _ = session()
+    send(s, type="config", timestamps=True)
+    (first,) = jobs(send(s, type="text", context_id="a", text="Hi. "))
+    s.audio(first.id, speech(1.0), 0, [("Hi", 0, RATE // 2)])
+    send(s, type="text", context_id="a", text="Good day. ")
+    (second,) = jobs(s.finished(first.id))
+    assert second.start_ms == pytest.approx(1000, abs=1)
+    (stamps,) = messages(s.audio(second.id, speech(0.5), 0, [("Good", 0, RATE // 4), ("day", RATE // 4, RATE // 2)]))
+    assert stamps == {"type": "timestamps", "context_id": "a", "words": ["Good", "day"],
+                      "start_ms": [1000, 1250], "end_ms": [1250, 1500], "text_span": [4, 13]}
+
+
+def test_abort_stops_every_job_in_flight():
+    s, _, _ = session()
+    (a,) = jobs(send(s, type="speak", context_id="a", text="One."))
+    (b,) = jobs(send(s, type="speak", context_id="b", text="Two."))
+    assert set(s.abort()) == {Stop(a.id), Stop(b.id)} and s.contexts == {}
