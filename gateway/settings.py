@@ -23,7 +23,7 @@ class Settings:
     host: str = _setting("127.0.0.1", "address the gateway listens on")
     port: int = _setting(8080, "port for WebSocket, HTTP and the page")
     triton_urls: tuple[str, ...] = _setting(
-        ("127.0.0.1:8001",), "Triton gRPC addresses, comma-separated; contexts go to the least busy one that is up",
+        ("127.0.0.1:8001",), "Triton gRPC addresses, comma-separated; each tts request goes to the least busy one that is up",
         env="TRITON_GRPC_URL",
     )
     max_text_chars: int = _setting(MAX_TEXT_CHARS, "characters per text message, and waiting per context")

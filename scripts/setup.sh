@@ -24,7 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-extras=""; [ "${1:-}" = "--tests" ] && extras="[test,bench]"
+extras="[serve]"; [ "${1:-}" = "--tests" ] && extras="[test]"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 stamp="$VENV/.speechstream-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)$extras"

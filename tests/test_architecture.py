@@ -1,0 +1,39 @@
+"""The import contracts in pyproject.toml ([tool.importlinter]) hold, and they bite: a
+pure module that imports onnxruntime or Triton's client breaks them."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"]
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([*LINT, "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_import_contracts_are_kept():
+    result = lint(ROOT)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "BROKEN" not in result.stdout
+
+
+@pytest.mark.parametrize("module,line", [
+    ("python_backends/chunking.py", "import onnxruntime"),
+    ("gateway/session.py", "import tritonclient.grpc.aio"),
+    ("gateway/protocol.py", "from gateway import session"),  # a layer importing one above it
+])
+def test_a_wrong_import_breaks_a_contract(tmp_path, module, line):
+    for package in ("gateway", "python_backends"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "static"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    source = tmp_path / module
+    source.write_text(source.read_text() + f"\n{line}\n")
+    result = lint(tmp_path)
+    assert result.returncode != 0 and "BROKEN" in result.stdout, result.stdout[-3000:]
