@@ -11,7 +11,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from .contract import VOCODER_BUCKETS
-from .requests import ChunkParams
+
+
+@dataclass(frozen=True)
+class ChunkParams:
+    """A stream's chunking: the first chunk's frames, the largest chunk's, and the
+    vocoder context frames on each side of a chunk."""
+
+    initial_frames: int
+    frames: int
+    left_context: int
+    right_context: int
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,9 @@ PLAYER_LEAD_S = 0.05
 # is the outstanding-work signal for balancing gateways across Triton servers.
 TTS_ACTIVE_METRIC = "speechstream_tts_active_requests"
 
-# Inputs shared by `acoustic` and `tts`. `tts` takes either TEXT, which it cuts into
-# sentences, or SENTENCES, text already cut (the gateway's segmenter does it); `acoustic`
+# Inputs shared by `acoustic` and `tts`. `tts` takes exactly one of TEXT (BYTES [1]), which
+# it cuts into sentences, or SENTENCES (BYTES [-1]), text already cut (the gateway's
+# segmenter does it), each element spoken as one sentence and never re-split; `acoustic`
 # takes one sentence as TEXT.
 TEXT = "TEXT"
 SENTENCES = "SENTENCES"
@@ -42,8 +43,8 @@ NOISE_SCALE = "NOISE_SCALE"
 NOISE_W = "NOISE_W"
 SEED = "SEED"
 
-# Input of `acoustic`: send the first sentence's first HEAD_FRAMES frames as a response
-# of their own, ahead of its other frames (0, the default: each sentence in one piece).
+# Input of `acoustic`: send the sentence's first HEAD_FRAMES frames as a response of
+# their own, ahead of its other frames (0, the default: the sentence in one piece).
 HEAD_FRAMES = "HEAD_FRAMES"
 
 # Chunking inputs of `tts`.
@@ -52,14 +53,11 @@ CHUNK_FRAMES = "CHUNK_FRAMES"
 LEFT_CONTEXT_FRAMES = "LEFT_CONTEXT_FRAMES"
 RIGHT_CONTEXT_FRAMES = "RIGHT_CONTEXT_FRAMES"
 
-# Outputs of `acoustic`: one response per sentence, or per piece of one (HEAD_FRAMES);
-# a sentence's first response carries its DURATIONS, PHONEME_IDS and words, later
-# pieces only their LATENT frames (and empty word arrays).
+# Outputs of `acoustic`: one response for the sentence, or one per piece of it
+# (HEAD_FRAMES); the first carries its DURATIONS and words, later pieces only their
+# LATENT frames (and empty DURATIONS and word arrays).
 LATENT = "LATENT"  # [channels, frames] float32, the decoder input z·mask
 DURATIONS = "DURATIONS"  # [phoneme ids] int32, frames per phoneme id
-PHONEME_IDS = "PHONEME_IDS"  # [phoneme ids] int64
-SENTENCE_INDEX = "SENTENCE_INDEX"  # [1] int32
-TEXT_SPAN = "TEXT_SPAN"  # [2] int32, [start, end) in code points of the request text
 WORDS = "WORDS"  # [words] bytes, the sentence's words as written
 WORD_FRAMES = "WORD_FRAMES"  # [words, 2] int32, [start, end) frame of each word in the sentence
 
@@ -69,6 +67,9 @@ PCM = "PCM"  # [samples] float32 in [-1, 1] at the voice's sample rate
 # Outputs of `tts` (one response per chunk, then an empty final response).
 CHUNK_INDEX = "CHUNK_INDEX"  # [1] int32, 0, 1, 2, ... across the whole request
 SAMPLE_OFFSET = "SAMPLE_OFFSET"  # [1] int64, first sample of this chunk in the stream
+SENTENCE_INDEX = "SENTENCE_INDEX"  # [1] int32, the chunk's sentence: its index in SENTENCES, or among TEXT's sentences
+TEXT_SPAN = "TEXT_SPAN"  # [2] int32, that sentence's [start, end) in TEXT in code points; with SENTENCES,
+# [0, length of its element)
 WORD_SAMPLES = "WORD_SAMPLES"  # [words, 2] int64, [start, end) sample of each word in the stream;
 # WORDS and WORD_SAMPLES come with the first chunk of each sentence only.
 
@@ -95,13 +96,13 @@ VOICE_PARAMS = (
     Param(SEED, "TYPE_INT64", None, 0, 2**63 - 1),
 )
 
+HEAD_PARAM = Param(HEAD_FRAMES, "TYPE_INT32", 0, 0, 4096)
+
 # Frames are 256 samples at 22,050 Hz (11.6 ms). A small first chunk gives a fast
 # first packet; later chunks double up to CHUNK_FRAMES so the context overhead shrinks
 # (16 context frames on 128 spoken) while one call (~0.15 s of a core) stays short
 # enough not to hold up other streams. 8 frames of context on each side match
 # whole-utterance vocoding at ~65 dB (16 left: ~69 dB, for 6 % more vocoder work).
-HEAD_PARAM = Param(HEAD_FRAMES, "TYPE_INT32", 0, 0, 4096)
-
 CHUNK_PARAMS = (
     Param(INITIAL_CHUNK_FRAMES, "TYPE_INT32", 8, 1, 256),
     Param(CHUNK_FRAMES, "TYPE_INT32", 128, 1, 256),
@@ -112,7 +113,7 @@ CHUNK_PARAMS = (
 # Request text limit, in characters; a model config parameter `max_text_chars` overrides it.
 MAX_TEXT_CHARS = 20_000
 # A sentence longer than this is cut (at a clause, else a space) so one sentence can never
-# stall a stream.
+# stall a stream; `acoustic`'s TEXT and each element of `tts`'s SENTENCES must fit in it.
 MAX_SENTENCE_CHARS = 300
 
 # Vocoder windows are zero-padded to one of these lengths so Triton's dynamic batcher,
@@ -133,18 +134,18 @@ def _tensor(name: str, triton_type: str, dims: list[int], optional: bool = False
     return tensor | {"optional": True} if optional else tensor
 
 
-def _text_inputs() -> list[dict]:
-    return [_tensor(TEXT, "TYPE_STRING", [1])] + [
-        _tensor(p.name, p.triton_type, [1], optional=True) for p in VOICE_PARAMS
-    ]
+def _params(params: tuple[Param, ...]) -> list[dict]:
+    return [_tensor(p.name, p.triton_type, [1], optional=True) for p in params]
 
 
 def model_inputs(model: str) -> list[dict]:
     """Input declarations of `model`, as Triton's auto-complete config expects them."""
     if model == ACOUSTIC_MODEL:
-        return _text_inputs() + [_tensor(HEAD_FRAMES, HEAD_PARAM.triton_type, [1], optional=True)]
+        return [_tensor(TEXT, "TYPE_STRING", [1])] + _params(VOICE_PARAMS) + _params((HEAD_PARAM,))
     if model == TTS_MODEL:
-        return _text_inputs() + [_tensor(p.name, p.triton_type, [1], optional=True) for p in CHUNK_PARAMS]
+        text = [_tensor(TEXT, "TYPE_STRING", [1], optional=True)]
+        sentences = [_tensor(SENTENCES, "TYPE_STRING", [-1], optional=True)]
+        return text + sentences + _params(VOICE_PARAMS) + _params(CHUNK_PARAMS)
     if model == VOCODER_MODEL:
         return [_tensor(LATENT, "TYPE_FP32", [-1, -1])]
     raise KeyError(model)
@@ -152,15 +153,13 @@ def model_inputs(model: str) -> list[dict]:
 
 def model_outputs(model: str) -> list[dict]:
     """Output declarations of `model`."""
-    sentence = [_tensor(SENTENCE_INDEX, "TYPE_INT32", [1]), _tensor(TEXT_SPAN, "TYPE_INT32", [2])]
     if model == ACOUSTIC_MODEL:
         return [
             _tensor(LATENT, "TYPE_FP32", [-1, -1]),
             _tensor(DURATIONS, "TYPE_INT32", [-1]),
-            _tensor(PHONEME_IDS, "TYPE_INT64", [-1]),
             _tensor(WORDS, "TYPE_STRING", [-1]),
             _tensor(WORD_FRAMES, "TYPE_INT32", [-1, 2]),
-        ] + sentence
+        ]
     if model == TTS_MODEL:
         return [
             _tensor(PCM, "TYPE_FP32", [-1]),
@@ -168,7 +167,9 @@ def model_outputs(model: str) -> list[dict]:
             _tensor(SAMPLE_OFFSET, "TYPE_INT64", [1]),
             _tensor(WORDS, "TYPE_STRING", [-1]),
             _tensor(WORD_SAMPLES, "TYPE_INT64", [-1, 2]),
-        ] + sentence
+            _tensor(SENTENCE_INDEX, "TYPE_INT32", [1]),
+            _tensor(TEXT_SPAN, "TYPE_INT32", [2]),
+        ]
     if model == VOCODER_MODEL:
         return [_tensor(PCM, "TYPE_FP32", [-1])]
     raise KeyError(model)

@@ -3,15 +3,20 @@ vocoder (latent frames → PCM). No Triton here; the models wrap these."""
 
 from __future__ import annotations
 
+import asyncio
 import zlib
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
 
 from . import voice as v
-from .contract import SAMPLES_PER_FRAME
+from .chunking import flow_pieces
 from .phonemes import BOS, EOS, PAD, Espeak, phoneme_ids
+from .requests import VoiceParams
+from .streaming import LatentPiece
 from .text import Sentence, normalize
 from .timing import word_timings
 
@@ -29,22 +34,11 @@ def session(path, threads: int) -> ort.InferenceSession:
 
 
 @dataclass(frozen=True)
-class VoiceParams:
-    """Piper's three scales and an optional seed for the noise."""
-
-    length_scale: float
-    noise_scale: float
-    noise_w: float
-    seed: int | None = None
-
-
-@dataclass(frozen=True)
 class SentenceLatent:
     """The acoustic stage's result for one sentence."""
 
     index: int
     sentence: Sentence
-    phoneme_ids: np.ndarray  # int64 [ids]
     durations: np.ndarray  # int32 [ids], frames per id; sums to the frame count
     latent: np.ndarray  # float32 [channels, frames]
     words: list[tuple[str, int, int]]  # (word, start frame, end frame)
@@ -57,7 +51,6 @@ class SentencePrior:
 
     index: int
     sentence: Sentence
-    phoneme_ids: np.ndarray  # int64 [ids]
     durations: np.ndarray  # int32 [ids], frames per id
     words: list[tuple[str, int, int]]  # (word, start frame, end frame)
     sample: np.ndarray  # float32 [1, channels, frames]
@@ -92,7 +85,7 @@ class AcousticEngine:
         """The latent frames of one sentence, in one piece."""
         prior = self.prior(index, sentence, params)
         latent = self.flow(prior, 0, prior.frames)
-        return SentenceLatent(index, sentence, prior.phoneme_ids, prior.durations, latent, prior.words)
+        return SentenceLatent(index, sentence, prior.durations, latent, prior.words)
 
     def prior(self, index: int, sentence: Sentence, params: VoiceParams) -> SentencePrior:
         """Phonemes, durations and the prior sample of one sentence. With a seed, the
@@ -114,7 +107,20 @@ class AcousticEngine:
         sample = mean + noise * std * np.float32(params.noise_scale)
         durations = durations[0, 0].astype(np.int32)
         words = word_timings(sentence.text, ids, durations, self._separators, self._pad)
-        return SentencePrior(index, sentence, ids, durations, words, sample, mask)
+        return SentencePrior(index, sentence, durations, words, sample, mask)
+
+    async def pieces(
+        self, text: str, params: VoiceParams, head: int, workers: Executor | None = None
+    ) -> AsyncIterator[LatentPiece]:
+        """One sentence's latent frames as the acoustic stage sends them: its first `head`
+        frames alone where flow_pieces finds that worth it, then the rest; the first piece
+        carries the sentence's durations and words. The prior and each piece's flow are
+        separate jobs on `workers`, so other requests' jobs interleave with them."""
+        loop = asyncio.get_running_loop()
+        prior = await loop.run_in_executor(workers, self.prior, 0, Sentence(0, len(text), text), params)
+        for start, end in flow_pieces(prior.frames, head, FLOW_CONTEXT):
+            frames = await loop.run_in_executor(workers, self.flow, prior, start, end)
+            yield LatentPiece(frames, prior.durations, tuple(prior.words)) if start == 0 else LatentPiece(frames)
 
     def flow(self, prior: SentencePrior, start: int, end: int) -> np.ndarray:
         """Latent frames [start, end) of the sentence, [channels, end - start], computed

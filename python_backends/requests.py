@@ -7,30 +7,52 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .chunking import ChunkParams
 from .contract import (
     CHUNK_FRAMES,
     CHUNK_PARAMS,
     INITIAL_CHUNK_FRAMES,
     LEFT_CONTEXT_FRAMES,
     LENGTH_SCALE,
+    MAX_SENTENCE_CHARS,
     NOISE_SCALE,
     NOISE_W,
     RIGHT_CONTEXT_FRAMES,
     SEED,
+    SENTENCES,
     TEXT,
     VOICE_PARAMS,
     InvalidRequest,
     Param,
 )
-from .engines import VoiceParams
+from .text import Sentence, split_sentences
 
 
 @dataclass(frozen=True)
-class ChunkParams:
-    initial_frames: int
-    frames: int
-    left_context: int
-    right_context: int
+class VoiceParams:
+    """Piper's three scales and an optional seed for the noise."""
+
+    length_scale: float
+    noise_scale: float
+    noise_w: float
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class TtsRequest:
+    """A validated `tts` request."""
+
+    sentences: tuple[Sentence, ...]  # each spoken as one sentence, in order
+    voice: dict[str, np.ndarray]  # the voice inputs present, range-checked, forwarded to acoustic as sent
+    chunking: ChunkParams
+    chunking_asked: bool  # the client chose INITIAL_CHUNK_FRAMES, so load does not resize it
+
+
+def _decode(name: str, value: object) -> str:
+    try:
+        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+    except UnicodeDecodeError as e:
+        raise InvalidRequest(f"{name} is not valid UTF-8: {e}") from None
 
 
 def read_text(inputs: Mapping[str, np.ndarray], max_chars: int) -> str:
@@ -40,16 +62,38 @@ def read_text(inputs: Mapping[str, np.ndarray], max_chars: int) -> str:
     raw = inputs[TEXT].reshape(-1)
     if raw.size != 1:
         raise InvalidRequest(f"{TEXT} must hold exactly one string, got {raw.size}")
-    value = raw[0]
-    try:
-        text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
-    except UnicodeDecodeError as e:
-        raise InvalidRequest(f"{TEXT} is not valid UTF-8: {e}") from None
+    text = _decode(TEXT, raw[0])
     if not text.strip():
         raise InvalidRequest(f"{TEXT} is empty")
     if len(text) > max_chars:
         raise InvalidRequest(f"{TEXT} has {len(text)} characters; the limit is {max_chars}")
     return text
+
+
+def read_sentences(inputs: Mapping[str, np.ndarray], max_chars: int) -> tuple[Sentence, ...]:
+    """The sentences to speak: TEXT cut by split_sentences, spans in TEXT; or each element
+    of SENTENCES as one sentence, never re-split, its span [0, its length). Exactly one
+    of the two; each sentence UTF-8, not blank, at most MAX_SENTENCE_CHARS characters,
+    and at most `max_chars` characters in all."""
+    if (TEXT in inputs) == (SENTENCES in inputs):
+        raise InvalidRequest(f"send exactly one of {TEXT} (the whole text) or {SENTENCES} (text cut into sentences)")
+    if TEXT in inputs:
+        return tuple(split_sentences(read_text(inputs, max_chars), MAX_SENTENCE_CHARS))
+    raw = inputs[SENTENCES].reshape(-1)
+    if raw.size == 0:
+        raise InvalidRequest(f"{SENTENCES} is empty")
+    sentences = tuple(_decode(f"{SENTENCES}[{i}]", value) for i, value in enumerate(raw))
+    for i, sentence in enumerate(sentences):
+        if not sentence.strip():
+            raise InvalidRequest(f"{SENTENCES}[{i}] is blank")
+        if len(sentence) > MAX_SENTENCE_CHARS:
+            raise InvalidRequest(
+                f"{SENTENCES}[{i}] has {len(sentence)} characters; the limit is {MAX_SENTENCE_CHARS} per sentence"
+            )
+    total = sum(map(len, sentences))
+    if total > max_chars:
+        raise InvalidRequest(f"{SENTENCES} have {total} characters in all; the limit is {max_chars}")
+    return tuple(Sentence(0, len(s), s) for s in sentences)
 
 
 def read_params(inputs: Mapping[str, np.ndarray], params: Sequence[Param]) -> dict[str, float | int | None]:
@@ -70,6 +114,7 @@ def read_params(inputs: Mapping[str, np.ndarray], params: Sequence[Param]) -> di
 
 
 def read_voice_params(inputs: Mapping[str, np.ndarray], defaults: VoiceParams) -> VoiceParams:
+    """The voice parameters, the voice's `defaults` where absent."""
     v = read_params(inputs, VOICE_PARAMS)
     return VoiceParams(
         length_scale=defaults.length_scale if v[LENGTH_SCALE] is None else v[LENGTH_SCALE],
@@ -82,3 +127,11 @@ def read_voice_params(inputs: Mapping[str, np.ndarray], defaults: VoiceParams) -
 def read_chunk_params(inputs: Mapping[str, np.ndarray]) -> ChunkParams:
     v = read_params(inputs, CHUNK_PARAMS)
     return ChunkParams(v[INITIAL_CHUNK_FRAMES], v[CHUNK_FRAMES], v[LEFT_CONTEXT_FRAMES], v[RIGHT_CONTEXT_FRAMES])
+
+
+def read_tts_request(inputs: Mapping[str, np.ndarray], max_chars: int) -> TtsRequest:
+    """A `tts` request's sentences (read_sentences), voice and chunking, all checked."""
+    sentences = read_sentences(inputs, max_chars)
+    read_params(inputs, VOICE_PARAMS)  # refused here, not by the acoustic stage mid-stream
+    voice = {p.name: inputs[p.name] for p in VOICE_PARAMS if p.name in inputs}
+    return TtsRequest(sentences, voice, read_chunk_params(inputs), INITIAL_CHUNK_FRAMES in inputs)

@@ -1,38 +1,65 @@
-"""The tts stage's core: sentences in, ordered PCM chunks out.
+"""The tts stage's engine: sentences in, ordered PCM chunks out (`synthesize`).
 
-The stages are reached through injected coroutines, so this runs the same against
-Triton (BLS calls) and in-process engines (tests). Work is started up to `depth` items
-ahead of the one being delivered, so the next sentence's acoustic work and the next
-chunk's vocoding overlap delivery, and nothing new is started once the request is
-cancelled. Each call carries a deadline from the stream's PlaybackClock: when its
-listener will need that audio, so a scheduler can serve the most urgent stream first.
+The stages are reached through a `Stages` object, so this runs the same against Triton
+(python_backends.bls) and against in-process engines (tests). Work is started a bounded
+way ahead of the chunk being delivered, so the next sentence's acoustic work and the
+next chunks' vocoding overlap delivery, and nothing new is started once the request is
+cancelled. Each call waits for a slot of the scheduler that all streams share, with a
+deadline from the stream's PlaybackClock (when its listener will need that audio), so
+the most urgent stream is served first.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from . import contract as c
+from .chunking import Chunk, ChunkParams, bucket_frames, chunk_sizes, plan_chunks
 from .contract import SAMPLES_PER_FRAME
-from .chunking import Chunk, bucket_frames, chunk_sizes, plan_chunks
-from .requests import ChunkParams
-from .scheduler import PlaybackClock
+from .scheduler import DeadlineScheduler, PlaybackClock
 from .text import Sentence
 
 T = TypeVar("T")
 SENTENCE_LOOKAHEAD = 2  # acoustic requests a stream keeps open ahead of delivery
 CHUNK_LOOKAHEAD = 2  # vocoder calls a stream keeps open ahead of delivery
 SECONDS_PER_CHAR = 0.05  # of speech per character of text; 0.054-0.056 on the Harvard texts
-# (window [channels, frames], deadline) → PCM [frames · 256]
-Vocode = Callable[[np.ndarray, float], Awaitable[np.ndarray]]
-# (index, sentence, deadline) → its latent frames
-Synthesize = Callable[[int, Sentence, float], Awaitable["LatentSentence"]]
+Words = tuple[tuple[str, int, int], ...]  # (word, start, end), in frames or samples
+
+
+@dataclass(frozen=True)
+class LatentPiece:
+    """One acoustic response: the next run of a sentence's latent frames. A sentence's
+    first piece also carries its durations (frames per phoneme id, summing to the
+    sentence's frames) and its words; later pieces carry empty ones."""
+
+    frames: np.ndarray  # float32 [channels, n]
+    durations: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    words: Words = ()  # (word, start frame, end frame) in the sentence
+
+    @property
+    def sentence_frames(self) -> int:
+        return int(self.durations.sum())
+
+
+class Stages(Protocol):
+    """The two stages the tts stage calls, one call per sentence or per chunk."""
+
+    def acoustic_pieces(self, text: str, voice: Mapping[str, np.ndarray], head: int) -> AsyncIterator[LatentPiece]:
+        """One sentence's latent frames, as the acoustic stage sends them: its first
+        `head` frames alone when `head` > 0, then the rest. `voice` holds the voice
+        inputs as the client sent them. Nothing is asked of the stage before the first
+        piece is awaited, and closing the iterator early waits for what was asked."""
+        ...
+
+    async def vocode(self, window: np.ndarray) -> np.ndarray:
+        """The PCM of a window of latent frames: [channels, frames] → [frames · 256]."""
+        ...
 
 
 class Latent:
@@ -90,56 +117,10 @@ class Latent:
 class LatentSentence:
     """What the tts stage needs of one sentence's acoustic result."""
 
-    index: int
-    span: tuple[int, int]
+    index: int  # in the request
+    span: tuple[int, int]  # the sentence's TEXT_SPAN
     latent: Latent
-    words: tuple[tuple[str, int, int], ...] = ()  # (word, start frame, end frame)
-
-
-@dataclass(frozen=True)
-class LatentPiece:
-    """One acoustic response: the next run of a sentence's latent frames; the first piece
-    of a sentence also carries the sentence's frame count and its words."""
-
-    frames: np.ndarray  # float32 [channels, n]
-    sentence_frames: int = 0
-    words: tuple[tuple[str, int, int], ...] = ()
-
-
-async def latent_sentence(
-    index: int,
-    span: tuple[int, int],
-    pieces: Callable[[], AsyncIterator[LatentPiece]],
-    run: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]],
-) -> LatentSentence:
-    """A sentence's latent as soon as its first piece is in; the rest fills in as
-    `pieces()` yields it. `run(read)` runs the whole reading (a scheduler holds its slot
-    to the last piece); a failure after the first piece reaches the latent's readers, one
-    before it is raised here."""
-    first: asyncio.Future[LatentSentence] = asyncio.get_running_loop().create_future()
-
-    async def read() -> None:
-        latent = None
-        try:
-            async with aclosing(pieces()) as stream:
-                async for piece in stream:
-                    if latent is None:
-                        latent = Latent(piece.frames.shape[0], piece.sentence_frames)
-                        first.set_result(LatentSentence(index, span, latent, piece.words))
-                    latent.extend(piece.frames)
-        except Exception as error:
-            if latent is not None:
-                latent.fail(error)
-            raise
-
-    work = asyncio.ensure_future(run(read))
-    await asyncio.wait([first, work], return_when=asyncio.FIRST_COMPLETED)
-    if not first.done():
-        work.result()  # failed before its first piece: raise that
-        raise c.StageError("acoustic sent no frames")
-    # A later failure reaches the stream through the latent; this only retrieves it.
-    work.add_done_callback(lambda w: w.cancelled() or w.exception())
-    return first.result()
+    words: Words = ()  # (word, start frame, end frame)
 
 
 @dataclass(frozen=True)
@@ -149,8 +130,17 @@ class PcmChunk:
     sentence_index: int
     span: tuple[int, int]
     pcm: np.ndarray  # float32 [samples]
-    words: tuple[tuple[str, int, int], ...] = ()  # (word, start, end sample in the stream);
-    # on the first chunk of each sentence only
+    words: Words = ()  # (word, start, end sample in the stream); on the first chunk of each sentence only
+
+
+def acoustic_outputs(piece: LatentPiece) -> dict[str, np.ndarray]:
+    """The `acoustic` response tensors of one piece."""
+    return {
+        c.LATENT: piece.frames,
+        c.DURATIONS: piece.durations.astype(np.int32),
+        c.WORDS: np.array([w.encode() for w, _, _ in piece.words], dtype=object),
+        c.WORD_FRAMES: np.array([(a, b) for _, a, b in piece.words], dtype=np.int32).reshape(-1, 2),
+    }
 
 
 def tts_outputs(chunk: PcmChunk) -> dict[str, np.ndarray]:
@@ -166,6 +156,68 @@ def tts_outputs(chunk: PcmChunk) -> dict[str, np.ndarray]:
         outputs[c.WORDS] = np.array([w.encode() for w, _, _ in chunk.words], dtype=object)
         outputs[c.WORD_SAMPLES] = np.array([(a, b) for _, a, b in chunk.words], dtype=np.int64)
     return outputs
+
+
+async def synthesize(
+    sentences: Sequence[Sentence],
+    voice: Mapping[str, np.ndarray],
+    stages: Stages,
+    *,
+    scheduler: DeadlineScheduler,
+    chunking: ChunkParams,
+    head: int,
+    clock: PlaybackClock,
+    is_cancelled: Callable[[], bool] = lambda: False,
+    pad_to_buckets: bool = False,
+) -> AsyncIterator[PcmChunk]:
+    """The PCM of `sentences`, chunk by chunk, in order: one acoustic request per
+    sentence, up to SENTENCE_LOOKAHEAD sentences ahead (the first sentence's first `head`
+    frames sent alone, so vocoding starts before its flow has run to the end), and
+    CHUNK_LOOKAHEAD vocoder calls ahead of delivery. Once `is_cancelled()`, no further
+    call is issued; a stage's failure ends the stream with that error."""
+    latents = sentence_latents(sentences, voice, stages, scheduler, head, clock, is_cancelled)
+    chunks = stream_pcm(latents, stages, scheduler, chunking, clock, is_cancelled, pad_to_buckets=pad_to_buckets)
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            yield chunk
+
+
+async def latent_sentence(
+    index: int,
+    sentence: Sentence,
+    pieces: AsyncIterator[LatentPiece],
+    scheduler: DeadlineScheduler,
+    deadline: float,
+) -> LatentSentence:
+    """A sentence's latent as soon as its first piece is in; the rest fills in as
+    `pieces` yields it. The reading holds a scheduler slot from its first piece to its
+    last, even if the stream is cancelled meanwhile (Triton 2.51's BLS cannot cancel a
+    request it has sent, so the stage stays busy anyway). A failure after the first
+    piece reaches the latent's readers; one before it is raised here."""
+    first: asyncio.Future[LatentSentence] = asyncio.get_running_loop().create_future()
+
+    async def read() -> None:
+        latent = None
+        try:
+            async with aclosing(pieces):
+                async for piece in pieces:
+                    if latent is None:
+                        latent = Latent(piece.frames.shape[0], piece.sentence_frames)
+                        first.set_result(LatentSentence(index, (sentence.start, sentence.end), latent, piece.words))
+                    latent.extend(piece.frames)
+        except Exception as error:
+            if latent is not None:
+                latent.fail(error)
+            raise
+
+    work = asyncio.ensure_future(scheduler.run(deadline, read))
+    await asyncio.wait([first, work], return_when=asyncio.FIRST_COMPLETED)
+    if not first.done():
+        work.result()  # failed before its first piece: raise that
+        raise c.StageError("acoustic sent no frames")
+    # A later failure reaches the stream through the latent; this only retrieves it.
+    work.add_done_callback(lambda w: w.cancelled() or w.exception())
+    return first.result()
 
 
 async def ordered(
@@ -213,40 +265,51 @@ async def ordered(
                 item[1].cancel()
 
 
-async def vocode_chunk(vocode: Vocode, latent: Latent, chunk: Chunk, deadline: float, pad: bool) -> np.ndarray:
-    """Vocode the chunk's window (zero-padded to its bucket if `pad`), once its frames
-    are in, and cut the context off."""
-    frames = await latent.until(chunk.window_end)
-    window = np.zeros((frames.shape[0], bucket_frames(chunk.window_frames) if pad else chunk.window_frames), np.float32)
-    window[:, : chunk.window_frames] = frames[:, chunk.window_start : chunk.window_end]
-    pcm = await vocode(window, deadline)
-    first = chunk.lead_frames * SAMPLES_PER_FRAME
-    return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]
-
-
 async def sentence_latents(
-    sentences: Iterable[Sentence],
-    synthesize: Synthesize,
+    sentences: Sequence[Sentence],
+    voice: Mapping[str, np.ndarray],
+    stages: Stages,
+    scheduler: DeadlineScheduler,
+    head: int,
     clock: PlaybackClock,
     is_cancelled: Callable[[], bool] = lambda: False,
     depth: int = SENTENCE_LOOKAHEAD,
 ) -> AsyncIterator[LatentSentence]:
-    """Each sentence's latent frames, in order, synthesized up to `depth` ahead. A
-    sentence is due when the audio before it runs out: the audio planned so far, or,
-    while the sentences before it are not planned yet, their text's likely duration."""
+    """Each sentence's latent frames, in order, one acoustic request per sentence issued
+    at most `depth` ahead of the sentence being delivered, so that a cancelled stream
+    stops acoustic work too. A sentence is due when the audio before it runs out: the
+    audio planned so far, or, while the sentences before it are not planned yet, their
+    text's likely duration (their characters and a space between each)."""
 
     async def jobs():
+        chars = 0
         for index, sentence in enumerate(sentences):
-            before = max(clock.planned, round(sentence.start * SECONDS_PER_CHAR * clock.rate))
-            yield None, synthesize(index, sentence, clock.deadline(before))
+            before = max(clock.planned, round(chars * SECONDS_PER_CHAR * clock.rate))
+            pieces = stages.acoustic_pieces(sentence.text, voice, head if index == 0 else 0)
+            yield None, latent_sentence(index, sentence, pieces, scheduler, clock.deadline(before))
+            chars += len(sentence.text) + 1
 
     async for _, latent in ordered(jobs(), depth, is_cancelled):
         yield latent
 
 
+async def vocode_chunk(
+    stages: Stages, scheduler: DeadlineScheduler, latent: Latent, chunk: Chunk, deadline: float, pad: bool
+) -> np.ndarray:
+    """Vocode the chunk's window (zero-padded to its bucket if `pad`), once its frames
+    are in, and cut the context off."""
+    frames = await latent.until(chunk.window_end)
+    window = np.zeros((frames.shape[0], bucket_frames(chunk.window_frames) if pad else chunk.window_frames), np.float32)
+    window[:, : chunk.window_frames] = frames[:, chunk.window_start : chunk.window_end]
+    pcm = await scheduler.run(deadline, lambda: stages.vocode(window))
+    first = chunk.lead_frames * SAMPLES_PER_FRAME
+    return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]
+
+
 async def stream_pcm(
     sentences: AsyncIterator[LatentSentence],
-    vocode: Vocode,
+    stages: Stages,
+    scheduler: DeadlineScheduler,
     chunking: ChunkParams,
     clock: PlaybackClock,
     is_cancelled: Callable[[], bool] = lambda: False,
@@ -267,7 +330,8 @@ async def stream_pcm(
                 ):
                     deadline = clock.deadline()
                     clock.planned += chunk.frames * SAMPLES_PER_FRAME
-                    yield (sentence, chunk), vocode_chunk(vocode, sentence.latent, chunk, deadline, pad_to_buckets)
+                    work = vocode_chunk(stages, scheduler, sentence.latent, chunk, deadline, pad_to_buckets)
+                    yield (sentence, chunk), work
 
     index = offset = 0
     async for (sentence, chunk), pcm in ordered(jobs(), depth, is_cancelled):

@@ -2,10 +2,13 @@ import numpy as np
 import pytest
 
 from python_backends import contract as c
-from python_backends.engines import VoiceParams
-from python_backends.requests import read_chunk_params, read_text, read_voice_params
+from python_backends.requests import (
+    VoiceParams, read_chunk_params, read_sentences, read_text, read_tts_request, read_voice_params,
+)
+from python_backends.text import Sentence
 
 DEFAULTS = VoiceParams(1.0, 0.667, 0.8)
+LONG = c.MAX_SENTENCE_CHARS + 1  # characters: one too many for a sentence
 
 
 def text(value):
@@ -67,3 +70,48 @@ def test_out_of_range_chunk_parameters_are_refused(name, value):
 def test_a_parameter_must_be_a_single_value():
     with pytest.raises(c.InvalidRequest, match="single value"):
         read_chunk_params({c.CHUNK_FRAMES: np.array([8, 8], np.int32)})
+
+
+def sentences(*values):
+    return {c.SENTENCES: np.array([v.encode() if isinstance(v, str) else v for v in values], dtype=object)}
+
+
+def test_text_is_cut_into_sentences_with_their_spans_in_it():
+    got = read_sentences(text(b"Hi there.  How are you?"), 100)
+    assert got == (Sentence(0, 9, "Hi there."), Sentence(11, 23, "How are you?"))
+
+
+def test_each_element_of_sentences_is_one_sentence_spanning_itself():
+    got = read_sentences(sentences("Dr. Smith arrived. He sat.", "Then he left"), 100)
+    assert got == (Sentence(0, 26, "Dr. Smith arrived. He sat."), Sentence(0, 12, "Then he left"))
+
+
+@pytest.mark.parametrize("inputs", [{}, text(b"Hi.") | sentences("Hi.")])
+def test_exactly_one_of_text_or_sentences(inputs):
+    with pytest.raises(c.InvalidRequest, match="exactly one of TEXT .* or SENTENCES"):
+        read_sentences(inputs, 100)
+
+
+@pytest.mark.parametrize("values,message", [
+    ((), "SENTENCES is empty"),
+    (("Fine.", "  "), r"SENTENCES\[1\] is blank"),
+    (("Fine.", b"\xff"), r"SENTENCES\[1\] is not valid UTF-8"),
+    (("x" * LONG,), rf"SENTENCES\[0\] has {LONG} characters; the limit is {c.MAX_SENTENCE_CHARS} per sentence"),
+    (("x" * 60, "y" * 60), "SENTENCES have 120 characters in all; the limit is 100"),
+])
+def test_bad_sentences_are_refused_with_a_reason(values, message):
+    with pytest.raises(c.InvalidRequest, match=message):
+        read_sentences(sentences(*values), 100)
+
+
+def test_a_tts_request_keeps_the_voice_inputs_as_sent_and_notes_a_chosen_first_chunk():
+    seed = np.array([7], np.int64)
+    request = read_tts_request(sentences("Hi.") | {c.SEED: seed, c.INITIAL_CHUNK_FRAMES: np.array([4], np.int32)}, 100)
+    assert request.sentences == (Sentence(0, 3, "Hi."),) and request.voice == {c.SEED: seed}
+    assert request.chunking.initial_frames == 4 and request.chunking_asked
+    assert not read_tts_request(text(b"Hi."), 100).chunking_asked
+
+
+def test_a_tts_request_with_a_voice_parameter_out_of_range_is_refused():
+    with pytest.raises(c.InvalidRequest, match="NOISE_W"):
+        read_tts_request(sentences("Hi.") | {c.NOISE_W: np.array([9.0], np.float32)}, 100)

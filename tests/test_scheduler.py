@@ -5,7 +5,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from python_backends.requests import ChunkParams
+from python_backends.chunking import ChunkParams
 from python_backends.scheduler import PLAYER_LEAD_S, URGENT_S, DeadlineScheduler, PlaybackClock
 from python_backends.streaming import Latent, LatentSentence, stream_pcm
 
@@ -134,19 +134,19 @@ def test_a_new_streams_first_chunk_overtakes_running_streams_ahead_of_their_list
         scheduler = DeadlineScheduler(1)
         order = []
 
-        def vocoder(name):
-            async def vocode(window, deadline):
-                async def work():
-                    order.append(name)
-                    await asyncio.sleep(0.002)
-                    return np.zeros(window.shape[1] * 256, np.float32)
-                return await scheduler.run(deadline, work)
-            return vocode
+        class Vocoder:
+            def __init__(self, name):
+                self.name = name
+
+            async def vocode(self, window):
+                order.append(self.name)
+                await asyncio.sleep(0.002)
+                return np.zeros(window.shape[1] * 256, np.float32)
 
         async def listen(name, going=None):
             async def one():
                 yield sentence
-            async for chunk in stream_pcm(one(), vocoder(name), chunking, PlaybackClock(22050)):
+            async for chunk in stream_pcm(one(), Vocoder(name), scheduler, chunking, PlaybackClock(22050)):
                 if going and chunk.index == 1:
                     going.set()
 
@@ -210,7 +210,6 @@ def test_calls_not_yet_urgent_leave_a_slot_for_those_that_are():
 def test_one_slot_is_never_reserved():
     async def main():
         scheduler = DeadlineScheduler(1)
-        await scheduler.run(float("inf"), asyncio.sleep, ) if False else None
         return await scheduler.run(float("inf"), lambda: asyncio.sleep(0, result="ran"))
 
     assert run(main()) == "ran"

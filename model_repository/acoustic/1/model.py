@@ -1,5 +1,5 @@
-"""Triton shim for the acoustic stage (Talker): text → one response per sentence, the
-first sentence in two pieces when HEAD_FRAMES asks for its first frames early."""
+"""Triton shim for the acoustic stage (Talker): one sentence → its latent frames, in two
+responses when HEAD_FRAMES asks for its first frames early (AcousticEngine.pieces)."""
 
 # The Python backend stub runs an isolated interpreter (PYTHONPATH is ignored); the
 # launcher names the project and its virtual environment here instead.
@@ -10,14 +10,12 @@ sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-
-import numpy as np
+from contextlib import aclosing
 
 from python_backends import contract as c
-from python_backends.chunking import flow_pieces
-from python_backends.engines import FLOW_CONTEXT, AcousticEngine
+from python_backends.engines import AcousticEngine
 from python_backends.requests import read_params, read_text, read_voice_params
-from python_backends.text import split_sentences
+from python_backends.streaming import acoustic_outputs
 from python_backends.triton_glue import FINAL, declare, log_error, parameters, request_inputs, response, send_error
 from python_backends.voice import DEFAULT_VOICE, load_voice
 
@@ -30,9 +28,8 @@ class TritonPythonModel:
     def initialize(self, args):
         p = parameters(args)
         self.engine = AcousticEngine(load_voice(p.get("voice", DEFAULT_VOICE)))
-        self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
         # Sentences of all streams share these workers in arrival order, so a new
-        # stream's first sentence waits for at most one sentence per worker.
+        # stream's first sentence waits for at most one job (a prior or a flow) per worker.
         self.workers = ThreadPoolExecutor(int(p.get("workers", "2")), thread_name_prefix="acoustic")
 
     async def execute(self, requests):
@@ -40,19 +37,16 @@ class TritonPythonModel:
 
     async def _serve(self, request):
         sender = request.get_response_sender()
-        loop = asyncio.get_running_loop()
         try:
             inputs = request_inputs(request, c.ACOUSTIC_MODEL)
-            text = read_text(inputs, self.max_text_chars)
+            text = read_text(inputs, c.MAX_SENTENCE_CHARS)
             params = read_voice_params(inputs, self.engine.default_params())
             head = read_params(inputs, (c.HEAD_PARAM,))[c.HEAD_FRAMES]
-            for index, sentence in enumerate(split_sentences(text, c.MAX_SENTENCE_CHARS)):
-                if request.is_cancelled():
-                    break
-                prior = await loop.run_in_executor(self.workers, self.engine.prior, index, sentence, params)
-                for start, end in flow_pieces(prior.frames, head if index == 0 else 0, FLOW_CONTEXT):
-                    latent = await loop.run_in_executor(self.workers, self.engine.flow, prior, start, end)
-                    sender.send(response(piece(prior, latent, first=start == 0)))
+            async with aclosing(self.engine.pieces(text, params, head, self.workers)) as pieces:
+                async for piece in pieces:
+                    if request.is_cancelled():
+                        break
+                    sender.send(response(acoustic_outputs(piece)))
             sender.send(flags=FINAL)
         except c.InvalidRequest as e:
             send_error(sender, str(e))
@@ -63,17 +57,3 @@ class TritonPythonModel:
     def finalize(self):
         self.workers.shutdown(cancel_futures=True)
 
-
-def piece(prior, latent, first: bool) -> dict:
-    """One response's outputs: a run of the sentence's frames; the first carries its
-    timing (durations, phoneme ids, words), later ones empty word arrays."""
-    words = prior.words if first else []
-    return {
-        c.LATENT: latent,
-        c.DURATIONS: prior.durations if first else np.empty(0, np.int32),
-        c.PHONEME_IDS: prior.phoneme_ids if first else np.empty(0, np.int64),
-        c.WORDS: np.array([w.encode() for w, _, _ in words], dtype=object),
-        c.WORD_FRAMES: np.array([(a, b) for _, a, b in words], dtype=np.int32).reshape(-1, 2),
-        c.SENTENCE_INDEX: np.array([prior.index], dtype=np.int32),
-        c.TEXT_SPAN: np.array([prior.sentence.start, prior.sentence.end], dtype=np.int32),
-    }

@@ -1,0 +1,76 @@
+"""The tts model's Stages over Triton's BLS: requests to the acoustic and vocoder models
+of the same server. Imported only inside Triton's Python backend (needs its `pb_utils`)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from . import contract as c
+from .streaming import LatentPiece
+
+
+class BlsStages:
+    """Stages (python_backends.streaming) as BLS requests, shared by all streams."""
+
+    def __init__(self, waiters: int) -> None:
+        # The BLS response iterator blocks; each acoustic request parks a thread on it.
+        self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="acoustic-wait")
+
+    async def acoustic_pieces(
+        self, text: str, voice: Mapping[str, np.ndarray], head: int
+    ) -> AsyncIterator[LatentPiece]:
+        """One acoustic request for one sentence, its responses as pieces. The response
+        iterator is read to its end even when the reading stops early (a failure, the
+        reader cancelled): one dropped unread deadlocks the 2.51 stub when the model
+        unloads."""
+        inputs = [pb_utils.Tensor(c.TEXT, np.array([text.encode()], dtype=object))]
+        inputs += [pb_utils.Tensor(name, value) for name, value in voice.items()]
+        if head:
+            inputs.append(pb_utils.Tensor(c.HEAD_FRAMES, np.array([head], dtype=np.int32)))
+        acoustic = pb_utils.InferenceRequest(
+            model_name=c.ACOUSTIC_MODEL, inputs=inputs,
+            requested_output_names=[c.LATENT, c.DURATIONS, c.WORDS, c.WORD_FRAMES],
+        )
+        responses = iter(await acoustic.async_exec(decoupled=True))
+        loop = asyncio.get_running_loop()
+        read_all = False
+        try:
+            # The iterator blocks: each response is awaited in a waiter thread.
+            while (r := await loop.run_in_executor(self._waiters, next, responses, None)) is not None:
+                if r.has_error():
+                    raise c.StageError(r.error().message())
+                if pb_utils.get_output_tensor_by_name(r, c.LATENT) is not None:  # None: the empty final response
+                    yield latent_piece(r)
+            read_all = True
+        finally:
+            if not read_all:
+                await loop.run_in_executor(self._waiters, collections.deque, responses, 0)  # read to the end
+
+    async def vocode(self, window: np.ndarray) -> np.ndarray:
+        vocoder = pb_utils.InferenceRequest(
+            model_name=c.VOCODER_MODEL,
+            inputs=[pb_utils.Tensor(c.LATENT, window[None])],
+            requested_output_names=[c.PCM],
+        )
+        r = await vocoder.async_exec()
+        if r.has_error():
+            raise c.StageError(r.error().message())
+        return pb_utils.get_output_tensor_by_name(r, c.PCM).as_numpy()[0]
+
+    def close(self) -> None:
+        self._waiters.shutdown(cancel_futures=True)
+
+
+def latent_piece(response) -> LatentPiece:
+    """An acoustic response as a piece: the inverse of streaming.acoustic_outputs."""
+    output = functools.partial(pb_utils.get_output_tensor_by_name, response)
+    spans, names = output(c.WORD_FRAMES).as_numpy(), output(c.WORDS).as_numpy()
+    words = tuple((w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans))
+    return LatentPiece(output(c.LATENT).as_numpy(), output(c.DURATIONS).as_numpy(), words)
