@@ -1,5 +1,14 @@
-"""Python clients for protocol v1: `SpeechClient` (asyncio, several contexts on one
-connection) and `SyncSpeechClient` (blocking, one utterance at a time).
+"""The Python client of protocol v1: the one place that knows how received messages
+map to contexts, and three ways to drive it.
+
+- `Router` (sans I/O): each received message or audio frame → an `Event` naming its
+  context, stamped with its arrival time (`time.perf_counter()`).
+- `SpeechClient` (asyncio): several contexts on one connection, a reader task routing
+  every event to its context.
+- `SyncSpeechClient` (blocking): one utterance at a time, over websockets.sync or any
+  socket with send/recv/close (the Locust users' websocket-client).
+- `Recorder` (asyncio): reads only when asked and keeps every event, for tests and
+  tools that look at the wire itself.
 
     async with await SpeechClient.connect("ws://127.0.0.1:8080/v1/stream") as client:
         async for frame in client.speak("Hello there."):
@@ -14,15 +23,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import struct
+import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import websockets
 import websockets.sync.client
 
 from . import protocol as p
 
-_END = object()
+# A context ends, for a client, with its `done`, its `cancelled`, or an `error` naming it.
+ENDING = ("done", "cancelled", "error")
+# After these no frame of the context's stream follows, so the router forgets the stream
+# (the server numbers streams per connection and reuses numbers after 65,535). An error
+# is not among them: `context_exists` or `context_closed` refuse a message, and the
+# context's audio goes on.
+STREAM_ENDING = ("done", "cancelled")
 
 
 class SpeechError(Exception):
@@ -33,65 +51,160 @@ class SpeechError(Exception):
         self.code = code
 
 
+@dataclass(frozen=True)
+class Event:
+    """One received message or audio frame, with the context it belongs to."""
+
+    at: float  # time.perf_counter() when it arrived
+    context_id: str | None  # None: the connection's (ready, an error naming no context), or a frame of no known stream
+    message: dict | None = None  # a JSON message's fields; None for a frame
+    frame: p.AudioFrame | None = None  # a binary audio frame; None for a message
+
+    @property
+    def kind(self) -> str | None:
+        """The message's type; None for an audio frame."""
+        return None if self.message is None else self.message["type"]
+
+    @property
+    def ends(self) -> bool:
+        """Whether it ends its context (see ENDING)."""
+        return self.kind in ENDING and self.context_id is not None
+
+
+class Router:
+    """The receiving side of one connection, sans I/O: which context each message and
+    frame belongs to. `audio_start` maps a stream number to its context; frames carry
+    only the number."""
+
+    def __init__(self) -> None:
+        self._streams: dict[int, str] = {}
+
+    def route(self, message: str | bytes, at: float | None = None) -> Event:
+        """The event for one received WebSocket message, arrived `at` (default: now).
+
+        Raises ValueError for a message that is not protocol v1."""
+        at = time.perf_counter() if at is None else at
+        if isinstance(message, bytes):
+            frame = _parse_frame(message)
+            return Event(at, self._streams.get(frame.stream), frame=frame)
+        m = _parse_message(message)
+        context_id = m.get("context_id")
+        if m["type"] == "audio_start":
+            self._streams[m["stream"]] = context_id
+        elif m["type"] in STREAM_ENDING:
+            self._streams = {s: c for s, c in self._streams.items() if c != context_id}
+        return Event(at, context_id, message=m)
+
+
+def _parse_frame(data: bytes) -> p.AudioFrame:
+    try:
+        return p.parse_audio_frame(data)
+    except struct.error:
+        raise ValueError(f"a binary message of {len(data)} bytes is no audio frame") from None
+
+
+def _parse_message(text: str) -> dict:
+    m = json.loads(text)
+    if not isinstance(m, dict) or not isinstance(m.get("type"), str):
+        raise ValueError(f"not a protocol v1 message: {text[:80]!r}")
+    return m
+
+
+def _raise_error(event: Event) -> None:
+    if event.kind == "error":
+        raise SpeechError(event.message["code"], event.message["message"])
+
+
+def _expect(event: Event, kind: str) -> dict:
+    _raise_error(event)
+    if event.kind != kind:
+        raise SpeechError("unexpected", f"expected {kind}, got {event.kind or 'an audio frame'}")
+    return event.message
+
+
+def _ready(message: str | bytes) -> dict:
+    """The `ready` that opens a connection, or answers its `config`."""
+    return _expect(Router().route(message), "ready")
+
+
+def audio_end_s(frame: p.AudioFrame, ready: dict) -> float:
+    """Where the frame's audio ends, in seconds from its context's first sample, given the
+    connection's `ready`: a PCM frame's length is in its payload, an Opus packet holds frame_ms."""
+    rate = ready["sample_rate"]
+    if ready["format"] == "pcm_s16le":
+        samples = len(frame.payload) // (2 * ready["channels"])
+    else:
+        samples = rate * ready["frame_ms"] // 1000
+    return (frame.sample_offset + samples) / rate
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def _check(message: dict, expected: str) -> dict:
-    if message["type"] == "error":
-        raise SpeechError(message["code"], message["message"])
-    if message["type"] != expected:
-        raise SpeechError("unexpected", f"expected {expected}, got {message['type']}")
-    return message
+def connection(url: str, api_key: str | None = None, **options: Any) -> websockets.connect:
+    """A WebSocket connection to the gateway, to await or to use with `async with`.
+
+    Raises websockets.InvalidStatus when the server refuses it (401, 403, 429)."""
+    return websockets.connect(url, additional_headers=_headers(api_key), max_size=None, **options)
 
 
 class Context:
-    """One context on a `SpeechClient`: send text to it, iterate its audio frames."""
+    """One context on a `SpeechClient`: send text to it, iterate its audio frames.
+
+    Each send returns when it went out (time.perf_counter() just before sending), the
+    start of a time to first audio."""
 
     def __init__(self, client: SpeechClient, context_id: str) -> None:
         self.client = client
         self.id = context_id
-        self.events: asyncio.Queue = asyncio.Queue()  # AudioFrame, message dicts, then _END
         self.done: dict | None = None  # the `done` message, once it came
+        self._events: asyncio.Queue[Event | None] = asyncio.Queue()  # None: the connection ended
 
-    async def _send(self, kind: str, **fields: Any) -> None:
+    async def _send(self, kind: str, **fields: Any) -> float:
+        sent = time.perf_counter()
         await self.client.ws.send(json.dumps({"type": kind, "context_id": self.id, **fields}))
+        return sent
 
-    async def speak(self, text: str) -> None:
+    async def speak(self, text: str) -> float:
         """All of the text at once; the context ends after it."""
-        await self._send("speak", text=text)
+        return await self._send("speak", text=text)
 
-    async def text(self, delta: str) -> None:
+    async def text(self, delta: str) -> float:
         """Append text; sentences are spoken as soon as they are complete."""
-        await self._send("text", text=delta)
+        return await self._send("text", text=delta)
 
-    async def flush(self) -> None:
-        await self._send("flush")
+    async def flush(self) -> float:
+        return await self._send("flush")
 
-    async def close(self) -> None:
+    async def close(self) -> float:
         """End of input: the audio ends after what was sent."""
-        await self._send("close")
+        return await self._send("close")
 
-    async def cancel(self) -> None:
-        await self._send("cancel")
+    async def cancel(self) -> float:
+        return await self._send("cancel")
 
-    async def messages(self) -> AsyncIterator[p.AudioFrame | dict]:
-        """Audio frames and messages (timestamps, flushed, ...) until done or cancelled.
-
-        Raises SpeechError on an `error` for this context."""
-        while (event := await self.events.get()) is not _END:
-            if isinstance(event, dict) and event["type"] == "error":
-                raise SpeechError(event["code"], event["message"])
-            if isinstance(event, dict) and event["type"] == "done":
-                self.done = event
+    async def events(self) -> AsyncIterator[Event]:
+        """Its frames and messages (timestamps, flushed, ...) with their arrival times,
+        through `done` or `cancelled`; fewer if the connection ends first (then `done`
+        stays None). Raises SpeechError on an `error` naming this context."""
+        while (event := await self._events.get()) is not None:
+            _raise_error(event)
+            if event.kind == "done":
+                self.done = event.message
             yield event
-            if isinstance(event, dict) and event["type"] in ("done", "cancelled"):
+            if event.ends:
                 return
 
+    async def messages(self) -> AsyncIterator[p.AudioFrame | dict]:
+        """`events()` without the arrival times: audio frames and message dicts."""
+        async for event in self.events():
+            yield event.frame or event.message
+
     async def frames(self) -> AsyncIterator[p.AudioFrame]:
-        async for event in self.messages():
-            if isinstance(event, p.AudioFrame):
-                yield event
+        async for event in self.events():
+            if event.frame:
+                yield event.frame
 
 
 class SpeechClient:
@@ -100,20 +213,26 @@ class SpeechClient:
     def __init__(self, ws: websockets.ClientConnection, ready: dict) -> None:
         self.ws = ws
         self.ready = ready
-        self.errors: list[dict] = []  # errors that name no context
+        self.errors: list[dict] = []  # errors that name no context of this client's
+        self._router = Router()
         self._contexts: dict[str, Context] = {}
-        self._streams: dict[int, Context] = {}
         self._ids = itertools.count(1)
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
     async def connect(cls, url: str, api_key: str | None = None, **config: Any) -> SpeechClient:
-        """Open a connection, send `config` when given (format, sample_rate, voice, ...), wait for `ready`."""
-        ws = await websockets.connect(url, additional_headers=_headers(api_key), max_size=None)
-        ready = _check(json.loads(await ws.recv()), "ready")
-        if config:
-            await ws.send(json.dumps({"type": "config", **config}))
-            ready = _check(json.loads(await ws.recv()), "ready")
+        """Open a connection, send `config` when given (format, sample_rate, voice, ...),
+        wait for `ready`. Raises SpeechError if the server refuses the config,
+        websockets.InvalidStatus if it refuses the connection."""
+        ws = await connection(url, api_key)
+        try:
+            ready = _ready(await ws.recv())
+            if config:
+                await ws.send(json.dumps({"type": "config", **config}))
+                ready = _ready(await ws.recv())
+        except BaseException:
+            await ws.close()
+            raise
         return cls(ws, ready)
 
     async def __aenter__(self) -> SpeechClient:
@@ -141,49 +260,65 @@ class SpeechClient:
     async def _read(self) -> None:
         try:
             async for message in self.ws:
-                self._route(message)
+                self._deliver(self._router.route(message))
         except websockets.ConnectionClosed:
             pass
         finally:
             for context in self._contexts.values():
-                context.events.put_nowait(_END)
+                context._events.put_nowait(None)
 
-    def _route(self, message: str | bytes) -> None:
-        if isinstance(message, bytes):
-            frame = p.parse_audio_frame(message)
-            if context := self._streams.get(frame.stream):
-                context.events.put_nowait(frame)
-            return
-        m = json.loads(message)
-        context = self._contexts.get(m.get("context_id"))
+    def _deliver(self, event: Event) -> None:
+        context = self._contexts.get(event.context_id)
         if context is None:
-            self.errors += [m] if m["type"] == "error" else []
+            if event.kind == "error":
+                self.errors.append(event.message)
             return
-        if m["type"] == "audio_start":
-            self._streams[m["stream"]] = context
-        else:
-            context.events.put_nowait(m)
-        if m["type"] in ("done", "cancelled", "error"):
+        if event.kind != "audio_start":  # routing's business, not the caller's
+            context._events.put_nowait(event)
+        if event.ends:
             del self._contexts[context.id]
 
 
-class SyncSpeechClient:
-    """A blocking client over `websockets.sync`: one utterance at a time."""
+class SyncSocket(Protocol):
+    """What `SyncSpeechClient` needs of a blocking WebSocket."""
 
-    def __init__(self, ws: websockets.sync.client.ClientConnection, ready: dict) -> None:
+    def send(self, message: str) -> Any: ...
+
+    def recv(self) -> str | bytes: ...
+
+    def close(self) -> Any: ...
+
+
+class SyncSpeechClient:
+    """A blocking client: one utterance at a time."""
+
+    def __init__(self, ws: SyncSocket, ready: dict) -> None:
         self.ws = ws
         self.ready = ready
+        self.sent: float | None = None  # when the last utterance's `speak` went out (time.perf_counter())
         self.done: dict | None = None  # the last utterance's `done` message
+        self._router = Router()
         self._ids = itertools.count(1)
 
     @classmethod
     def connect(cls, url: str, api_key: str | None = None, **config: Any) -> SyncSpeechClient:
+        """`SpeechClient.connect`, blocking, over websockets.sync."""
         # legacy=True: a plain connection whose life this class manages (close, __exit__).
         ws = websockets.sync.client.connect(url, additional_headers=_headers(api_key), max_size=None, legacy=True)
-        ready = _check(json.loads(ws.recv()), "ready")
-        if config:
-            ws.send(json.dumps({"type": "config", **config}))
-            ready = _check(json.loads(ws.recv()), "ready")
+        return cls.over(ws, **config)
+
+    @classmethod
+    def over(cls, ws: SyncSocket, **config: Any) -> SyncSpeechClient:
+        """A client on an open socket: wait for `ready`, send `config` when given.
+        Closes the socket and raises SpeechError if the server refuses the config."""
+        try:
+            ready = _ready(ws.recv())
+            if config:
+                ws.send(json.dumps({"type": "config", **config}))
+                ready = _ready(ws.recv())
+        except BaseException:
+            ws.close()
+            raise
         return cls(ws, ready)
 
     def __enter__(self) -> SyncSpeechClient:
@@ -192,27 +327,74 @@ class SyncSpeechClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def speak(self, text: str) -> Iterator[p.AudioFrame]:
-        """Speak `text`; yield its audio frames until `done`. Read them all before the next call."""
+    def events(self, text: str) -> Iterator[Event]:
+        """Speak `text` in a new context; yield its frames and messages with their arrival
+        times, through `done`. Raises SpeechError on its `error`, and the socket's own
+        exception if the connection ends first. Read them all before the next call."""
         context_id = f"c{next(self._ids)}"
+        self.done = None
+        self.sent = time.perf_counter()
         self.ws.send(json.dumps({"type": "speak", "context_id": context_id, "text": text}))
-        stream = None
-        for message in self.ws:
-            if isinstance(message, bytes):
-                frame = p.parse_audio_frame(message)
-                if frame.stream == stream:
-                    yield frame
-                continue
-            m = json.loads(message)
-            if m.get("context_id") != context_id:
-                continue
-            if m["type"] == "audio_start":
-                stream = m["stream"]
-            elif m["type"] == "error":
-                raise SpeechError(m["code"], m["message"])
-            elif m["type"] == "done":
-                self.done = m
+        while True:
+            event = self._router.route(self.ws.recv())
+            if event.context_id != context_id or event.kind == "audio_start":
+                continue  # a context given up before this one, or routing's business
+            _raise_error(event)
+            if event.kind == "done":
+                self.done = event.message
+            yield event
+            if event.ends:
                 return
+
+    def speak(self, text: str) -> Iterator[p.AudioFrame]:
+        """Speak `text`; yield its audio frames until `done` (see `events`)."""
+        for event in self.events(text):
+            if event.frame:
+                yield event.frame
 
     def close(self) -> None:
         self.ws.close()
+
+
+class Recorder:
+    """A protocol v1 connection read one message at a time, every event kept with its
+    arrival time: for tests and tools that look at the wire. It reads only when asked,
+    so a caller can also leave the server's frames unread (backpressure)."""
+
+    def __init__(self, ws: websockets.ClientConnection) -> None:
+        self.ws = ws
+        self.events: list[Event] = []  # everything received, in order
+        self._router = Router()
+
+    async def send(self, **message: Any) -> float:
+        """Send one JSON message; return when it went out (time.perf_counter() just before)."""
+        sent = time.perf_counter()
+        await self.ws.send(json.dumps(message))
+        return sent
+
+    async def read(self) -> Event:
+        """Receive, route and keep one message or frame."""
+        event = self._router.route(await self.ws.recv())
+        self.events.append(event)
+        return event
+
+    async def until(self, kind: str, context_id: str | None = None, timeout: float = 60) -> dict:
+        """Read until a message of `kind` (for `context_id`, when given) arrives; return it."""
+        async with asyncio.timeout(timeout):
+            while True:
+                event = await self.read()
+                if event.kind == kind and (context_id is None or event.context_id == context_id):
+                    return event.message
+
+    def messages(self, kind: str | None = None) -> list[dict]:
+        """The messages received so far (of `kind`, when given)."""
+        return [e.message for e in self.events if e.message is not None and (kind is None or e.kind == kind)]
+
+    def frames(self, context_id: str | None) -> list[Event]:
+        """The context's audio frames received so far, with their arrival times; None:
+        frames of no known stream."""
+        return [e for e in self.events if e.frame is not None and e.context_id == context_id]
+
+    def audio(self, context_id: str | None) -> list[p.AudioFrame]:
+        """The context's audio frames received so far."""
+        return [e.frame for e in self.frames(context_id)]

@@ -7,21 +7,25 @@ raw .pcm file, or to the speakers.
 
 Prints the time to first audio and the audio's duration. --play streams PCM into a
 player command as it arrives (aplay, pw-cat or paplay, whichever is installed, or --player).
+--api-key (default: the GATEWAY_API_KEY variable) for a gateway that requires one.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from .client import SpeechClient, SpeechError
+import websockets
+
+from .client import SpeechClient, SpeechError, audio_end_s
 from .containers import FRAME_FORMATS, ContainerWriter
+from python_backends.contract import PROTOCOL_PATH
 
 RATE = 48000
 FRAME_MS = 20
@@ -69,24 +73,26 @@ def default_player() -> str | None:
     return next((command for name, command in PLAYERS.items() if shutil.which(name)), None)
 
 
-async def say(url: str, text: str, out: Path | None, player: str | None = None, **voice) -> tuple[float, float]:
+async def say(url: str, text: str, out: Path | None, player: str | None = None, api_key: str | None = None,
+              **voice) -> tuple[float, float]:
     """Speak `text` into `out` (or into `player`); return (seconds to first audio, audio seconds)."""
     container = None if out is None else SUFFIXES[out.suffix.lower()]
     config = {"format": FRAME_FORMATS.get(container, "pcm_s16le"), "sample_rate": RATE, "frame_ms": FRAME_MS}
-    client = await SpeechClient.connect(url, **config, **{k: v for k, v in voice.items() if v is not None})
+    client = await SpeechClient.connect(url, api_key, **config, **{k: v for k, v in voice.items() if v is not None})
     writer = PlayerWriter(player) if out is None else FileWriter(out, container)
-    first = None
-    samples = 0
+    first, seconds = None, 0.0
     try:
-        sent = time.perf_counter()
-        async for frame in client.speak(text):
-            first = first if first is not None else time.perf_counter() - sent
-            writer.write(frame.payload, frame.sample_offset)
-            samples = frame.sample_offset + RATE * FRAME_MS // 1000
+        context = client.context()
+        sent = await context.speak(text)
+        async for event in context.events():
+            if event.frame:
+                first = first if first is not None else event.at - sent
+                writer.write(event.frame.payload, event.frame.sample_offset)
+                seconds = audio_end_s(event.frame, client.ready)
     finally:
         writer.close()
         await client.close()
-    return first or 0.0, samples / RATE
+    return first or 0.0, seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     output.add_argument("--out", type=Path, help="output file: .ogg/.opus (Opus), .wav, .flac or .pcm (s16le)")
     output.add_argument("--play", action="store_true", help="play through the speakers")
     parser.add_argument("--player", help="player command reading raw s16le mono 48 kHz PCM on stdin")
-    parser.add_argument("--url", default="ws://127.0.0.1:8080/v1/stream")
+    parser.add_argument("--url", default=f"ws://127.0.0.1:8080{PROTOCOL_PATH}")
+    parser.add_argument("--api-key", default=os.environ.get("GATEWAY_API_KEY"),
+                        help="the gateway's API key, if it has one (default: $GATEWAY_API_KEY)")
     parser.add_argument("--speed", type=float, help="1 is normal, 2 twice as fast")
     parser.add_argument("--seed", type=int, help="same seed, same audio")
     args = parser.parse_args(argv)
@@ -111,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no player found ({', '.join(PLAYERS)}); give --player or --out")
     length_scale = 1 / args.speed if args.speed else None
     try:
-        first, seconds = asyncio.run(say(args.url, text, args.out, player, length_scale=length_scale, seed=args.seed))
-    except (OSError, SpeechError) as e:
+        first, seconds = asyncio.run(
+            say(args.url, text, args.out, player, args.api_key, length_scale=length_scale, seed=args.seed)
+        )
+    except (OSError, SpeechError, websockets.WebSocketException) as e:  # refused (401, 403, 429), closed, bad URL
         print(f"speechstream-say: {e}", file=sys.stderr)
         return 1
     where = f"written to {args.out}" if args.out else "played"

@@ -21,12 +21,12 @@ from typing import Protocol
 import aiohttp
 import websockets
 
-from gateway.client import SpeechClient, SpeechError
+from gateway.client import SpeechClient, SpeechError, audio_end_s
 from perf.metrics import Stream, WavProgress
 from perf.playback import stalls
+from python_backends.contract import PLAYER_LEAD_S
 
 STREAM_TIMEOUT_S = 600.0  # one utterance (32 whole WAVs at once on a busy machine take minutes)
-PLAYER_LEAD_S = 0.05
 
 
 class Client(Protocol):
@@ -39,13 +39,11 @@ Connect = Callable[[], Awaitable[Client]]
 
 
 class GatewayClient:
-    """Our gateway: one WebSocket, one context per utterance, Opus frames."""
+    """Our gateway: one WebSocket, one context per utterance, Opus frames; the times are
+    the client library's (the `speak` going out, each frame's arrival)."""
 
     def __init__(self, client: SpeechClient) -> None:
         self.client = client
-        rate = client.ready["sample_rate"]
-        self.rate = rate
-        self.frame_samples = rate * client.ready["frame_ms"] // 1000
 
     @classmethod
     async def connect(cls, url: str) -> GatewayClient:
@@ -53,10 +51,8 @@ class GatewayClient:
 
     async def speak(self, text: str) -> Stream:
         context = self.client.context()
-        stream = Stream(time.perf_counter())
-        await context.speak(text)
-        async for frame in context.frames():
-            stream.arrivals.append((time.perf_counter(), (frame.sample_offset + self.frame_samples) / self.rate))
+        stream = Stream(await context.speak(text))
+        stream.arrivals = [(e.at, audio_end_s(e.frame, self.client.ready)) async for e in context.events() if e.frame]
         if context.done is None:
             stream.error = "ended_without_done"
         return stream

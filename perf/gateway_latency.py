@@ -11,22 +11,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import time
 
-from gateway.client import SpeechClient
+from gateway.client import SpeechClient, audio_end_s
 from perf.workloads import WORKLOADS, workload
 
 
 async def measure(url: str, text: str) -> tuple[float, float, float]:
+    """(s to the first frame, s to the last frame, audio s) of one utterance, on the
+    client library's clock (the `speak` going out, each frame's arrival)."""
     client = await SpeechClient.connect(url)
     try:
-        sent, first, last, end = time.perf_counter(), None, None, 0
-        rate = client.ready["sample_rate"]
-        async for frame in client.speak(text):
-            last = time.perf_counter() - sent
-            first = last if first is None else first
-            end = frame.sample_offset + rate * client.ready["frame_ms"] // 1000
-        return first, last, end / rate
+        context = client.context()
+        sent = await context.speak(text)
+        arrivals = [(e.at - sent, audio_end_s(e.frame, client.ready)) async for e in context.events() if e.frame]
+        return arrivals[0][0], arrivals[-1][0], arrivals[-1][1]
     finally:
         await client.close()
 

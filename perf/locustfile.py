@@ -22,7 +22,6 @@ adds its own delay: past a few dozen users, spread them with `--processes N`.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -34,12 +33,11 @@ from locust import User, events, task
 # perf/ is not an installed package, and locust puts only this file's folder on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.client import SpeechError, SyncSpeechClient  # noqa: E402
-from gateway.protocol import AudioFrame  # noqa: E402
+from gateway.client import SyncSpeechClient, audio_end_s  # noqa: E402
 from perf.playback import stalls  # noqa: E402
 from perf.workloads import WORKLOADS, workload  # noqa: E402
+from python_backends.contract import PROTOCOL_PATH  # noqa: E402
 
-PATH = "/v1/stream"
 BACKOFF_S = 1.0  # after a failure: a gateway that is down is not hammered in a loop
 
 
@@ -51,7 +49,7 @@ def _options(parser) -> None:
 
 def stream_url(host: str) -> str:
     """The gateway's base URL gets the protocol's path; a full URL is kept as it is."""
-    return host if host.rstrip("/").endswith(PATH) else host.rstrip("/") + PATH
+    return host if host.rstrip("/").endswith(PROTOCOL_PATH) else host.rstrip("/") + PROTOCOL_PATH
 
 
 def connect(url: str, api_key: str | None) -> SyncSpeechClient:
@@ -62,23 +60,7 @@ def connect(url: str, api_key: str | None) -> SyncSpeechClient:
     timeout), and gevent's loop then aborts the process ("libev: I/O watcher with invalid
     fd found in epoll_ctl"). websocket-client reads in the caller's greenlet only."""
     headers = [f"Authorization: Bearer {api_key}"] if api_key else None
-    ws = websocket.create_connection(url, header=headers, suppress_origin=True)
-    ready = json.loads(ws.recv())
-    if ready["type"] != "ready":
-        ws.close()
-        raise SpeechError(ready.get("code", "unexpected"), ready.get("message", f"expected ready, got {ready['type']}"))
-    return SyncSpeechClient(ws, ready)
-
-
-def audio_end_s(frame: AudioFrame, ready: dict) -> float:
-    """Where the frame's audio ends, in seconds from the stream's start: a PCM frame's
-    length is in its payload, an Opus packet holds frame_ms."""
-    rate = ready["sample_rate"]
-    if ready["format"] == "pcm_s16le":
-        samples = len(frame.payload) // (2 * ready["channels"])
-    else:
-        samples = rate * ready["frame_ms"] // 1000
-    return (frame.sample_offset + samples) / rate
+    return SyncSpeechClient.over(websocket.create_connection(url, header=headers, suppress_origin=True))
 
 
 @dataclass
@@ -92,13 +74,13 @@ class Utterance:
 
 
 def utter(client: SyncSpeechClient, text: str) -> Utterance:
-    frames = client.speak(text)
-    sent = time.perf_counter()  # the generator sends `speak` on its first step, after this
+    """Speak `text`; the times are the client's (the `speak` going out, each event's arrival)."""
     arrivals, size = [], 0
-    for frame in frames:
-        arrivals.append((time.perf_counter(), audio_end_s(frame, client.ready)))
-        size += len(frame.payload)
-    return Utterance(sent, time.perf_counter(), arrivals, size)
+    for event in client.events(text):
+        if event.frame:
+            arrivals.append((event.at, audio_end_s(event.frame, client.ready)))
+            size += len(event.frame.payload)
+    return Utterance(client.sent, event.at, arrivals, size)  # the last event is `done`
 
 
 class SpeechUser(User):

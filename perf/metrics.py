@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from perf.playback import stalls
+from python_backends.contract import PLAYER_LEAD_S
 
 
 @dataclass
@@ -63,7 +64,7 @@ def throughput(streams: Sequence[Stream]) -> float:
     return sum(s.audio_s for s in done) / wall
 
 
-def summarize(streams: Sequence[Stream], lead_s: float = 0.05) -> dict:
+def summarize(streams: Sequence[Stream], lead_s: float = PLAYER_LEAD_S) -> dict:
     """One concurrency level: TTFP and RTF percentiles, throughput, underruns, errors."""
     done = [s for s in streams if s.ok]
     ttfp_ms = [s.ttfp_s * 1000 for s in done]

@@ -8,8 +8,10 @@ after plays that much later.
 
 from __future__ import annotations
 
+from python_backends.contract import PLAYER_LEAD_S
 
-def stalls(arrivals: list[tuple[float, float]], lead_s: float = 0.05) -> tuple[int, float]:
+
+def stalls(arrivals: list[tuple[float, float]], lead_s: float = PLAYER_LEAD_S) -> tuple[int, float]:
     """(stall count, stalled ms) for one stream.
 
     `arrivals` holds one (arrival_time_s, audio_end_s) per frame, in stream order:

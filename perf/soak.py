@@ -25,7 +25,6 @@ import os
 import platform
 import random
 import statistics
-import struct
 import sys
 import tempfile
 import time
@@ -35,13 +34,12 @@ from datetime import datetime, UTC
 from pathlib import Path
 
 import psutil
-import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from gateway import protocol as p
 
-from gateway.client import SpeechClient
+from gateway.client import Event, Router, SpeechClient, connection
 from perf.servers import SHM, Servers, shm_mapped_by, triton_metrics
 from perf.workloads import harvard_sentences
 from python_backends.contract import TTS_ACTIVE_METRIC
@@ -184,11 +182,12 @@ async def calibrate(url: str, seconds: float, streams: int, rng: random.Random) 
 
 @dataclass
 class Utterance:
-    """One context's messages, checked against protocol v1, and the player's clock."""
+    """One context's events (routed by gateway.client), checked against protocol v1, and
+    the player's clock."""
 
     context_id: str
     frame_s: float
-    stream: int | None = None
+    opened: bool = False  # its audio_start came
     next_seq: int = 0
     last_frame: bool = False
     done: bool = False
@@ -200,20 +199,16 @@ class Utterance:
         """Audio received but not yet played."""
         return 0.0 if self.started is None else self.audio_s - (now - self.started)
 
-    def handle(self, message: str | bytes) -> str | None:
+    def handle(self, event: Event) -> str | None:
         """The outcome once the context has ended, else None; Failure if the server errs."""
-        try:
-            if isinstance(message, bytes):
-                self.frame(p.parse_audio_frame(message))
-                return None
-            m = json.loads(message)
-        except (ValueError, struct.error):
-            raise Failure("malformed_message") from None
-        kind = m.get("type")
-        if m.get("context_id") != self.context_id:
-            raise Failure(f"foreign_{kind}")
-        if kind == "audio_start" and self.stream is None:
-            self.stream = m["stream"]
+        if event.context_id != self.context_id:
+            raise Failure("stray_frame" if event.frame else f"foreign_{event.kind}")
+        if event.frame:
+            self.frame(event.frame)
+            return None
+        kind, m = event.kind, event.message
+        if kind == "audio_start" and not self.opened:
+            self.opened = True
         elif kind == "done" and not self.done:
             if not self.last_frame:
                 raise Failure("done_without_last_frame")
@@ -230,7 +225,7 @@ class Utterance:
         return None
 
     def frame(self, frame: p.AudioFrame) -> None:
-        if frame.stream != self.stream or self.last_frame:
+        if self.last_frame:
             raise Failure("stray_frame")
         if frame.seq != self.next_seq:
             raise Failure("seq_out_of_order")
@@ -250,6 +245,7 @@ class Listener:
         self.stopping = stopping
         self.args = args
         self.contexts = 0
+        self.router = Router()  # the connection's; each connect() starts a fresh one
 
     async def run(self) -> None:
         ws: ClientConnection | None = None
@@ -276,11 +272,13 @@ class Listener:
             await ws.close()
 
     async def connect(self) -> tuple[ClientConnection | None, float]:
-        """A bare connection: the listener checks protocol v1 itself, message by message."""
+        """A bare connection, read message by message: the listener paces its reading like
+        a player and checks each routed event against protocol v1 itself."""
+        self.router = Router()
         try:
             async with asyncio.timeout(STALL_S):
-                ws = await websockets.connect(self.url, max_size=None)
-                ready = json.loads(await ws.recv())
+                ws = await connection(self.url)
+                ready = self.router.route(await ws.recv()).message
         except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as e:
             self.tally.errors[f"connect_failed_{type(e).__name__}"] += 1
             await asyncio.sleep(1)
@@ -334,7 +332,11 @@ class Listener:
             if timeout == STALL_S:
                 raise Failure("stalled") from None
             return None
-        return u.handle(message)
+        try:
+            event = self.router.route(message)
+        except ValueError:
+            raise Failure("malformed_message") from None
+        return u.handle(event)
 
 
 async def run_listeners(url: str, n: int, seconds: float, args: argparse.Namespace) -> Tally:

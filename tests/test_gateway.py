@@ -9,12 +9,12 @@ import opuslib
 import pytest
 import soxr
 
+from gateway.client import Recorder, connection
 from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.triton_client import inference_count, stream
 from python_backends.voice import sample_rate
 
-from .wsclient import Client, connect
 
 pytestmark = pytest.mark.triton
 
@@ -40,8 +40,8 @@ def test_speak_gives_opus_matching_tritons_pcm(gateway, triton):
     text, seed = workload("short"), 5
 
     async def run():
-        async with connect(gateway) as ws:
-            client = Client(ws)
+        async with connection(gateway) as ws:
+            client = Recorder(ws)
             ready = await client.until("ready")
             assert ready["format"] == "opus" and ready["sample_rate"] == 48000 and ready["frame_ms"] == 20
             await client.send(type="config", seed=seed)
@@ -68,8 +68,8 @@ def test_text_deltas_give_the_same_audio_and_start_before_the_last_delta(gateway
     rng = random.Random(1)
 
     async def speak(deltas):
-        async with connect(gateway) as ws:
-            client = Client(ws)
+        async with connection(gateway) as ws:
+            client = Recorder(ws)
             await client.send(type="config", format="pcm_s16le", sample_rate=24000, seed=seed)
             await client.until("ready")
             await client.until("ready")
@@ -93,18 +93,18 @@ def test_text_deltas_give_the_same_audio_and_start_before_the_last_delta(gateway
     assert abs(a.size - b.size) <= 480
     n = min(a.size, b.size)
     assert np.corrcoef(a[:n], b[:n])[0, 1] >= 0.999
-    first_audio = pieces.frames[pieces.streams["c1"]][0][0]
+    first_audio = pieces.frames("c1")[0].at
     assert first_audio < last_delta
 
 
 def test_cancel_stops_one_context_while_another_plays_to_its_end(gateway, triton):
     async def run():
-        async with connect(gateway) as ws:
-            client = Client(ws)
+        async with connection(gateway) as ws:
+            client = Recorder(ws)
             await client.until("ready")
             await client.send(type="speak", context_id="long", text=workload("long"))
             await client.send(type="speak", context_id="short", text=workload("short"))
-            while len(client.frames.get(client.streams.get("long"), [])) < 10:
+            while len(client.audio("long")) < 10:
                 await asyncio.wait_for(client.read(), 30)
             cancel_sent = await client.send(type="cancel", context_id="long")
             await client.until("cancelled", "long")
@@ -122,9 +122,10 @@ def test_cancel_stops_one_context_while_another_plays_to_its_end(gateway, triton
     settled = inference_count(triton.grpc_url, c.VOCODER_MODEL)
     time.sleep(1.0)
     assert inference_count(triton.grpc_url, c.VOCODER_MODEL) == settled
-    long_frames = client.frames[client.streams["long"]]
-    assert long_frames[-1][0] - cancel_sent <= 0.1
-    assert not long_frames[-1][1].last
+    long_frames = client.frames("long")
+    assert long_frames[-1].at - cancel_sent <= 0.1
+    assert not long_frames[-1].frame.last
+    assert not client.frames(None)  # no frame came after `cancelled` ended its stream
     short = client.audio("short")
     assert short[-1].last and 0 <= len(short) * 20 - done["audio_ms"] <= 20
 
@@ -135,13 +136,13 @@ def test_timestamps_cover_every_word_in_order_and_end_with_the_audio(gateway):
     text = workload("paragraph") + " It cost $42, said Dr. Jones."
 
     async def run():
-        async with connect(gateway) as ws:
-            client = Client(ws)
+        async with connection(gateway) as ws:
+            client = Recorder(ws)
             await client.send(type="config", timestamps=True)
             await client.until("ready")
             await client.send(type="speak", context_id="c1", text=text)
             done = await client.until("done", "c1")
-            return [m for _, m in client.messages if m["type"] == "timestamps"], done
+            return client.messages("timestamps"), done
 
     messages, done = asyncio.run(run())
     words = [w for m in messages for w in m["words"]]
@@ -157,8 +158,8 @@ def test_timestamps_cover_every_word_in_order_and_end_with_the_audio(gateway):
 
 def test_flush_delivers_the_buffered_text_and_keeps_the_context_open(gateway):
     async def run():
-        async with connect(gateway) as ws:
-            client = Client(ws)
+        async with connection(gateway) as ws:
+            client = Recorder(ws)
             await client.until("ready")
             await client.send(type="text", context_id="c1", text="Hello there, this is")
             await client.send(type="flush", context_id="c1")

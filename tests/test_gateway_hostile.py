@@ -18,11 +18,10 @@ import websockets
 
 from gateway import protocol as p
 
+from gateway.client import Recorder, connection
 from gateway.settings import Settings
 from perf.workloads import workload
 from python_backends import contract as c
-
-from .wsclient import Client, connect
 
 pytestmark = pytest.mark.triton
 
@@ -158,17 +157,17 @@ class Bystander:
             self.failure = e
 
     async def _run(self) -> None:
-        async with connect(self.url) as ws:
-            client = Client(ws)
+        async with connection(self.url) as ws:
+            client = Recorder(ws)
             await client.until("ready")
             while not self.stop.is_set():
                 context = f"b{self.done}"
                 await client.send(type="speak", context_id=context, text=workload("paragraph"))
                 async with asyncio.timeout(60):
-                    while (m := await client.read()) is None or m["type"] not in ("done", "error"):
+                    while (event := await client.read()).kind not in ("done", "error"):
                         pass
-                if m["type"] == "error":
-                    self.errors.append(m)
+                if event.kind == "error":
+                    self.errors.append(event.message)
                     return
                 frames = client.audio(context)
                 assert [f.seq for f in frames] == list(range(len(frames))) and frames[-1].last
@@ -184,9 +183,9 @@ def bystander(gateway):
     b.thread.join(90)
 
 
-async def run_case(url: str, case: Case) -> tuple[list[str], Client, int | None]:
-    async with connect(url) as ws:
-        client = Client(ws)
+async def run_case(url: str, case: Case) -> tuple[list[str], Recorder, int | None]:
+    async with connection(url) as ws:
+        client = Recorder(ws)
         await client.until("ready")
         for frame in case.frames:
             await ws.send(frame, text=True) if case.text_frame else await ws.send(frame)
@@ -198,8 +197,7 @@ async def run_case(url: str, case: Case) -> tuple[list[str], Client, int | None]
             await client.until("done", case.speaks, timeout=120)
         await client.send(type="speak", context_id="after", text="Still here.")
         await client.until("done", "after")
-    errors = [m for _, m in client.messages if m["type"] == "error"]
-    return [e["code"] for e in errors], client, None
+    return [e["code"] for e in client.messages("error")], client, None
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -12,12 +12,11 @@ import pytest
 import websockets
 
 from gateway import protocol as p
+from gateway.client import Recorder
 from perf.servers import start_gateway, stop
 from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.triton_client import inference_count
-
-from .wsclient import Client
 
 pytestmark = pytest.mark.triton
 
@@ -117,7 +116,7 @@ def test_connections_per_client_address_are_capped(limited):
 def test_a_large_message_gets_an_error_and_an_abusive_one_closes_the_connection(limited):
     async def run():
         async with connect(limited) as ws:
-            client = Client(ws)
+            client = Recorder(ws)
             await client.until("ready")
             await client.send(type="speak", context_id="big", text="word " * (MESSAGE_BYTES // 5 + 1))
             error = await client.until("error")
@@ -143,7 +142,7 @@ def test_idle_connections_are_closed_but_a_speaking_one_is_not(impatient):
         started = time.monotonic()
         async with connect(impatient) as silent, connect(impatient) as forgotten, connect(impatient) as busy:
             await forgotten.send(json.dumps({"type": "text", "context_id": "c", "text": "Nothing more comes"}))
-            talker = Client(busy)
+            talker = Recorder(busy)
             await talker.until("ready")
             await talker.send(type="speak", context_id="c1", text=workload("long"))
             outcomes = await asyncio.gather(closed(silent), closed(forgotten))
@@ -170,7 +169,7 @@ def test_a_client_that_stops_reading_pauses_its_synthesis(limited, triton):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         gateway = psutil.Process(limited.pid)
         async with connect(limited, sock=sock) as ws:
-            client = Client(ws)
+            client = Recorder(ws)
             await client.until("ready")
             before = inference_count(triton.grpc_url, c.VOCODER_MODEL)
             rss_before = gateway.memory_info().rss

@@ -9,10 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import protocol as p
 
+from gateway.client import Recorder, connection
 from python_backends.voice import DEFAULT_VOICE, sample_rate
 from python_backends import contract as c
-
-from .wsclient import Client, connect
 
 pytestmark = pytest.mark.triton
 
@@ -41,8 +40,8 @@ def test_counters_move_as_requests_are_served(gateway):
     before = scrape(gateway)
 
     async def run():
-        async with connect(gateway) as ws:
-            client = Client(ws)
+        async with connection(gateway) as ws:
+            client = Recorder(ws)
             await client.until("ready")
             await ws.send("{not json")
             await client.until("error")

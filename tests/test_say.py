@@ -1,17 +1,21 @@
-"""`speechstream-say` against the running gateway: files that decode to the audio sent."""
+"""`speechstream-say` against the running gateway: files that decode to the audio sent;
+and its one-line errors when there is no gateway, or one that refuses it."""
 
 import subprocess
 import sys
+import threading
 import wave
+from http import HTTPStatus
 
 import av
 import pytest
+from websockets.sync.server import serve
 
+from gateway import say
 from perf.workloads import workload
 
-pytestmark = pytest.mark.triton
 
-
+@pytest.mark.triton
 @pytest.mark.parametrize("suffix", [".ogg", ".wav", ".flac"])
 def test_say_writes_a_file_of_the_spoken_duration(gateway, tmp_path, suffix):
     text = tmp_path / "text.txt"
@@ -35,6 +39,7 @@ def test_say_writes_a_file_of_the_spoken_duration(gateway, tmp_path, suffix):
     assert 2.0 < seconds and abs(decoded - seconds) <= 0.02  # within one frame (plus Opus pre-skip)
 
 
+@pytest.mark.triton
 def test_play_streams_pcm_into_the_player(gateway, tmp_path):
     # No sound card here: the "player" is a command that records what it is fed.
     sink = tmp_path / "played.raw"
@@ -55,3 +60,29 @@ def test_say_reports_an_unreachable_server(tmp_path):
         capture_output=True, text=True, timeout=60,
     )
     assert run.returncode == 1 and "speechstream-say:" in run.stderr
+
+
+@pytest.fixture
+def refusing():
+    """A WebSocket server that answers every handshake 403, keeping the Authorization headers."""
+    keys = []
+
+    def refuse(connection, request):
+        keys.append(request.headers.get("Authorization"))
+        return connection.respond(HTTPStatus.FORBIDDEN, "no\n")
+
+    with serve(lambda ws: None, "127.0.0.1", 0, process_request=refuse) as server:
+        thread = threading.Thread(target=server.serve_forever)
+        thread.start()
+        yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}/v1/stream", keys
+        server.shutdown()
+        thread.join()
+
+
+def test_say_reports_a_refused_connection_in_one_line(refusing, tmp_path, capsys, monkeypatch):
+    url, keys = refusing
+    monkeypatch.setenv("GATEWAY_API_KEY", "from-env")
+    assert say.main(["Hi.", "--out", str(tmp_path / "x.wav"), "--url", url]) == 1
+    assert say.main(["Hi.", "--out", str(tmp_path / "x.wav"), "--url", url, "--api-key", "k3y"]) == 1
+    assert keys == ["Bearer from-env", "Bearer k3y"]
+    assert capsys.readouterr().err.splitlines() == ["speechstream-say: server rejected WebSocket connection: HTTP 403"] * 2

@@ -7,13 +7,13 @@ import urllib.request
 import pytest
 
 from gateway import protocol as p
+from gateway.client import Recorder, connection
 from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.launcher import TritonServer
 
 from .test_triton_faults import health, kill_tree
-from .wsclient import Client, connect
 
 pytestmark = pytest.mark.triton
 
@@ -57,12 +57,12 @@ def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:
     url = f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}"
 
     async def first_wave():
-        async with connect(url) as ws:
-            client = Client(ws)
+        async with connection(url) as ws:
+            client = Recorder(ws)
             await client.until("ready")
             for i in range(4):
                 await client.send(type="speak", context_id=f"c{i}", text=workload("paragraph"))
-            while len(client.streams) < 4 or not all(client.audio(f"c{i}") for i in range(4)):
+            while not all(client.audio(f"c{i}") for i in range(4)):
                 await client.read()
             spread = [triton_metrics(s.metrics_port)[c.TTS_ACTIVE_METRIC] for s in (a, b)]
             outstanding = [gateway_metric(port, "speechstream_triton_outstanding", u) for u in urls]
@@ -70,9 +70,9 @@ def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:
             ends = {}
             async with asyncio.timeout(120):
                 while len(ends) < 4:
-                    m = await client.read()
-                    if m and m["type"] in ("done", "error"):
-                        ends[m["context_id"]] = m
+                    event = await client.read()
+                    if event.kind in ("done", "error"):
+                        ends[event.context_id] = event.message
             return spread, outstanding, ends, client
 
     spread, outstanding, ends, client = asyncio.run(first_wave())
@@ -89,15 +89,15 @@ def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:
     assert gateway_metric(port, "speechstream_triton_up", urls[1]) == 0
 
     async def second_wave():
-        async with connect(url) as ws:
-            client = Client(ws)
+        async with connection(url) as ws:
+            client = Recorder(ws)
             await client.until("ready")
             for i in range(3):
                 await client.send(type="speak", context_id=f"n{i}", text="Still speaking, on one server.")
             async with asyncio.timeout(60):
-                while sum(m["type"] == "done" for _, m in client.messages) < 3:
+                while len(client.messages("done")) < 3:
                     await client.read()
-            return [m for _, m in client.messages if m["type"] in ("done", "error")]
+            return [m for m in client.messages() if m["type"] in ("done", "error")]
 
     ends = asyncio.run(second_wave())
     assert [m["type"] for m in ends] == ["done"] * 3 and all(m["audio_ms"] > 1000 for m in ends)

@@ -8,9 +8,10 @@ import sys
 import urllib.request
 
 import pytest
-import websockets
 
+from gateway.client import SpeechClient
 from perf.servers import free_ports, stop, wait_for_http
+from python_backends.contract import PROTOCOL_PATH
 
 pytestmark = pytest.mark.triton
 
@@ -26,15 +27,8 @@ def test_serves_speech_and_stops_both_on_sigterm(tmp_path):
         assert json.loads(health) == {"gateway": "ok", "triton": "ready", "backends": {f"127.0.0.1:{grpc}": "ready"}}
 
         async def speak():
-            async with websockets.connect(f"ws://127.0.0.1:{gateway}/v1/stream") as ws:
-                await ws.send(json.dumps({"type": "speak", "context_id": "c", "text": "Hello."}))
-                frames = 0
-                while True:
-                    m = await ws.recv()
-                    if isinstance(m, bytes):
-                        frames += 1
-                    elif json.loads(m)["type"] == "done":
-                        return frames
+            async with await SpeechClient.connect(f"ws://127.0.0.1:{gateway}{PROTOCOL_PATH}") as client:
+                return len([frame async for frame in client.speak("Hello.")])
 
         assert asyncio.run(speak()) > 10
         serve.send_signal(signal.SIGTERM)

@@ -14,13 +14,12 @@ import psutil
 import pytest
 
 from gateway import protocol as p
+from gateway.client import Recorder, connection
 from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.launcher import TritonServer
 from python_backends.triton_client import inference_count
-
-from .wsclient import Client, connect
 
 pytestmark = pytest.mark.triton
 
@@ -61,11 +60,11 @@ async def vanish_mid_stream(url: str, streams: int) -> None:
     connection (SO_LINGER 0: an RST, no close handshake)."""
 
     async def one(i: int) -> None:
-        async with connect(url) as ws:
-            client = Client(ws)
+        async with connection(url) as ws:
+            client = Recorder(ws)
             await client.until("ready")
             await client.send(type="speak", context_id="c", text=workload("long"))
-            while len(client.audio("c") if "c" in client.streams else []) < 5:
+            while len(client.audio("c")) < 5:
                 await asyncio.wait_for(client.read(), 30)
             sock = ws.transport.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -117,12 +116,12 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
     url = f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}"
     try:
         async def killed():
-            async with connect(url) as a, connect(url) as b:
-                clients = [Client(a), Client(b)]
+            async with connection(url) as a, connection(url) as b:
+                clients = [Recorder(a), Recorder(b)]
                 for client in clients:
                     await client.until("ready")
                     await client.send(type="speak", context_id="c", text=workload("long"))
-                while not all(len(cl.audio("c")) > 5 if "c" in cl.streams else False for cl in clients):
+                while not all(len(cl.audio("c")) > 5 for cl in clients):
                     await asyncio.wait_for(asyncio.gather(*(cl.read() for cl in clients)), 30)
                 killed_at = time.monotonic()
                 kill_tree(triton)
@@ -149,8 +148,8 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
             time.sleep(0.1)
 
         async def back():
-            async with connect(url) as ws:
-                client = Client(ws)
+            async with connection(url) as ws:
+                client = Recorder(ws)
                 await client.until("ready")
                 await client.send(type="speak", context_id="c", text="We are back.")
                 await client.until("done", "c", timeout=30)
