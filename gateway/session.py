@@ -186,21 +186,21 @@ class Session:
         return self._submit(context, *context.segmenter.flush(), Mark.FLUSH if message.type == "flush" else Mark.CLOSE)
 
     def _text(self, context: Context | None, message: p.ContextMessage) -> list[Action]:
-        actions: list[Action] = []
-        if context is None:
-            context = self._open(message.context_id)
-            actions.append(Send(p.encode("audio_start", context_id=context.id, stream=context.stream)))
-        elif message.type == "speak":
+        if context is not None and message.type == "speak":
             raise p.ProtocolError(c.CONTEXT_EXISTS, f"context '{context.id}' is already open", context.id)
-        elif context.closed:
+        if context is not None and context.closed:
             raise p.ProtocolError(c.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
-        waiting = context.waiting_chars
+        waiting = 0 if context is None else context.waiting_chars
         if waiting + len(message.text) > self.limits.max_text_chars:
             raise p.ProtocolError(
                 c.TEXT_TOO_LONG,
                 f"{waiting} characters are already waiting for synthesis; the limit is {self.limits.max_text_chars}",
-                context.id,
+                message.context_id,
             )
+        actions: list[Action] = []
+        if context is None:
+            context = self._open(message.context_id)
+            actions.append(Send(p.encode("audio_start", context_id=context.id, stream=context.stream)))
         sentences = context.segmenter.append(message.text)
         if message.type == "speak":
             return actions + self._submit(context, *sentences, *context.segmenter.flush(), Mark.CLOSE)
