@@ -17,9 +17,9 @@ from python_backends.text import split_sentences
 
 from .access import json_response, unauthorized
 from .segmenter import batches
+from .service import GATEWAY, Gateway
 from .session import VOICES
 from .speech_api import ApiError, SpeechBody, SpeechRequest, parse_speech_request
-from .service import GATEWAY, Gateway
 from .synthesis import SynthesisFailed, Synthesizer
 
 log = logging.getLogger("speechstream.gateway")

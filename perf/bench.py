@@ -34,17 +34,17 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
 import psutil
 
 from perf.clients import Connect, GatewayClient, PiperHttpClient, WyomingClient, run_level
+from perf.goals import OURS, goals
 from perf.limit import compute_limit, ttfp_floor
 from perf.metrics import summarize
 from perf.peers import start_piper_http, start_wyoming_piper
-from perf.goals import OURS, goals
 from perf.report import write_report
 from perf.servers import Servers, cpu_seconds, stop, triton_metrics
 from perf.workloads import workload

@@ -9,7 +9,15 @@ from __future__ import annotations
 import math
 import statistics
 
-from perf.goals import GOAL_OVER_PEER, GOAL_TTFP_P50_1_MS, GOAL_TTFP_P99_8_MS, GOAL_TTFP_P99_32_MS, OURS, at_level, saturated
+from perf.goals import (
+    GOAL_OVER_PEER,
+    GOAL_TTFP_P50_1_MS,
+    GOAL_TTFP_P99_8_MS,
+    GOAL_TTFP_P99_32_MS,
+    OURS,
+    at_level,
+    saturated,
+)
 
 # Measured where the goals were set (../shared/DESIGN.md): the paragraph's whole-utterance
 # RTF on one core, and the first sentence's acoustic stage plus the first vocoder window.

@@ -27,9 +27,9 @@ START_TIMEOUT_S = 120.0  # spawning, importing and loading the graphs, on a busy
 def _utterance(acoustic, vocoder, sentences, params) -> tuple[float, float, float]:
     """(audio s, wall s, acoustic CPU s) of one whole-utterance synthesis."""
     start, samples, acoustic_cpu = time.perf_counter(), 0, 0.0
-    for i, sentence in enumerate(sentences):
+    for sentence in sentences:
         cpu = time.process_time()
-        latent = acoustic.synthesize(i, sentence, params).latent
+        latent = acoustic.synthesize(sentence, params).latent
         acoustic_cpu += time.process_time() - cpu
         samples += vocoder.vocode(latent[None]).shape[1]
     return samples / acoustic.voice.sample_rate, time.perf_counter() - start, acoustic_cpu
@@ -114,8 +114,8 @@ def _ttfp_floor_worker(text: str, runs: int, results: multiprocessing.Queue) -> 
     head = head_frames(chunking.initial_frames, chunking.frames, chunking.right_context)
 
     def once(steps: dict[str, list[float]]) -> None:
-        latent = _timed(steps, "acoustic", acoustic.synthesize, 0, first, params).latent
-        prior = _timed(steps, "prior", acoustic.prior, 0, first, params)
+        latent = _timed(steps, "acoustic", acoustic.synthesize, first, params).latent
+        prior = _timed(steps, "prior", acoustic.prior, first, params)
         _timed(steps, "head_flow", acoustic.flow, prior, 0, head)
         _timed(steps, "first_window", vocoder.vocode, latent[None, :, :window])
 

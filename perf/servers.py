@@ -15,10 +15,8 @@ from typing import IO
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import protocol as p
-
-from python_backends.launcher import PROJECT_ROOT, TritonServer
 from python_backends import contract as c
+from python_backends.launcher import PROJECT_ROOT, TritonServer
 
 SHM = Path("/dev/shm")
 

@@ -30,7 +30,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -38,12 +38,11 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from gateway import protocol as p
-
 from gateway.client import Event, Router, SpeechClient, connection
 from perf.servers import SHM, Servers, shm_mapped_by, triton_metrics
 from perf.workloads import harvard_sentences
-from python_backends.contract import TTS_ACTIVE_METRIC
 from python_backends import contract as c
+from python_backends.contract import TTS_ACTIVE_METRIC
 
 MAX_DURATION_S = 600.0
 MIN_DURATION_S = 30.0

@@ -37,7 +37,6 @@ def session(path, threads: int) -> ort.InferenceSession:
 class SentenceLatent:
     """The acoustic stage's result for one sentence."""
 
-    index: int
     sentence: Sentence
     durations: np.ndarray  # int32 [ids], frames per id; sums to the frame count
     latent: np.ndarray  # float32 [channels, frames]
@@ -49,8 +48,6 @@ class SentencePrior:
     """A sentence after the prior: its frame count and timing are known; the flow turns
     the prior sample into latent frames, a window at a time (AcousticEngine.flow)."""
 
-    index: int
-    sentence: Sentence
     durations: np.ndarray  # int32 [ids], frames per id
     words: list[tuple[str, int, int]]  # (word, start frame, end frame)
     sample: np.ndarray  # float32 [1, channels, frames]
@@ -81,13 +78,13 @@ class AcousticEngine:
         phonemes = self._espeak.phonemize(normalize(sentence.text), self.voice.espeak_voice)
         return np.array(phoneme_ids(phonemes, self.voice.phoneme_id_map), dtype=np.int64)
 
-    def synthesize(self, index: int, sentence: Sentence, params: VoiceParams) -> SentenceLatent:
+    def synthesize(self, sentence: Sentence, params: VoiceParams) -> SentenceLatent:
         """The latent frames of one sentence, in one piece."""
-        prior = self.prior(index, sentence, params)
+        prior = self.prior(sentence, params)
         latent = self.flow(prior, 0, prior.frames)
-        return SentenceLatent(index, sentence, prior.durations, latent, prior.words)
+        return SentenceLatent(sentence, prior.durations, latent, prior.words)
 
-    def prior(self, index: int, sentence: Sentence, params: VoiceParams) -> SentencePrior:
+    def prior(self, sentence: Sentence, params: VoiceParams) -> SentencePrior:
         """Phonemes, durations and the prior sample of one sentence. With a seed, the
         noise depends only on the seed and the sentence's text, so a sentence sounds the
         same whether it came alone or within a longer text."""
@@ -107,7 +104,7 @@ class AcousticEngine:
         sample = mean + noise * std * np.float32(params.noise_scale)
         durations = durations[0, 0].astype(np.int32)
         words = word_timings(sentence.text, ids, durations, self._separators, self._pad)
-        return SentencePrior(index, sentence, durations, words, sample, mask)
+        return SentencePrior(durations, words, sample, mask)
 
     async def pieces(
         self, text: str, params: VoiceParams, head: int, workers: Executor | None = None
@@ -117,7 +114,7 @@ class AcousticEngine:
         carries the sentence's durations and words. The prior and each piece's flow are
         separate jobs on `workers`, so other requests' jobs interleave with them."""
         loop = asyncio.get_running_loop()
-        prior = await loop.run_in_executor(workers, self.prior, 0, Sentence(0, len(text), text), params)
+        prior = await loop.run_in_executor(workers, self.prior, Sentence(0, len(text), text), params)
         for start, end in flow_pieces(prior.frames, head, FLOW_CONTEXT):
             frames = await loop.run_in_executor(workers, self.flow, prior, start, end)
             yield LatentPiece(frames, prior.durations, tuple(prior.words)) if start == 0 else LatentPiece(frames)

@@ -37,3 +37,17 @@ def test_a_wrong_import_breaks_a_contract(tmp_path, module, line):
     source.write_text(source.read_text() + f"\n{line}\n")
     result = lint(tmp_path)
     assert result.returncode != 0 and "BROKEN" in result.stdout, result.stdout[-3000:]
+
+
+def test_the_tts_models_process_loads_no_engine():
+    """The tts model only sends requests to the other two, so its process loads no
+    onnxruntime (model_repository/ is outside the import contracts' packages). Triton's
+    pb_utils exists only inside the Python backend's stub, so it is stubbed here."""
+    code = (
+        "import sys, importlib.util, unittest.mock\n"
+        "sys.modules['triton_python_backend_utils'] = unittest.mock.MagicMock()\n"
+        "spec = importlib.util.spec_from_file_location('tts_model', 'model_repository/tts/1/model.py')\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "assert 'onnxruntime' not in sys.modules and 'onnx' not in sys.modules, 'an engine was loaded'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)

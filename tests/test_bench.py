@@ -11,8 +11,8 @@ import pytest
 
 from perf import bench, breakdown
 from perf.clients import read_wyoming_event
-from perf.metrics import Stream, WavProgress, percentile, summarize, throughput, wav_layout
 from perf.goals import goals
+from perf.metrics import Stream, WavProgress, percentile, summarize, throughput, wav_layout
 from perf.report import markdown
 
 FRAME = 0.02

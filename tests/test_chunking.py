@@ -3,7 +3,13 @@ import itertools
 import pytest
 
 from python_backends.chunking import (
-    bucket_frames, chunk_sizes, first_chunk_frames, flow_pieces, head_frames, plan_chunks, sized_for_load,
+    bucket_frames,
+    chunk_sizes,
+    first_chunk_frames,
+    flow_pieces,
+    head_frames,
+    plan_chunks,
+    sized_for_load,
 )
 from python_backends.contract import VOCODER_BUCKETS
 from python_backends.requests import read_chunk_params

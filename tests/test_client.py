@@ -5,7 +5,6 @@ import asyncio
 import pytest
 
 from gateway import protocol as p
-
 from gateway.client import SpeechClient, SpeechError, SyncSpeechClient
 from perf.workloads import workload
 from python_backends import contract as c

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from gateway import protocol as p
-
 from gateway.client import Recorder, Router, SpeechClient, SpeechError, SyncSpeechClient, audio_end_s
 from python_backends import contract as c
 

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from gateway import protocol as p
 from python_backends import contract as c
-
 
 ROOT = Path(__file__).parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

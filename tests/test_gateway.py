@@ -15,7 +15,6 @@ from python_backends import contract as c
 from python_backends.triton_client import inference_count, stream
 from python_backends.voice import sample_rate
 
-
 pytestmark = pytest.mark.triton
 
 

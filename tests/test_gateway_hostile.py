@@ -17,7 +17,6 @@ import pytest
 import websockets
 
 from gateway import protocol as p
-
 from gateway.client import Recorder, connection
 from gateway.settings import Settings
 from perf.workloads import workload

@@ -11,7 +11,6 @@ import psutil
 import pytest
 import websockets
 
-from gateway import protocol as p
 from gateway.client import Recorder
 from perf.servers import start_gateway, stop
 from perf.workloads import workload

@@ -7,11 +7,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import protocol as p
-
 from gateway.client import Recorder, connection
-from python_backends.voice import DEFAULT_VOICE, sample_rate
 from python_backends import contract as c
+from python_backends.voice import DEFAULT_VOICE, sample_rate
 
 pytestmark = pytest.mark.triton
 

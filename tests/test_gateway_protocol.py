@@ -5,7 +5,6 @@ import pytest
 from gateway import protocol as p
 from python_backends import contract as c
 
-
 VOICES = ("en_US-joe-medium",)
 
 

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from gateway import protocol as p
 from python_backends import contract as c
 
-
 VOICES = ("en_US-joe-medium",)
 MAX_TEXT = 200
 

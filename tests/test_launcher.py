@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
-from python_backends.launcher import backend_directory, server_environment
 from perf.servers import free_ports
+from python_backends.launcher import backend_directory, server_environment
 
 pytestmark = pytest.mark.triton
 

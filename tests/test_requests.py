@@ -3,7 +3,12 @@ import pytest
 
 from python_backends import contract as c
 from python_backends.requests import (
-    VoiceParams, read_chunk_params, read_sentences, read_text, read_tts_request, read_voice_params,
+    VoiceParams,
+    read_chunk_params,
+    read_sentences,
+    read_text,
+    read_tts_request,
+    read_voice_params,
 )
 from python_backends.text import Sentence
 

@@ -1,12 +1,10 @@
 import base64
-import json
-
-import pytest
-
 import io
+import json
 
 import av
 import numpy as np
+import pytest
 
 from gateway.speech_api import OPENAI_VOICES, ApiError, SpeechBody, parse_speech_request, sse_delta, sse_done
 from python_backends.contract import LENGTH_SCALE, NOISE_W, SEED

@@ -12,8 +12,16 @@ from python_backends import contract as c
 from python_backends.chunking import ChunkParams
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
 from python_backends.streaming import (
-    CHUNK_LOOKAHEAD, SECONDS_PER_CHAR, SENTENCE_LOOKAHEAD, LatentPiece, PcmChunk, acoustic_outputs, latent_sentence,
-    sentence_latents, synthesize, tts_outputs,
+    CHUNK_LOOKAHEAD,
+    SECONDS_PER_CHAR,
+    SENTENCE_LOOKAHEAD,
+    LatentPiece,
+    PcmChunk,
+    acoustic_outputs,
+    latent_sentence,
+    sentence_latents,
+    synthesize,
+    tts_outputs,
 )
 from python_backends.text import Sentence, split_sentences
 

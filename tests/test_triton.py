@@ -10,8 +10,8 @@ import tritonclient.grpc as grpcclient
 from perf.workloads import harvard_sentences, workload
 from python_backends import contract as c
 from python_backends.text import split_sentences
-from tests.audio import snr_db
 from python_backends.triton_client import InferenceServerException, Stream, StreamError, infer, inference_count, stream
+from tests.audio import snr_db
 
 pytestmark = pytest.mark.triton
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gateway import protocol as p
 from gateway.client import Recorder, connection
 from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from perf.workloads import workload

@@ -16,7 +16,16 @@ from python_backends.chunking import sized_for_load
 from python_backends.requests import read_tts_request
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
 from python_backends.streaming import SENTENCE_LOOKAHEAD, synthesize, tts_outputs
-from python_backends.triton_glue import FINAL, declare, gauge, log_error, parameters, request_inputs, response, send_error
+from python_backends.triton_glue import (
+    FINAL,
+    declare,
+    gauge,
+    log_error,
+    parameters,
+    request_inputs,
+    response,
+    send_error,
+)
 
 
 class TritonPythonModel:
