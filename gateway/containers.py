@@ -48,7 +48,6 @@ class ContainerWriter:
         if fmt not in CONTENT_TYPES:
             raise ValueError(f"unknown container {fmt!r}; one of {', '.join(CONTENT_TYPES)}")
         self.format = fmt
-        self.content_type = CONTENT_TYPES[fmt]
         self._rate, self._frame_samples = rate, frame_samples
         self._sink = _Sink()
         self._file = file

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import IO
@@ -31,26 +32,34 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def wait_for_http(url: str, process: subprocess.Popen, timeout: float, log_path=None) -> bytes:
-    """Poll `url` until it answers 200 and return the body; fail if `process` exits first."""
+def wait_for_http(url: str, process: subprocess.Popen, timeout: float, log_path=None, ok_only: bool = True) -> bytes:
+    """Poll `url` until it answers 200 (any status, unless `ok_only`) and return the body;
+    fail if `process` exits first."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             with urllib.request.urlopen(url, timeout=1) as r:
                 return r.read()
+        except urllib.error.HTTPError as e:
+            if not ok_only:
+                return e.read()
         except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"no answer from {url}; see {log_path}") from None
-            time.sleep(0.1)
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"no answer from {url}; see {log_path}")
+        time.sleep(0.1)
 
 
-def start_gateway(triton_urls: str, log: IO, *flags: str, port: int | None = None) -> tuple[subprocess.Popen, int]:
-    """`python -m gateway.server` on `port` (or a free one), once /healthz answers (Triton ready)."""
+def start_gateway(
+    triton_urls: str, log: IO, *flags: str, port: int | None = None, triton_ready: bool = True
+) -> tuple[subprocess.Popen, int]:
+    """`python -m gateway.server` on `port` (or a free one), once /healthz answers: with
+    200 (a Triton is ready), or with anything when not `triton_ready`."""
     port = port or free_ports(1)[0]
     cmd = [sys.executable, "-m", "gateway.server", "--port", str(port), "--triton-urls", triton_urls, *flags]
     process = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
-    wait_for_http(f"http://127.0.0.1:{port}/healthz", process, 30, getattr(log, "name", None))
+    wait_for_http(f"http://127.0.0.1:{port}/healthz", process, 30, getattr(log, "name", None), ok_only=triton_ready)
     return process, port
 
 

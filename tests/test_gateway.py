@@ -2,20 +2,44 @@
 
 import asyncio
 import random
+import socket
 import time
 
 import numpy as np
 import opuslib
+import psutil
 import pytest
 import soxr
 
 from gateway.client import Recorder, connection
+from perf.servers import start_gateway, stop
 from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.triton_client import inference_count, stream
 from python_backends.voice import sample_rate
 
 pytestmark = pytest.mark.triton
+
+IDLE_S = 1.5
+BUFFERED_BYTES = 16 * 1024
+
+
+def gateway_with(triton, tmp_path_factory, *flags):
+    with (tmp_path_factory.mktemp("gateway") / "gateway.log").open("w") as log:
+        process, port = start_gateway(triton.grpc_url, log, *flags)
+        process.port, process.url = port, f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}"
+        yield process
+        stop(process)
+
+
+@pytest.fixture(scope="module")
+def impatient(triton, tmp_path_factory):
+    yield from gateway_with(triton, tmp_path_factory, "--idle-timeout", str(IDLE_S))
+
+
+@pytest.fixture(scope="module")
+def small_buffers(triton, tmp_path_factory):
+    yield from gateway_with(triton, tmp_path_factory, "--max-buffered-bytes", str(BUFFERED_BYTES))
 
 
 def decode_opus(frames, rate, frame_ms=20):
@@ -176,3 +200,51 @@ def test_flush_delivers_the_buffered_text_and_keeps_the_context_open(gateway):
     assert [f.sample_offset for f in frames] == [i * 960 for i in range(len(frames))]
     assert len(frames) > flushed_frames + 30 and frames[-1].last
     assert 0 <= len(frames) * 20 - done["audio_ms"] <= 20
+
+
+def test_a_speaking_connection_is_not_idle(impatient):
+    """Speaking a long text for longer than the idle timeout, with no message meanwhile,
+    is not idle (tests/test_gateway_limits.py shows silent connections closed)."""
+
+    async def run():
+        async with connection(impatient.url) as ws:
+            talker = Recorder(ws)
+            await talker.until("ready")
+            await talker.send(type="speak", context_id="c1", text=workload("long"))
+            await asyncio.sleep(2 * IDLE_S)
+            await talker.send(type="cancel", context_id="c1")  # still open, still speaking
+            return await talker.until("cancelled", "c1")
+
+    assert asyncio.run(run())["type"] == "cancelled"
+
+
+def test_a_client_that_stops_reading_pauses_its_synthesis(small_buffers, triton):
+    """With the socket's buffers full, the context stops taking text, so Triton's vocoder
+    goes idle well before the text is spoken; reading again finishes it whole."""
+    text = workload("long")  # about 108 s of speech
+
+    async def run():
+        sock = socket.create_connection(("127.0.0.1", small_buffers.port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        gateway = psutil.Process(small_buffers.pid)
+        async with connection(small_buffers.url, sock=sock) as ws:
+            client = Recorder(ws)
+            await client.until("ready")
+            before = inference_count(triton.grpc_url, c.VOCODER_MODEL)
+            rss_before = gateway.memory_info().rss
+            await client.send(type="speak", context_id="c1", text=text)
+            counts = [0]
+            deadline = time.monotonic() + 90
+            while len(counts) < 4 or counts[-1] != counts[-4]:  # not reading, until 3 s without vocoding
+                assert time.monotonic() < deadline, f"synthesis never paused: {counts}"
+                await asyncio.sleep(1)
+                counts.append(inference_count(triton.grpc_url, c.VOCODER_MODEL) - before)
+            rss_paused = gateway.memory_info().rss
+            done = await client.until("done", "c1", timeout=120)
+            total = inference_count(triton.grpc_url, c.VOCODER_MODEL) - before
+            return counts, total, done, client.audio("c1"), rss_paused - rss_before
+
+    counts, total, done, frames, rss_growth = asyncio.run(run())
+    assert counts[-1] > 0 and counts[-1] < 0.6 * total  # paused well before the end
+    assert done["audio_ms"] > 90_000 and frames[-1].last and [f.seq for f in frames] == list(range(len(frames)))
+    assert rss_growth < 20 * 2**20
