@@ -15,10 +15,11 @@ from aiohttp import web
 from python_backends import contract as c
 from python_backends.text import split_sentences
 
-from .access import json_response, unauthorized
+from .access import json_response, refused_origin, unauthorized
 from .segmenter import batches
 from .service import GATEWAY, Gateway
 from .session import VOICES
+from .settings import Settings
 from .speech_api import ApiError, SpeechBody, SpeechRequest, parse_speech_request
 from .synthesis import SynthesisFailed, Synthesizer
 
@@ -28,6 +29,11 @@ STATIC = Path(__file__).parent / "static"
 SPEECH_PATH = "/v1/audio/speech"
 # The status of a failure before the first audio: Triton unreachable, or Triton failing.
 FAILURE_STATUS = {c.BACKEND_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE, c.SYNTHESIS_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR}
+# The error code a refused request counts under in the metrics.
+METRIC_CODES = {
+    HTTPStatus.UNAUTHORIZED: "unauthorized", HTTPStatus.FORBIDDEN: "forbidden_origin",
+    HTTPStatus.REQUEST_ENTITY_TOO_LARGE: c.MESSAGE_TOO_LARGE, HTTPStatus.UNSUPPORTED_MEDIA_TYPE: c.INVALID_MESSAGE,
+}
 
 
 async def speech(request: web.Request) -> web.StreamResponse:
@@ -35,16 +41,10 @@ async def speech(request: web.Request) -> web.StreamResponse:
     it is an error response; one after it cuts the body short (a truncated chunked body,
     which clients report)."""
     gateway = request.app[GATEWAY]
-    if refusal := unauthorized(request, gateway.settings):
-        return refusal
     try:
-        speech_request = parse_speech_request(await request.read(), VOICES, gateway.settings.max_text_chars)
+        speech_request = await read_speech_request(request, gateway.settings)
     except ApiError as e:
-        return api_error(gateway, c.INVALID_MESSAGE, e)
-    except web.HTTPRequestEntityTooLarge:
-        return api_error(gateway, c.MESSAGE_TOO_LARGE, ApiError(
-            f"the body is over {gateway.settings.max_message_bytes} bytes", status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE
-        ))
+        return api_error(gateway, METRIC_CODES.get(e.status, c.INVALID_MESSAGE), e)
     started = time.monotonic()
     body = SpeechBody(speech_request, c.VOICE_SAMPLE_RATES[speech_request.voice])
     async with contextlib.aclosing(synthesize(gateway.synthesizer, speech_request)) as chunks:
@@ -80,9 +80,32 @@ async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest):
             yield chunk
 
 
+async def read_speech_request(request: web.Request, settings: Settings) -> SpeechRequest:
+    """The request, admitted and parsed, or the ApiError that refuses it. Only JSON bodies
+    are taken: a browser sends a cross-origin `text/plain` POST without asking first."""
+    if refusal := unauthorized(request, settings) or refused_origin(request, settings):
+        code = "invalid_api_key" if refusal.status == HTTPStatus.UNAUTHORIZED else None
+        raise ApiError(refusal.message, status=refusal.status, code=code, headers=refusal.headers)
+    if request.content_type != "application/json":
+        raise ApiError(
+            f"the body must be application/json, not {request.content_type}", status=HTTPStatus.UNSUPPORTED_MEDIA_TYPE
+        )
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(
+            f"the body is over {settings.max_message_bytes} bytes", status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+        ) from None
+    except web.RequestPayloadError as e:  # a bad Content-Encoding, a broken chunked body
+        raise ApiError(f"the body cannot be read: {str(e).splitlines()[-1].strip()}") from None
+    return parse_speech_request(raw, VOICES, settings.max_text_chars)
+
+
 def api_error(gateway: Gateway, code: str, error: ApiError) -> web.Response:
     gateway.metrics.error(code)
-    return json_response(error.status, error.body())
+    response = json_response(error.status, error.body())
+    response.headers.update(error.headers)
+    return response
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -97,13 +120,18 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    """The metrics, behind the API key when there is one (Prometheus sends it as a bearer
+    token: `authorization: {credentials: KEY}` in its scrape config)."""
+    if refusal := unauthorized(request, request.app[GATEWAY].settings):
+        return refusal.as_text()
     body, content_type = request.app[GATEWAY].metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 async def voices(request: web.Request) -> web.Response:
-    if refusal := unauthorized(request, request.app[GATEWAY].settings):
-        return refusal
+    settings = request.app[GATEWAY].settings
+    if refusal := unauthorized(request, settings) or refused_origin(request, settings):
+        return refusal.as_text()
     return json_response(HTTPStatus.OK, {"voices": [{"id": v, "sample_rate": c.VOICE_SAMPLE_RATES[v]} for v in VOICES]})
 
 

@@ -111,15 +111,17 @@ def parse_context_message(message: dict, max_text_chars: int) -> ContextMessage:
     text = ""
     if kind in TEXT_TYPES:
         text = _field(message, "text", str, required=True)
-        if not text.isascii() and not _is_unicode(text):
+        if not is_unicode(text):
             raise ProtocolError(c.INVALID_FIELD, "text holds a lone surrogate (\\ud800-\\udfff escape)", context_id)
         if len(text) > max_text_chars:
             raise ProtocolError(c.TEXT_TOO_LONG, f"text has {len(text)} characters; the limit is {max_text_chars}", context_id)
     return ContextMessage(kind, context_id, text)
 
 
-def _is_unicode(text: str) -> bool:
+def is_unicode(text: str) -> bool:
     """False for strings with lone surrogates, which JSON escapes can make but UTF-8 cannot carry."""
+    if text.isascii():
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -17,7 +17,7 @@ from python_backends.contract import LENGTH_SCALE, VOICE_PARAMS
 
 from .audio import FrameEncoder
 from .containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
-from .protocol import ProtocolError, voice_params
+from .protocol import ProtocolError, is_unicode, voice_params
 
 # OpenAI's voice names, so that clients written for it work unchanged: each speaks with
 # the default voice (only one is embedded).
@@ -32,14 +32,19 @@ _SPEED = next(p for p in VOICE_PARAMS if p.name == LENGTH_SCALE)  # speed = 1 / 
 
 
 class ApiError(Exception):
-    """A refused request, answered as OpenAI answers: status and an `error` object."""
+    """A refused request, answered as OpenAI answers: status and an `error` object.
+    `code` is OpenAI's (e.g. `invalid_api_key`); `headers` go with the response."""
 
-    def __init__(self, message: str, param: str | None = None, status: HTTPStatus = HTTPStatus.BAD_REQUEST) -> None:
+    def __init__(
+        self, message: str, param: str | None = None, status: HTTPStatus = HTTPStatus.BAD_REQUEST,
+        code: str | None = None, headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
-        self.message, self.param, self.status = message, param, status
+        self.message, self.param, self.status, self.code = message, param, status, code
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": None}}
+        return {"error": {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": self.code}}
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,8 @@ def parse_speech_request(raw: bytes, voices: tuple[str, ...], max_chars: int) ->
         raise ApiError("the body must be a JSON object")
     _string(body, "model")  # any model name: one model serves them all
     text = _string(body, "input")
+    if not is_unicode(text):
+        raise ApiError("'input' holds a lone surrogate (\\ud800-\\udfff escape)", "input")
     if not text.strip():
         raise ApiError("'input' is empty", "input")
     if len(text) > max_chars:

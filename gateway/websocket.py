@@ -18,7 +18,7 @@ from aiohttp import WSMsgType, web
 
 from python_backends import contract as c
 
-from .access import refused_origin, text_response, too_many_connections, unauthorized
+from .access import Refusal, refused_origin, too_many_connections, unauthorized
 from .service import GATEWAY, Gateway
 from .session import Action, Close, Job, Send, Session, Stop, Synthesize
 from .synthesis import SynthesisFailed
@@ -38,14 +38,14 @@ async def stream(request: web.Request) -> web.StreamResponse:
         unauthorized(request, settings) or refused_origin(request, settings)
         or too_many_connections(client, gateway.connections_from(client), settings)
     ):
-        return refusal
+        return refusal.as_text()
     ws = web.WebSocketResponse(
         max_msg_size=settings.max_frame_bytes,  # past it: close 1009
         writer_limit=settings.max_buffered_bytes,
         compress=False,  # Opus does not deflate; compressing it would only cost CPU
     )
     if not ws.can_prepare(request).ok:
-        return text_response(HTTPStatus.UPGRADE_REQUIRED, "this path takes a WebSocket upgrade\n")
+        return Refusal(HTTPStatus.UPGRADE_REQUIRED, "this path takes a WebSocket upgrade").as_text()
     limit_buffers(request, settings.max_buffered_bytes)
     await ws.prepare(request)
     connection = Connection(ws, gateway)

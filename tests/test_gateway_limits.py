@@ -148,3 +148,50 @@ def test_idle_connections_are_closed(impatient):
         assert [m["type"] for m in messages if m["type"] != "audio_start"] == ["ready", "error"]
         assert messages[-1]["code"] == c.IDLE_TIMEOUT and code == 1000
     assert closed_after >= IDLE_S
+
+
+def post(gateway, body: bytes, headers: dict[str, str], path: str = "/v1/audio/speech") -> tuple[int, dict, dict]:
+    """(status, JSON body, headers) of a POST to the gateway."""
+    request = urllib.request.Request(f"http://127.0.0.1:{gateway.port}{path}", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"{}"), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), dict(e.headers)
+
+
+SPEECH = json.dumps({"model": "tts-1", "voice": "alloy", "input": "Hello there."}).encode()
+JSON = {"Content-Type": "application/json", "X-API-Key": KEY}
+
+
+@pytest.mark.parametrize("body,headers,status,param,code", [
+    (SPEECH, {"Content-Type": "application/json"}, 401, None, "invalid_api_key"),
+    (SPEECH, {**JSON, "X-API-Key": "wrong"}, 401, None, "invalid_api_key"),
+    (SPEECH, {**JSON, "Origin": "http://evil.example"}, 403, None, None),
+    (SPEECH, {**JSON, "Content-Type": "text/plain"}, 415, None, None),  # a browser's simple, unchecked POST
+    (SPEECH, {"X-API-Key": KEY}, 415, None, None),
+    (b"this is not gzip", {**JSON, "Content-Encoding": "gzip"}, 400, None, None),
+    (b'{"model": "m", "voice": "alloy", "input": "Hi \\ud800."}', JSON, 400, "input", None),
+    (b"[" * 5000, JSON, 413, None, None),
+])
+def test_refused_speech_requests_get_openais_json_error(limited, body, headers, status, param, code):
+    got, error, response_headers = post(limited, body, headers)
+    assert got == status
+    assert error["error"]["type"] == "invalid_request_error" and error["error"]["message"]
+    assert (error["error"]["param"], error["error"]["code"]) == (param, code)
+    if status == 401:
+        assert response_headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_an_admitted_speech_request_without_triton_is_a_503(limited):
+    status, error, _ = post(limited, SPEECH, {**JSON, "Origin": ORIGIN})
+    assert status == 503 and "Triton unavailable" in error["error"]["message"]
+
+
+def test_metrics_need_the_key(limited):
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://127.0.0.1:{limited.port}/metrics", timeout=5)
+    assert refused.value.code == 401
+    request = urllib.request.Request(f"http://127.0.0.1:{limited.port}/metrics", headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(request, timeout=5) as r:
+        assert b"speechstream_errors_total" in r.read()
