@@ -1,5 +1,6 @@
 """The Triton servers behind a gateway: each `tts` request goes to the one with the least
-outstanding work among those up; a health poll marks them down and up again."""
+outstanding work among those up; a health poll marks them down and up again, and a
+readiness probe (synthesis.Synthesizer.watch) says whether each can synthesize."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
 log = logging.getLogger("speechstream.gateway")
 
 HEALTH_INTERVAL_S = 1.0
+NOT_PROBED = "not probed yet"
 # Reconnect within a second of Triton coming back: gRPC's default backoff grows to two
 # minutes. (No keepalive pings: Triton's default policy answers them with GOAWAY.)
 CHANNEL_ARGS = [
@@ -30,19 +32,43 @@ class Backend:
     client: grpcclient.InferenceServerClient = field(repr=False)
     up: bool = False  # until a health poll says it is ready
     outstanding: int = 0  # tts requests in flight on it now
+    probe_error: str | None = NOT_PROBED  # why it cannot synthesize; None: the last probe passed
+    why_down: str = "not polled yet"
+
+    @property
+    def ready(self) -> bool:
+        """Whether it can synthesize now: up, and its last probe passed."""
+        return self.up and self.probe_error is None
+
+    @property
+    def state(self) -> str:
+        """`ready`, or why not."""
+        if not self.up:
+            return f"down: {self.why_down}"
+        return "ready" if self.probe_error is None else f"cannot synthesize: {self.probe_error}"
 
     def mark(self, up: bool, why: str = "") -> None:
         if up != self.up:
             level = logging.INFO if up else logging.WARNING
             log.log(level, "Triton %s is %s%s", self.url, "up" if up else "down", f": {why}" if why else "")
+            if up and self.probe_error is not None:
+                self.probe_error = NOT_PROBED  # probed again before it counts as ready
         self.up = up
+        self.why_down = "" if up else why or "not ready"
+
+    def probed(self, error: str | None) -> None:
+        """The outcome of a readiness probe: None, or why it failed."""
+        if error != self.probe_error:
+            level = logging.INFO if error is None else logging.WARNING
+            log.log(level, "Triton %s %s", self.url, "synthesizes" if error is None else f"cannot synthesize: {error}")
+        self.probe_error = error
 
 
 def choose(backends: list[Backend]) -> Backend:
-    """The backend with the least outstanding work among those up; when none is up, the
-    least loaded of all (a stream to a server that is down fails at once, and one that
-    just came back is used before the next health poll notices)."""
-    candidates = [b for b in backends if b.up] or backends
+    """The backend with the least outstanding work among those ready, else among those
+    up, else of all (a stream to a server that is down fails at once, and one that just
+    came back is used before the next health poll notices)."""
+    candidates = [b for b in backends if b.ready] or [b for b in backends if b.up] or backends
     return min(candidates, key=lambda b: b.outstanding)
 
 
@@ -72,7 +98,3 @@ class Backends:
 
         await asyncio.gather(*(ready(b) for b in self.all))
 
-    async def watch(self) -> None:
-        while True:
-            await self.poll()
-            await asyncio.sleep(HEALTH_INTERVAL_S)

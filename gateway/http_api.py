@@ -109,13 +109,18 @@ def api_error(gateway: Gateway, code: str, error: ApiError) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """200 while at least one Triton is ready, as the health poll and the streams last saw."""
+    """Liveness: 200 while the gateway answers, with what it knows of each Triton."""
     backends = request.app[GATEWAY].backends.all
-    ready = any(b.up for b in backends)
+    return json_response(HTTPStatus.OK, {"gateway": "ok", "backends": {b.url: b.state for b in backends}})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 200 while at least one Triton can synthesize (up, and its last probe
+    passed), else 503; the body says why each cannot."""
+    backends = request.app[GATEWAY].backends.all
+    ready = any(b.ready for b in backends)
     return json_response(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE, {
-        "gateway": "ok",
-        "triton": "ready" if ready else "unavailable",
-        "backends": {b.url: "ready" if b.up else "unavailable" for b in backends},
+        "ready": ready, "backends": {b.url: b.state for b in backends},
     })
 
 

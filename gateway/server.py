@@ -17,6 +17,7 @@ from python_backends import contract as c
 
 from . import http_api
 from . import settings as s
+from .backends import HEALTH_INTERVAL_S
 from .service import GATEWAY, Gateway
 from .settings import Settings
 from .websocket import stream
@@ -31,6 +32,7 @@ def application(gateway: Gateway) -> web.Application:
     app.router.add_get(c.PROTOCOL_PATH, stream)
     app.router.add_post(http_api.SPEECH_PATH, http_api.speech)
     app.router.add_get("/healthz", http_api.healthz)
+    app.router.add_get("/readyz", http_api.readyz)
     app.router.add_get("/metrics", http_api.metrics)
     app.router.add_get("/v1/voices", http_api.voices)
     app.router.add_get("/", http_api.page)
@@ -40,7 +42,7 @@ def application(gateway: Gateway) -> web.Application:
 
 async def serve_forever(settings: Settings) -> None:
     gateway = Gateway(settings)
-    watch = asyncio.create_task(gateway.backends.watch())
+    watch = asyncio.create_task(gateway.synthesizer.watch(HEALTH_INTERVAL_S, settings.probe_interval_s))
     runner = web.AppRunner(application(gateway), access_log=None)
     await runner.setup()
     try:

@@ -24,7 +24,7 @@ class Gateway:
             speaking=lambda: sum(c.busy for s in self.sessions for c in s.contexts.values()),
             backends=self.backends.all,
         )
-        self.synthesizer = Synthesizer(self.backends, self.metrics.triton_first_response)
+        self.synthesizer = Synthesizer(self.backends, settings.stage_timeout_s, self.metrics.triton_first_response)
 
     def connections_from(self, client: str) -> int:
         return sum(1 for address in self.sessions.values() if address == client)

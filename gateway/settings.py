@@ -38,6 +38,14 @@ class Settings:
         64 * 1024, "audio bytes held for a slow reader per connection (write buffer, and as much in the kernel) "
         "before its synthesis pauses"
     )
+    stage_timeout_s: float = _setting(
+        20.0, "seconds Triton may take for a stream's next chunk before the stream fails with 'synthesis_failed' "
+        "(a stage that died or hangs); the wait for a slow client does not count"
+    )
+    probe_interval_s: float = _setting(
+        10.0, "seconds between readiness probes (a word synthesized through every stage of each Triton); "
+        "0 for none, when /readyz trusts Triton's own readiness"
+    )
     idle_timeout_s: float = _setting(
         300.0, "seconds without a message, and nothing to speak, before a connection is closed; 0 for never"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from python_backends import contract as c
 
-from .backends import Backends
+from .backends import NOT_PROBED, Backend, Backends
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -42,6 +43,7 @@ class TtsChunk:
     words: list[tuple[str, int, int]]  # (word, start, end sample of this request's audio)
 
 
+PROBE_TEXT = "Ready."  # what a readiness probe synthesizes: one word, through every stage
 _PARAM_TYPES = {p.name: triton_to_np_dtype(p.triton_type.removeprefix("TYPE_")) for p in c.VOICE_PARAMS + c.CHUNK_PARAMS}
 
 
@@ -59,10 +61,13 @@ def tts_request(sentences: Sequence[str], params: tuple[tuple[str, float | int],
 
 
 async def _stream(
-    client: grpcclient.InferenceServerClient, request: dict, first_response: Callable[[float], None]
+    client: grpcclient.InferenceServerClient, request: dict, progress_s: float,
+    first_response: Callable[[float], None] = lambda _: None,
 ) -> AsyncIterator[TtsChunk]:
     """One request on a gRPC stream of its own. Leaving early cancels the call, which
-    makes Triton cancel the request."""
+    makes Triton cancel the request. A response that takes more than `progress_s` after
+    it was asked for fails the request: a stage that died or hangs must not hang the
+    stream (the wait while the caller sends audio to a slow client does not count)."""
     sent = asyncio.Event()  # the request iterator stays open until the call ends
 
     async def requests():
@@ -70,9 +75,16 @@ async def _stream(
         await sent.wait()
 
     call = client.stream_infer(requests())
+    responses = aiter(call)
     start = time.monotonic()
     try:
-        async for result, error in call:
+        while True:
+            try:
+                result, error = await asyncio.wait_for(anext(responses), progress_s)
+            except StopAsyncIteration:
+                raise ConnectionError("Triton closed the stream") from None
+            except asyncio.TimeoutError:  # not the builtin on Python 3.10
+                raise SynthesisFailed(c.SYNTHESIS_FAILED, f"Triton made no progress for {progress_s:g} s") from None
             if start is not None:
                 first_response(time.monotonic() - start)
                 start = None
@@ -84,7 +96,6 @@ async def _stream(
                 yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), words)
             if result.get_response().parameters["triton_final_response"].bool_param:
                 return
-        raise ConnectionError("Triton closed the stream")
     finally:
         sent.set()
         call.cancel()
@@ -93,8 +104,11 @@ async def _stream(
 class Synthesizer:
     """Streams `tts` requests from the least loaded Triton server that is up."""
 
-    def __init__(self, backends: Backends, first_response: Callable[[float], None] = lambda _: None) -> None:
+    def __init__(
+        self, backends: Backends, progress_s: float, first_response: Callable[[float], None] = lambda _: None
+    ) -> None:
         self.backends = backends
+        self.progress_s = progress_s  # the longest wait for a response before the request fails
         self._first_response = first_response  # told each request's seconds to its first response
 
     async def synthesize(
@@ -103,7 +117,8 @@ class Synthesizer:
         """The audio of `sentences`, chunk by chunk; SynthesisFailed if it cannot come."""
         backend = self.backends.acquire()
         try:
-            async for chunk in _stream(backend.client, tts_request(sentences, params), self._first_response):
+            request = tts_request(sentences, params)
+            async for chunk in _stream(backend.client, request, self.progress_s, self._first_response):
                 yield chunk
         except SynthesisFailed as e:
             log.warning("Triton %s failed a request: %s", backend.url, e.message)
@@ -114,3 +129,31 @@ class Synthesizer:
             raise SynthesisFailed(c.BACKEND_UNAVAILABLE, f"Triton unavailable: {why}") from None
         finally:
             self.backends.release(backend)
+
+    async def probe(self, backend: Backend) -> None:
+        """Synthesize a word through every stage of `backend` and note the outcome: the
+        readiness that Triton's own (a model can be loaded and its stub dead) cannot tell."""
+        try:
+            async for _ in _stream(backend.client, tts_request([PROBE_TEXT]), self.progress_s):
+                pass
+        except SynthesisFailed as e:
+            backend.probed(e.message)
+        except (grpc.aio.AioRpcError, ConnectionError, OSError) as e:
+            backend.probed(f"Triton unavailable: {type(e).__name__}")
+        else:
+            backend.probed(None)
+
+    async def watch(self, poll_s: float, probe_s: float) -> None:
+        """Ask every server whether it is up every `poll_s`, and probe each one that is
+        every `probe_s`, and at once when it comes up (`probe_s` 0: never; up is ready)."""
+        last_probe = -math.inf
+        while True:
+            await self.backends.poll()
+            due = probe_s and time.monotonic() - last_probe >= probe_s
+            last_probe = time.monotonic() if due else last_probe
+            up = [b for b in self.backends.all if b.up]
+            if not probe_s:
+                for backend in up:
+                    backend.probed(None)
+            await asyncio.gather(*(self.probe(b) for b in up if probe_s and (due or b.probe_error == NOT_PROBED)))
+            await asyncio.sleep(poll_s)

@@ -54,12 +54,12 @@ def wait_for_http(url: str, process: subprocess.Popen, timeout: float, log_path=
 def start_gateway(
     triton_urls: str, log: IO, *flags: str, port: int | None = None, triton_ready: bool = True
 ) -> tuple[subprocess.Popen, int]:
-    """`python -m gateway.server` on `port` (or a free one), once /healthz answers: with
-    200 (a Triton is ready), or with anything when not `triton_ready`."""
+    """`python -m gateway.server` on `port` (or a free one), once /readyz answers: with
+    200 (a Triton can synthesize), or with anything when not `triton_ready`."""
     port = port or free_ports(1)[0]
     cmd = [sys.executable, "-m", "gateway.server", "--port", str(port), "--triton-urls", triton_urls, *flags]
     process = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
-    wait_for_http(f"http://127.0.0.1:{port}/healthz", process, 30, getattr(log, "name", None), ok_only=triton_ready)
+    wait_for_http(f"http://127.0.0.1:{port}/readyz", process, 30, getattr(log, "name", None), ok_only=triton_ready)
     return process, port
 
 

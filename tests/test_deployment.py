@@ -27,7 +27,7 @@ def test_services_ports_and_health_checks():
     assert triton["ports"] == ["8000:8000", "8001:8001", "8002:8002"]
     assert gateway["ports"] == ["8080:8080"]
     assert "/v2/health/ready" in " ".join(triton["healthcheck"]["test"])
-    assert "/healthz" in " ".join(gateway["healthcheck"]["test"])
+    assert "/readyz" in " ".join(gateway["healthcheck"]["test"])  # healthy: it can synthesize
     assert gateway["depends_on"] == {"triton": {"condition": "service_healthy"}}
     assert gateway["environment"]["TRITON_GRPC_URL"] == "triton:8001"
     for port in ("8080", "8000", "8001", "8002"):

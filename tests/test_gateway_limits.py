@@ -88,12 +88,15 @@ def test_a_key_given_twice_is_refused_not_an_error(limited):
     assert refusal(limited, headers=[("Authorization", f"Bearer {KEY}"), ("Authorization", "Bearer x")]) == 401
 
 
-def test_health_and_page_need_no_key(limited):
-    with urllib.request.urlopen(f"http://127.0.0.1:{limited.port}/", timeout=5) as r:
-        assert r.status == 200
-    with pytest.raises(urllib.error.HTTPError) as health:  # answered without a key: no Triton is up
-        urllib.request.urlopen(f"http://127.0.0.1:{limited.port}/healthz", timeout=5)
-    assert health.value.code == 503
+def test_health_readiness_and_page_need_no_key(limited):
+    for path in ("/", "/healthz"):  # alive, with no Triton behind it
+        with urllib.request.urlopen(f"http://127.0.0.1:{limited.port}{path}", timeout=5) as r:
+            assert r.status == 200
+    with pytest.raises(urllib.error.HTTPError) as readiness:
+        urllib.request.urlopen(f"http://127.0.0.1:{limited.port}/readyz", timeout=5)
+    body = json.loads(readiness.value.read())
+    assert readiness.value.code == 503 and not body["ready"]
+    assert all(state.startswith("down: ") for state in body["backends"].values())
 
 
 def test_connections_per_client_address_are_capped(limited):

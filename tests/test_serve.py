@@ -23,8 +23,8 @@ def test_serves_speech_and_stops_both_on_sigterm(tmp_path):
     log_path = tmp_path / "serve.log"
     serve = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     try:
-        health = wait_for_http(f"http://127.0.0.1:{gateway}/healthz", serve, 120, log_path)
-        assert json.loads(health) == {"gateway": "ok", "triton": "ready", "backends": {f"127.0.0.1:{grpc}": "ready"}}
+        ready = wait_for_http(f"http://127.0.0.1:{gateway}/readyz", serve, 120, log_path)
+        assert json.loads(ready) == {"ready": True, "backends": {f"127.0.0.1:{grpc}": "ready"}}
 
         async def speak():
             async with await SpeechClient.connect(f"ws://127.0.0.1:{gateway}{PROTOCOL_PATH}") as client:

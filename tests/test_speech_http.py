@@ -117,7 +117,9 @@ def test_bad_requests_get_openai_shaped_errors(gateway, body, param):
 
 def test_a_body_that_is_not_json_or_too_large_is_refused(gateway):
     def post(data: bytes) -> tuple[int, dict]:
-        request = urllib.request.Request(base_url(gateway) + "/audio/speech", data=data, method="POST")
+        request = urllib.request.Request(
+            base_url(gateway) + "/audio/speech", data=data, method="POST", headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status, {}

@@ -34,8 +34,14 @@ def own_triton(log_dir, ports) -> TritonServer:
 
 
 def stub_regions(stubs: list[psutil.Process]) -> list[Path]:
-    """The /dev/shm region each Python backend stub was started with."""
-    return [Path("/dev/shm", arg) for stub in stubs for arg in stub.cmdline() if arg.startswith(SHM_PREFIX)]
+    """The /dev/shm region each live Python backend stub was started with."""
+    regions = []
+    for stub in stubs:
+        try:
+            regions += [Path("/dev/shm", arg) for arg in stub.cmdline() if arg.startswith(SHM_PREFIX)]
+        except psutil.ZombieProcess:  # killed by a test, not yet reaped by Triton
+            continue
+    return regions
 
 
 def kill_tree(server: TritonServer) -> None:
@@ -47,7 +53,7 @@ def kill_tree(server: TritonServer) -> None:
         process.kill()
     server.process.wait()
     for region in regions:
-        region.unlink()
+        region.unlink(missing_ok=True)
 
 
 def active_tts_requests(metrics_port: int) -> float:
@@ -87,9 +93,10 @@ def test_vanished_clients_free_their_triton_work(gateway, triton):
     assert inference_count(triton.grpc_url, c.VOCODER_MODEL) == settled
 
 
-def health(port: int) -> tuple[int, dict]:
+def readiness(port: int) -> tuple[int, dict]:
+    """The gateway's /readyz: status and body."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
@@ -97,7 +104,7 @@ def health(port: int) -> tuple[int, dict]:
 
 def post_speech(port: int) -> tuple[int, dict]:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/audio/speech", method="POST",
+        f"http://127.0.0.1:{port}/v1/audio/speech", method="POST", headers={"Content-Type": "application/json"},
         data=json.dumps({"model": "tts-1", "voice": "alloy", "input": "Anyone there?"}).encode(),
     )
     try:
@@ -126,7 +133,7 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
                 kill_tree(triton)
                 errors = [await cl.until("error", "c", timeout=5) for cl in clients]
                 seen_after = time.monotonic() - killed_at
-                status = health(port)
+                status = readiness(port)
                 await clients[0].send(type="speak", context_id="new", text="Anyone there?")
                 refused = await clients[0].until("error", "new", timeout=5)
                 refused_after = time.monotonic() - killed_at
@@ -134,8 +141,8 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
 
         errors, seen_after, status, refused, refused_after = asyncio.run(killed())
         assert [e["code"] for e in errors] == [c.BACKEND_UNAVAILABLE] * 2 and seen_after < 1
-        assert status[0] == 503 and status[1]["triton"] == "unavailable"
-        assert status[1]["backends"] == {f"127.0.0.1:{ports[1]}": "unavailable"}
+        assert status[0] == 503 and not status[1]["ready"]
+        assert status[1]["backends"][f"127.0.0.1:{ports[1]}"].startswith("down: ")
         assert refused["code"] == c.BACKEND_UNAVAILABLE and refused_after < 2
         status, body = post_speech(port)
         assert status == 503 and "Triton unavailable" in body["error"]["message"]
@@ -143,7 +150,7 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
 
         triton = own_triton(tmp_path, ports)  # the same ports; the gateway is not restarted
         deadline = time.monotonic() + 10
-        while health(port)[0] != 200 and time.monotonic() < deadline:
+        while readiness(port)[0] != 200 and time.monotonic() < deadline:
             time.sleep(0.1)
 
         async def back():
@@ -155,7 +162,7 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
                 return client.audio("c")
 
         frames = asyncio.run(back())
-        assert health(port)[1]["backends"] == {f"127.0.0.1:{ports[1]}": "ready"}
+        assert readiness(port)[1] == {"ready": True, "backends": {f"127.0.0.1:{ports[1]}": "ready"}}
         assert frames and frames[-1].last
     finally:
         stop(gateway)
@@ -186,3 +193,57 @@ def test_triton_unloads_cleanly_after_clients_vanished(tmp_path):
     _, alive = psutil.wait_procs(stubs, timeout=10)
     assert alive == []
     assert len(regions) == 4 and not any(region.exists() for region in regions)
+
+
+def stub(server: TritonServer, model: str) -> psutil.Process:
+    """The Python backend stub process that runs `model`."""
+    for process in psutil.Process(server.process.pid).children(recursive=True):
+        if any(f"/{model}/1/model.py" in arg for arg in process.cmdline()):
+            return process
+    raise LookupError(f"no stub runs {model}")
+
+
+STAGE_TIMEOUT_S = 3.0
+PROBE_INTERVAL_S = 2.0
+
+
+@pytest.mark.parametrize("model", [c.TTS_MODEL, c.VOCODER_MODEL])
+def test_a_killed_stage_ends_the_stream_with_an_error_and_readiness_turns_false(tmp_path, model):
+    """A stage's stub killed by pid mid-stream: the stream ends with an error within the
+    stage timeout (a dead tts stub once left it hanging for minutes), and /readyz, which
+    probes synthesis through every stage, says the server cannot synthesize."""
+    ports = free_ports(3)
+    triton = own_triton(tmp_path, ports)
+    regions = stub_regions(psutil.Process(triton.process.pid).children(recursive=True))
+    log = (tmp_path / "gateway.log").open("w")
+    gateway, port = start_gateway(
+        f"127.0.0.1:{ports[1]}", log, "--stage-timeout", str(STAGE_TIMEOUT_S), "--probe-interval", str(PROBE_INTERVAL_S)
+    )
+    try:
+        async def killed():
+            async with connection(f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}") as ws:
+                client = Recorder(ws)
+                await client.until("ready")
+                await client.send(type="speak", context_id="c", text=workload("long"))
+                while len(client.audio("c")) < 5:
+                    await asyncio.wait_for(client.read(), 30)
+                stub(triton, model).kill()
+                killed_at = time.monotonic()
+                error = await client.until("error", "c", timeout=STAGE_TIMEOUT_S + 10)
+                return error, time.monotonic() - killed_at
+
+        error, after = asyncio.run(killed())
+        assert error["code"] in (c.SYNTHESIS_FAILED, c.BACKEND_UNAVAILABLE)
+        assert after < STAGE_TIMEOUT_S + 1
+        deadline = time.monotonic() + PROBE_INTERVAL_S + STAGE_TIMEOUT_S + 3
+        while (state := readiness(port))[0] == 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        status, body = state
+        assert status == 503 and "cannot synthesize" in body["backends"][f"127.0.0.1:{ports[1]}"]
+        assert gateway.poll() is None
+    finally:
+        stop(gateway)
+        kill_tree(triton)  # a server with a dead stub waits 30 s for it at exit
+        for region in regions:  # the killed stub's too
+            region.unlink(missing_ok=True)
+        log.close()
