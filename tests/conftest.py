@@ -25,8 +25,10 @@ def triton(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def gateway(triton, tmp_path_factory):
-    """`speechstream-gateway` on a free loopback port, talking to the test Triton."""
+    """`speechstream-gateway` on a free loopback port, talking to the test Triton. No
+    readiness probes: tests count Triton's inferences, and a probe's would be among them
+    (tests/test_triton_faults.py runs gateways that probe)."""
     with (tmp_path_factory.mktemp("gateway") / "gateway.log").open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log)
+        process, port = start_gateway(triton.grpc_url, log, "--probe-interval", "0")
         yield f"ws://127.0.0.1:{port}/v1/stream"
         stop(process)

@@ -39,7 +39,9 @@ def impatient(triton, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small_buffers(triton, tmp_path_factory):
-    yield from gateway_with(triton, tmp_path_factory, "--max-buffered-bytes", str(BUFFERED_BYTES))
+    yield from gateway_with(
+        triton, tmp_path_factory, "--max-buffered-bytes", str(BUFFERED_BYTES), "--probe-interval", "0"  # counts inferences
+    )
 
 
 def decode_opus(frames, rate, frame_ms=20):
