@@ -51,8 +51,8 @@ class Backend:
         if up != self.up:
             level = logging.INFO if up else logging.WARNING
             log.log(level, "Triton %s is %s%s", self.url, "up" if up else "down", f": {why}" if why else "")
-            if up and self.probe_error is not None:
-                self.probe_error = NOT_PROBED  # probed again before it counts as ready
+            if up:
+                self.probe_error = NOT_PROBED  # back: probed again before it counts as ready
         self.up = up
         self.why_down = "" if up else why or "not ready"
 

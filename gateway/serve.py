@@ -1,7 +1,8 @@
 """`speechstream-serve`: Triton with the synthesis models, and the gateway in front of it.
 
 Starts tritonserver (see `speechstream-triton`), waits until it is ready, then serves
-protocol v1 on the gateway port. SIGINT or SIGTERM stops both.
+protocol v1 on the gateway port, restarting Triton when it exits or one of its stubs
+dies. SIGINT or SIGTERM stops both.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 
 from python_backends.launcher import TritonServer
 
@@ -23,24 +25,26 @@ log = logging.getLogger("speechstream.serve")
 async def run(args: argparse.Namespace) -> int:
     triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port)
     triton.start()
+    stopping = threading.Event()
+    supervisor = None
     try:
         await asyncio.to_thread(triton.wait_ready)
         gateway = asyncio.create_task(
             serve_forever(s.from_arguments(args, triton_urls=(f"127.0.0.1:{args.triton_grpc_port}",)))
         )
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        exited = asyncio.create_task(asyncio.to_thread(triton.process.wait))
-        await asyncio.wait([gateway, exited, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        if exited.done():
-            log.error("tritonserver exited with code %s", triton.process.returncode)
-            return 1
+            loop.add_signal_handler(sig, stopping.set)
+        # Restarts Triton when it exits or a stub dies; returns once stopping is set.
+        supervisor = asyncio.create_task(asyncio.to_thread(triton.supervise, stopping))
+        await asyncio.wait([gateway, supervisor], return_when=asyncio.FIRST_COMPLETED)
         log.info("stopping")
         gateway.cancel()
         return 0
     finally:
+        stopping.set()
+        if supervisor is not None:
+            await supervisor  # a restart under way finishes before the stop
         await asyncio.to_thread(triton.stop)
 
 

@@ -19,8 +19,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from python_backends import contract as c
 from python_backends.launcher import PROJECT_ROOT, TritonServer
 
-SHM = Path("/dev/shm")
-
 
 def free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
@@ -108,55 +106,20 @@ class Servers:
         )
 
     def stop(self) -> dict[str, float | int | None]:
-        """Stop both, and check that Triton left nothing behind (it drains, unloads, exits).
-
-        A stub whose model fails to unload outlives tritonserver, holding its shm region:
-        such stubs are ours to kill, and their regions ours to remove, once counted.
-        """
-        tree = self.triton_tree() if self.triton.process and self.triton.process.poll() is None else []
-        # A stub's region: the /dev/shm file it maps and is named by on its command line.
-        named = {arg for proc in tree[1:] for arg in proc.cmdline()[1:]}
-        regions = shm_mapped_by({proc.pid for proc in tree[1:]}) & named
+        """Stop both, and report what Triton left behind (it should drain, unload and
+        exit; the launcher kills stubs that outlive it and removes their regions)."""
         if self.gateway is not None and self.gateway.poll() is None:
             stop(self.gateway)
-        start = time.monotonic()
-        code = self.triton.stop()
-        stop_s = time.monotonic() - start
-        left = [proc for proc in tree[1:] if alive(proc)]
-        for proc in left:
-            proc.kill()
-        psutil.wait_procs(left, timeout=10)
-        stale = [SHM / name for name in regions if (SHM / name).exists()]
-        for path in stale:
-            path.unlink()
+        stopped = self.triton.stop()
         for f in self._logs:
             f.close()
-        return {"triton_stop_s": round(stop_s, 1), "triton_exit_code": code,
-                "stubs_left_running": len(left), "shm_left_after_exit": len(stale)}
+        return {"triton_stop_s": stopped.seconds, "triton_exit_code": stopped.exit_code,
+                "stubs_left_running": stopped.stubs_left_running, "shm_left_after_exit": stopped.shm_left_after_exit}
 
     def triton_tree(self) -> list[psutil.Process]:
         """tritonserver and its children (one Python backend stub per model instance)."""
         root = psutil.Process(self.triton.process.pid)
         return [root, *root.children(recursive=True)]
-
-
-def alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def shm_mapped_by(pids: set[int]) -> set[str]:
-    """/dev/shm names that these processes map."""
-    names = set()
-    for pid in pids:
-        try:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-        except OSError:  # gone, or not ours to read
-            continue
-        names.update(line.split("/dev/shm/", 1)[1].split(" ")[0] for line in maps.splitlines() if "/dev/shm/" in line)
-    return names
 
 
 def cpu_seconds(processes: list[psutil.Process]) -> float:

@@ -39,10 +39,11 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from gateway import protocol as p
 from gateway.client import Event, Router, SpeechClient, connection
-from perf.servers import SHM, Servers, shm_mapped_by, triton_metrics
+from perf.servers import Servers, triton_metrics
 from perf.workloads import harvard_sentences
 from python_backends import contract as c
 from python_backends.contract import TTS_ACTIVE_METRIC
+from python_backends.launcher import SHM, shm_mapped_by
 
 MAX_DURATION_S = 600.0
 MIN_DURATION_S = 30.0

@@ -3,8 +3,9 @@
 The `nvidia-pytriton` wheel carries a real `tritonserver` and the Python backend. This
 assembles a backend directory from it (with the stub built for this Python), derives
 the voice's stage graphs into the cache, starts the server with this environment's
-packages on the stub's path, waits until it is ready, and stops it cleanly on SIGINT
-or SIGTERM.
+packages on the stub's path, waits until it is ready, restarts it when it exits or a
+stub dies, and stops it cleanly on SIGINT or SIGTERM, leaving no stub or shared memory
+behind.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from .voice import cache_dir, load_voice
 
@@ -73,9 +77,25 @@ def server_environment() -> dict[str, str]:
     return env
 
 
+SHM = Path("/dev/shm")
+SHM_PREFIX = "triton_python_backend_shm_region_"  # each Python backend stub's region
+SUPERVISE_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """How a stop went: Triton's exit code and time, and what it left behind (stubs that
+    outlived it and their shm regions, which stop() then killed and removed)."""
+
+    exit_code: int
+    seconds: float
+    stubs_left_running: int
+    shm_left_after_exit: int
+
+
 @dataclass
 class TritonServer:
-    """A tritonserver process on the given ports."""
+    """A tritonserver process on the given ports, and its Python backend stubs."""
 
     http_port: int = 8000
     grpc_port: int = 8001
@@ -84,6 +104,8 @@ class TritonServer:
     model_repository: Path = MODEL_REPOSITORY
     log_verbose: int = 0
     process: subprocess.Popen | None = field(default=None, init=False)
+    _stdout: object = field(default=None, init=False, repr=False)
+    _stubs: list[psutil.Process] = field(default_factory=list, init=False, repr=False)
 
     def command(self) -> list[str]:
         return [
@@ -103,7 +125,11 @@ class TritonServer:
 
     def start(self, stdout=None) -> None:
         load_voice()  # derive the graphs once here, not in three model processes at once
+        removed = remove_stale_regions()
+        if removed:
+            log.warning("removed %d shared-memory regions left by Triton processes that are gone", removed)
         log.info("starting %s", " ".join(self.command()))
+        self._stdout = stdout
         self.process = subprocess.Popen(self.command(), env=server_environment(), stdout=stdout, stderr=subprocess.STDOUT)
 
     def is_ready(self) -> bool:
@@ -115,27 +141,126 @@ class TritonServer:
             return False
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        """Poll readiness until the server is ready; raise if it exits or times out."""
+        """Poll readiness until the server is ready; raise if it exits or times out. Its
+        stubs, all started by then, are what `healthy` checks from now on."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"tritonserver exited with code {self.process.returncode} while starting")
             if self.is_ready():
+                self._stubs = self.stubs()
                 return
             time.sleep(0.25)
         raise TimeoutError(f"tritonserver not ready after {timeout:.0f} s on port {self.http_port}")
 
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM, which makes Triton drain and unload; SIGKILL after `timeout`."""
-        if self.process is None or self.process.poll() is not None:
-            return 0 if self.process is None else self.process.returncode
-        self.process.terminate()
+    def stubs(self) -> list[psutil.Process]:
+        """The Python backend stubs alive now (one per model instance)."""
         try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            log.warning("tritonserver did not stop within %.0f s; killing it", timeout)
-            self.process.kill()
-            return self.process.wait()
+            return [p for p in psutil.Process(self.process.pid).children(recursive=True) if alive(p)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def fault(self) -> str | None:
+        """Why the server cannot serve (it exited, a stub died), or None."""
+        if self.process.poll() is not None:
+            return f"tritonserver exited with code {self.process.returncode}"
+        dead = [stub.pid for stub in self._stubs if not alive(stub)]
+        return f"Python backend stub {dead[0]} died" if dead else None
+
+    def stop(self, timeout: float = 30.0) -> Stopped:
+        """SIGTERM, which makes Triton drain and unload; SIGKILL after `timeout`. Stubs
+        that outlive it (a model that failed to unload) are killed, and their shared
+        memory regions removed."""
+        started = time.monotonic()
+        if self.process is None:
+            return Stopped(0, 0.0, 0, 0)
+        stubs = self.stubs()
+        regions = stub_regions(stubs)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("tritonserver did not stop within %.0f s; killing it", timeout)
+                self.process.kill()
+                self.process.wait()
+        left = [stub for stub in stubs if alive(stub)]
+        for stub in left:
+            stub.kill()
+        psutil.wait_procs(left, timeout=10)
+        stale = [region for region in regions if region.exists()]
+        for region in stale:
+            region.unlink(missing_ok=True)
+        return Stopped(self.process.returncode, round(time.monotonic() - started, 1), len(left), len(stale))
+
+    def restart(self, why: str) -> None:
+        """Kill the server and its stubs at once (a dead stub makes a graceful stop wait
+        30 s for it), remove their shared memory, start again and wait until ready."""
+        log.error("restarting tritonserver: %s", why)
+        stubs = self.stubs()
+        regions = stub_regions(stubs)
+        for stub in stubs:
+            stub.kill()
+        self.process.kill()  # a no-op when it has exited
+        self.process.wait()
+        psutil.wait_procs(stubs, timeout=10)
+        for region in regions:
+            region.unlink(missing_ok=True)
+        self.start(self._stdout)
+        self.wait_ready()
+        log.info("tritonserver is back")
+
+    def supervise(self, stopping: threading.Event) -> None:
+        """Keep the server serving until `stopping` is set: restart it when it exits or
+        one of its stubs dies (Triton 2.51 does not replace a dead stub, and its model
+        never answers again). A restart that fails is tried again."""
+        while not stopping.wait(SUPERVISE_INTERVAL_S):
+            if (why := self.fault()) is None:
+                continue
+            try:
+                self.restart(why)
+            except (RuntimeError, TimeoutError, OSError) as e:
+                log.error("restart failed: %s", e)
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def stub_regions(stubs: list[psutil.Process]) -> list[Path]:
+    """The shared memory region each stub was started with (named on its command line)."""
+    regions = []
+    for stub in stubs:
+        try:
+            regions += [SHM / arg for arg in stub.cmdline() if arg.startswith(SHM_PREFIX)]
+        except psutil.Error:  # gone meanwhile
+            continue
+    return regions
+
+
+def shm_mapped_by(pids) -> set[str]:
+    """The /dev/shm names these processes map."""
+    names = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        names.update(line.split("/dev/shm/", 1)[1].split(" ")[0] for line in maps.splitlines() if "/dev/shm/" in line)
+    return names
+
+
+def remove_stale_regions() -> int:
+    """Remove the Python backend's shared memory regions that no process uses: those of
+    a Triton that crashed or was killed. Returns how many."""
+    in_use = shm_mapped_by(psutil.pids())
+    stale = [path for path in SHM.glob(SHM_PREFIX + "*") if path.name not in in_use]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,19 +275,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     server = TritonServer(args.http_port, args.grpc_port, args.metrics_port, args.host, args.model_repository, args.log_verbose)
-    stopping = False
+    stopping = threading.Event()
 
     def stop(signum, _frame):
-        # Only signal here: the main thread is waiting on the process, and Triton drains
-        # in-flight requests (up to its 30 s exit timeout) before it exits.
-        nonlocal stopping
-        stopping = True
         log.info("received %s; stopping tritonserver", signal.Signals(signum).name)
-        server.process.terminate()
+        stopping.set()
 
-    server.start()
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    server.start()
     try:
         server.wait_ready()
     except (RuntimeError, TimeoutError) as e:
@@ -170,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         return 1
     log.info("ready: gRPC %s:%d, HTTP %s:%d, metrics %s:%d", args.host, args.grpc_port, args.host, args.http_port, args.host, args.metrics_port)
-    code = server.process.wait()
-    return 0 if stopping else code
+    server.supervise(stopping)  # Triton drains in-flight requests (up to 30 s) as it stops
+    return server.stop().exit_code
 
 
 if __name__ == "__main__":

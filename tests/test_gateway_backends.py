@@ -25,3 +25,27 @@ def test_ties_go_to_the_first_so_one_backend_fills_evenly_with_another():
         chosen.outstanding += 1
         picks.append(chosen.url)
     assert picks == ["a", "b", "a", "b"]
+
+
+def test_a_backend_that_comes_back_is_ready_only_once_probed_again():
+    backend = Backend("triton:8001", client=None)
+    assert not backend.ready and backend.state.startswith("down: ")
+    backend.mark(True)
+    assert not backend.ready and backend.state == "cannot synthesize: not probed yet"
+    backend.probed(None)
+    assert backend.ready and backend.state == "ready"
+    backend.mark(False, "connection refused")
+    assert backend.state == "down: connection refused"
+    backend.mark(True)
+    assert not backend.ready  # its old probe no longer counts
+    backend.probed("Triton made no progress for 3 s")
+    assert backend.state == "cannot synthesize: Triton made no progress for 3 s"
+
+
+def test_requests_go_to_ready_servers_first_then_to_servers_up():
+    probed, unprobed, down = Backend("a", None, up=True), Backend("b", None, up=True), Backend("c", None)
+    probed.probed(None)
+    probed.outstanding = 5
+    assert choose([probed, unprobed, down]) is probed
+    probed.probed("stalled")
+    assert choose([probed, unprobed, down]) is unprobed  # the less loaded of those up

@@ -5,13 +5,17 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
+from pathlib import Path
 
+import psutil
 import pytest
 
-from gateway.client import SpeechClient
+from gateway.client import SpeechClient, SpeechError
 from perf.servers import free_ports, stop, wait_for_http
 from python_backends.contract import PROTOCOL_PATH
+from python_backends.launcher import SHM_PREFIX
 
 pytestmark = pytest.mark.triton
 
@@ -38,3 +42,61 @@ def test_serves_speech_and_stops_both_on_sigterm(tmp_path):
     finally:
         if serve.poll() is None:
             stop(serve, timeout=60)  # SIGTERM first: a killed serve would leave its Triton running
+
+
+def triton_tree(serve: subprocess.Popen) -> tuple[psutil.Process, list[psutil.Process]]:
+    """The tritonserver that `speechstream-serve` runs, and its stubs."""
+    (triton,) = [p for p in psutil.Process(serve.pid).children() if "tritonserver" in p.name()]
+    return triton, triton.children(recursive=True)
+
+
+async def speaks(url: str) -> bool:
+    """Whether a short text is spoken whole within 10 s."""
+    try:
+        async with asyncio.timeout(10), await SpeechClient.connect(url) as client:
+            return len([frame async for frame in client.speak("Hello.")]) > 10
+    except (SpeechError, OSError, TimeoutError):
+        return False
+
+
+def seconds_until_it_speaks(url: str, limit: float) -> float:
+    started = time.monotonic()
+    while not asyncio.run(speaks(url)):
+        assert time.monotonic() - started < limit, f"not speaking {limit} s after the fault"
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def test_recovers_from_a_killed_stub_and_a_killed_tritonserver_and_leaves_nothing(tmp_path):
+    """The supervisor in speechstream-serve restarts Triton when a stub dies (Triton 2.51
+    never answers for that model again) or tritonserver itself dies; the gateway finds it
+    again. After the stop, none of its processes and no shared memory of theirs remain."""
+    gateway, http, grpc, metrics = free_ports(4)
+    cmd = [sys.executable, "-m", "gateway.serve", "--port", str(gateway), "--triton-http-port", str(http),
+           "--triton-grpc-port", str(grpc), "--triton-metrics-port", str(metrics),
+           "--stage-timeout", "3", "--probe-interval", "1"]
+    log_path = tmp_path / "serve.log"
+    serve = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
+    url = f"ws://127.0.0.1:{gateway}{PROTOCOL_PATH}"
+    seen = set()
+    try:
+        wait_for_http(f"http://127.0.0.1:{gateway}/readyz", serve, 120, log_path)
+        triton, stubs = triton_tree(serve)
+        seen |= {triton.pid, *(s.pid for s in stubs)}
+        vocoders = [s for s in stubs if any("/vocoder/1/model.py" in a for a in s.cmdline())]
+        vocoders[0].kill()  # one of its instances
+        assert seconds_until_it_speaks(url, 10) < 10
+        triton, stubs = triton_tree(serve)
+        seen |= {triton.pid, *(s.pid for s in stubs)}
+        triton.kill()
+        assert seconds_until_it_speaks(url, 30) < 30
+        seen |= {p.pid for p in triton_tree(serve)[1]}
+        regions = {a for p in triton_tree(serve)[1] for a in p.cmdline() if a.startswith(SHM_PREFIX)}
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(60) == 0
+        assert "restarting tritonserver" in log_path.read_text()
+        assert not [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert not [r for r in regions if Path("/dev/shm", r).exists()]
+    finally:
+        if serve.poll() is None:
+            stop(serve, timeout=60)
