@@ -7,6 +7,10 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
@@ -31,11 +35,65 @@ def json_response(status: HTTPStatus, body: dict) -> web.Response:
     return web.Response(status=status.value, body=json.dumps(body).encode(), content_type="application/json")
 
 
-def unauthorized(request: web.Request, settings: Settings) -> Refusal | None:
-    """401 for a request without the configured API key."""
-    if not settings.api_key or hmac.compare_digest(presented_key(request).encode(), settings.api_key.encode()):
+class KeyFailures:
+    """Wrong API keys per client address, so that keys cannot be guessed at speed: past
+    `limit` failures within `window_s`, the address is refused until the oldest of them
+    leaves the window (0: no limit). Sans I/O; `clock` is injected."""
+
+    def __init__(self, limit: int, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self.window_s, self.clock = limit, window_s, clock
+        self._failures: dict[str, deque[float]] = {}
+
+    def retry_after(self, client: str) -> float | None:
+        """Seconds until `client` may try a key again; None when it may now."""
+        failures = self._recent(client)
+        if not self.limit or len(failures) < self.limit:
+            return None
+        return failures[0] + self.window_s - self.clock()
+
+    def failed(self, client: str) -> None:
+        if self.limit:
+            self._recent(client).append(self.clock())
+
+    def _recent(self, client: str) -> deque[float]:
+        """`client`'s failures within the window; addresses with none are forgotten."""
+        now = self.clock()
+        for address in [client] if len(self._failures) < 1024 else list(self._failures):
+            failures = self._failures.get(address, deque())
+            while failures and failures[0] <= now - self.window_s:
+                failures.popleft()
+            if not failures:
+                self._failures.pop(address, None)
+        return self._failures.setdefault(client, deque())
+
+
+def unauthorized(request: web.Request, settings: Settings, failures: KeyFailures) -> Refusal | None:
+    """401 for a request without the configured API key; 429 for an address that has
+    sent too many wrong keys lately."""
+    if not settings.api_key:
         return None
+    client = request.remote or ""
+    if (wait := failures.retry_after(client)) is not None:
+        return Refusal(HTTPStatus.TOO_MANY_REQUESTS, "too many wrong API keys; try again later",
+                       {"Retry-After": str(math.ceil(wait))})
+    if hmac.compare_digest(presented_key(request).encode(), settings.api_key.encode()):
+        return None
+    failures.failed(client)
+    log_refusal(f"a wrong or missing API key from {client}")
     return Refusal(HTTPStatus.UNAUTHORIZED, "a valid API key is required", {"WWW-Authenticate": "Bearer"})
+
+
+_last_logged: dict[str, float] = {}
+
+
+def log_refusal(what: str, every_s: float = 10.0) -> None:
+    """Log a refusal at most once per `every_s` for the same kind, so that a flood of
+    them cannot fill the log."""
+    kind = what.split(" from ")[0]
+    now = time.monotonic()
+    if now - _last_logged.get(kind, -math.inf) >= every_s:
+        _last_logged[kind] = now
+        log.warning("refused %s", what)
 
 
 def refused_origin(request: web.Request, settings: Settings) -> Refusal | None:
@@ -43,7 +101,7 @@ def refused_origin(request: web.Request, settings: Settings) -> Refusal | None:
     origin = request.headers.getall("Origin", [])
     if not settings.allowed_origins or not origin or (len(origin) == 1 and origin[0] in settings.allowed_origins):
         return None
-    log.warning("refused a request to %s from Origin %s", request.path, origin)
+    log_refusal(f"a request to {request.path} from Origin {origin}")
     return Refusal(HTTPStatus.FORBIDDEN, "this Origin is not allowed")
 
 
@@ -52,7 +110,7 @@ def too_many_connections(client: str, open_now: int, settings: Settings) -> Refu
     cap = settings.max_connections_per_client
     if not cap or open_now < cap:
         return None
-    log.warning("refused a connection from %s: %d already open", client, open_now)
+    log_refusal(f"a connection from {client}: {open_now} already open")
     return Refusal(HTTPStatus.TOO_MANY_REQUESTS, f"at most {cap} connections per client")
 
 

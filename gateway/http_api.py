@@ -15,7 +15,7 @@ from aiohttp import web
 from python_backends import contract as c
 from python_backends.text import split_sentences
 
-from .access import json_response, refused_origin, unauthorized
+from .access import KeyFailures, json_response, refused_origin, unauthorized
 from .segmenter import batches
 from .service import GATEWAY, Gateway
 from .session import VOICES
@@ -28,7 +28,9 @@ log = logging.getLogger("speechstream.gateway")
 STATIC = Path(__file__).parent / "static"
 SPEECH_PATH = "/v1/audio/speech"
 # The status of a failure before the first audio: Triton unreachable, or Triton failing.
-FAILURE_STATUS = {c.BACKEND_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE, c.SYNTHESIS_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR}
+FAILURE_STATUS = {
+    c.BACKEND_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE, c.SYNTHESIS_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
+}
 # The error code a refused request counts under in the metrics.
 METRIC_CODES = {
     HTTPStatus.UNAUTHORIZED: "unauthorized", HTTPStatus.FORBIDDEN: "forbidden_origin",
@@ -42,7 +44,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     which clients report)."""
     gateway = request.app[GATEWAY]
     try:
-        speech_request = await read_speech_request(request, gateway.settings)
+        speech_request = await read_speech_request(request, gateway.settings, gateway.key_failures)
     except ApiError as e:
         return api_error(gateway, METRIC_CODES.get(e.status, c.INVALID_MESSAGE), e)
     started = time.monotonic()
@@ -80,10 +82,10 @@ async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest):
             yield chunk
 
 
-async def read_speech_request(request: web.Request, settings: Settings) -> SpeechRequest:
+async def read_speech_request(request: web.Request, settings: Settings, key_failures: KeyFailures) -> SpeechRequest:
     """The request, admitted and parsed, or the ApiError that refuses it. Only JSON bodies
     are taken: a browser sends a cross-origin `text/plain` POST without asking first."""
-    if refusal := unauthorized(request, settings) or refused_origin(request, settings):
+    if refusal := unauthorized(request, settings, key_failures) or refused_origin(request, settings):
         code = "invalid_api_key" if refusal.status == HTTPStatus.UNAUTHORIZED else None
         raise ApiError(refusal.message, status=refusal.status, code=code, headers=refusal.headers)
     if request.content_type != "application/json":
@@ -127,15 +129,17 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """The metrics, behind the API key when there is one (Prometheus sends it as a bearer
     token: `authorization: {credentials: KEY}` in its scrape config)."""
-    if refusal := unauthorized(request, request.app[GATEWAY].settings):
+    gateway = request.app[GATEWAY]
+    if refusal := unauthorized(request, gateway.settings, gateway.key_failures):
         return refusal.as_text()
-    body, content_type = request.app[GATEWAY].metrics.exposition()
+    body, content_type = gateway.metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 async def voices(request: web.Request) -> web.Response:
-    settings = request.app[GATEWAY].settings
-    if refusal := unauthorized(request, settings) or refused_origin(request, settings):
+    gateway = request.app[GATEWAY]
+    settings = gateway.settings
+    if refusal := unauthorized(request, settings, gateway.key_failures) or refused_origin(request, settings):
         return refusal.as_text()
     return json_response(HTTPStatus.OK, {"voices": [{"id": v, "sample_rate": c.VOICE_SAMPLE_RATES[v]} for v in VOICES]})
 

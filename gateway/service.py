@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from .access import KeyFailures
 from .backends import Backends
 from .metrics import Metrics
 from .session import Limits, Session
@@ -17,6 +18,7 @@ class Gateway:
         self.settings = settings
         self.limits = Limits(settings.max_text_chars, settings.max_contexts, settings.max_message_bytes)
         self.backends = Backends(settings.triton_urls)
+        self.key_failures = KeyFailures(settings.max_key_failures)
         self.sessions: dict[Session, str] = {}  # each open session, and its client's address
         self.metrics = Metrics(
             connections=lambda: len(self.sessions),

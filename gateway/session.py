@@ -260,7 +260,9 @@ class Session:
 
     # Synthesis events
 
-    def audio(self, job_id: int, pcm: np.ndarray, sentence_index: int, words: list[tuple[str, int, int]]) -> list[Action]:
+    def audio(
+        self, job_id: int, pcm: np.ndarray, sentence_index: int, words: list[tuple[str, int, int]]
+    ) -> list[Action]:
         """A chunk of job `job_id`'s audio at the voice's rate; words (word, start, end
         sample of the job's audio) come with the first chunk of each sentence."""
         context = self._context_of(job_id)

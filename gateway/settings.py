@@ -53,6 +53,10 @@ class Settings:
         None, "require this key: 'Authorization: Bearer', 'X-API-Key' or ?api_key= (prefer the variable to the flag)",
         secret=True,
     )
+    max_key_failures: int = _setting(
+        10, "wrong API keys per client address per minute; past them the address gets 429 for the rest of "
+        "the minute (0 for no limit)"
+    )
     allowed_origins: tuple[str, ...] = _setting((), "comma-separated browser Origins allowed; empty allows any")
 
     @property

@@ -44,7 +44,8 @@ class ApiError(Exception):
         self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": self.code}}
+        error = {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": self.code}
+        return {"error": error}
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,9 @@ class TtsChunk:
 
 
 PROBE_TEXT = "Ready."  # what a readiness probe synthesizes: one word, through every stage
-_PARAM_TYPES = {p.name: triton_to_np_dtype(p.triton_type.removeprefix("TYPE_")) for p in c.VOICE_PARAMS + c.CHUNK_PARAMS}
+_PARAM_TYPES = {
+    p.name: triton_to_np_dtype(p.triton_type.removeprefix("TYPE_")) for p in c.VOICE_PARAMS + c.CHUNK_PARAMS
+}
 
 
 def _input(name: str, array: np.ndarray) -> grpcclient.InferInput:

@@ -35,7 +35,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     settings = gateway.settings
     client = request.remote or ""
     if refusal := (
-        unauthorized(request, settings) or refused_origin(request, settings)
+        unauthorized(request, settings, gateway.key_failures) or refused_origin(request, settings)
         or too_many_connections(client, gateway.connections_from(client), settings)
     ):
         return refusal.as_text()

@@ -198,3 +198,14 @@ def test_metrics_need_the_key(limited):
     request = urllib.request.Request(f"http://127.0.0.1:{limited.port}/metrics", headers={"Authorization": f"Bearer {KEY}"})
     with urllib.request.urlopen(request, timeout=5) as r:
         assert b"speechstream_errors_total" in r.read()
+
+
+def test_wrong_keys_are_throttled_per_address(tmp_path_factory):
+    """Past --max-key-failures wrong keys, the address gets 429 with Retry-After, even
+    with the right key, until the minute is over."""
+    for gateway in gateway_with(tmp_path_factory, "--api-key", KEY, "--max-key-failures", "3"):
+        statuses = [refusal(gateway, headers={"X-API-Key": "guess"}) for _ in range(3)]
+        assert statuses == [401] * 3
+        assert refusal(gateway, headers={"X-API-Key": KEY}) == 429
+        status, error, headers = post(gateway, SPEECH, {**JSON, "X-API-Key": "guess"})
+        assert status == 429 and 0 < int(headers["Retry-After"]) <= 60
