@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from http import HTTPStatus
 from pathlib import Path
@@ -39,14 +40,26 @@ METRIC_CODES = {
 
 
 async def speech(request: web.Request) -> web.StreamResponse:
-    """POST /v1/audio/speech. The status waits for the first audio, so a failure before
-    it is an error response; one after it cuts the body short (a truncated chunked body,
-    which clients report)."""
+    """POST /v1/audio/speech: admitted, parsed, and counted among its client's streams
+    while the body streams."""
     gateway = request.app[GATEWAY]
     try:
         speech_request = await read_speech_request(request, gateway.settings, gateway.key_failures)
     except ApiError as e:
         return api_error(gateway, METRIC_CODES.get(e.status, c.INVALID_MESSAGE), e)
+    client = request.remote or ""
+    if refusal := gateway.stream_refusal(client):
+        retry_s = str(math.ceil(refusal.retry_after_ms / 1000))
+        error = ApiError(refusal.message, status=HTTPStatus.TOO_MANY_REQUESTS, headers={"Retry-After": retry_s})
+        return api_error(gateway, refusal.code, error)
+    with gateway.http_stream(client):
+        return await stream_speech(request, gateway, speech_request)
+
+
+async def stream_speech(request: web.Request, gateway: Gateway, speech_request: SpeechRequest) -> web.StreamResponse:
+    """The body, streamed as the audio is made. The status waits for the first audio, so a
+    failure before it is an error response; one after it cuts the body short (a truncated
+    chunked body, which clients report)."""
     started = time.monotonic()
     body = SpeechBody(speech_request, c.VOICE_SAMPLE_RATES[speech_request.voice])
     async with contextlib.aclosing(synthesize(gateway.synthesizer, speech_request)) as chunks:

@@ -22,11 +22,14 @@ FLAG_LAST = 1
 class ProtocolError(Exception):
     """A message the server refuses; sent to the client as an `error` frame."""
 
-    def __init__(self, code: str, message: str, context_id: str | None = None) -> None:
+    def __init__(
+        self, code: str, message: str, context_id: str | None = None, retry_after_ms: int | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.context_id = context_id
+        self.retry_after_ms = retry_after_ms  # when trying again may succeed
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,8 @@ def encode(kind: str, **fields: Any) -> str:
     return json.dumps({"type": kind, **{k: v for k, v in fields.items() if v is not None}}, separators=(",", ":"))
 
 
-def error(code: str, message: str, context_id: str | None = None) -> str:
-    return encode("error", context_id=context_id, code=code, message=message)
+def error(code: str, message: str, context_id: str | None = None, retry_after_ms: int | None = None) -> str:
+    return encode("error", context_id=context_id, code=code, message=message, retry_after_ms=retry_after_ms)
 
 
 def audio_frame(stream: int, seq: int, sample_offset: int, payload: bytes, last: bool) -> bytes:

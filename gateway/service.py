@@ -3,14 +3,24 @@ over them, the live sessions, and the metrics read from them."""
 
 from __future__ import annotations
 
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+
 from aiohttp import web
 
-from .access import KeyFailures
+from python_backends import contract as c
+
+from .access import KeyFailures, log_refusal
 from .backends import Backends
 from .metrics import Metrics
+from .protocol import ProtocolError
 from .session import Limits, Session
 from .settings import Settings
 from .synthesis import Synthesizer
+
+# A hint for a client refused a stream: its own streams end in seconds, not milliseconds.
+STREAM_RETRY_MS = 1000
 
 
 class Gateway:
@@ -20,6 +30,7 @@ class Gateway:
         self.backends = Backends(settings.triton_urls)
         self.key_failures = KeyFailures(settings.max_key_failures)
         self.sessions: dict[Session, str] = {}  # each open session, and its client's address
+        self.http_streams: Counter[str] = Counter()  # HTTP speech requests in flight, by address
         self.metrics = Metrics(
             connections=lambda: len(self.sessions),
             contexts=lambda: sum(len(s.contexts) for s in self.sessions),
@@ -30,6 +41,32 @@ class Gateway:
 
     def connections_from(self, client: str) -> int:
         return sum(1 for address in self.sessions.values() if address == client)
+
+    def streams_from(self, client: str) -> int:
+        """Open contexts on the address's connections, and its HTTP speech requests."""
+        contexts = sum(len(session.contexts) for session, address in self.sessions.items() if address == client)
+        return contexts + self.http_streams[client]
+
+    def stream_refusal(self, client: str) -> ProtocolError | None:
+        """Why `client` may not start another stream now, or None."""
+        cap = self.settings.max_streams_per_client
+        if not cap or self.streams_from(client) < cap:
+            return None
+        log_refusal(f"a stream from {client}: {cap} already open")
+        return ProtocolError(
+            c.TOO_MANY_STREAMS, f"at most {cap} streams at once per client", retry_after_ms=STREAM_RETRY_MS
+        )
+
+    @contextlib.contextmanager
+    def http_stream(self, client: str) -> Iterator[None]:
+        """Count an HTTP speech request among the address's streams while it runs."""
+        self.http_streams[client] += 1
+        try:
+            yield
+        finally:
+            self.http_streams[client] -= 1
+            if not self.http_streams[client]:
+                del self.http_streams[client]
 
 
 GATEWAY = web.AppKey("gateway", Gateway)  # the application's Gateway

@@ -121,10 +121,11 @@ class Session:
 
     def __init__(
         self, limits: Limits, observer: Observer, clock: Callable[[], float] = time.monotonic,
-        session_id: str | None = None,
+        session_id: str | None = None, admit: Callable[[], p.ProtocolError | None] = lambda: None,
     ) -> None:
         self.limits = limits
         self.observer = observer
+        self.admit = admit  # asked before a context opens: the gateway's refusal, if any
         self.clock = clock
         self.id = session_id or uuid.uuid4().hex[:12]
         self.config = p.Config(VOICES[0])
@@ -155,7 +156,7 @@ class Session:
         try:
             return self._handle(self._parse(frame))
         except p.ProtocolError as e:
-            return [self._error(e.code, e.message, e.context_id)]
+            return [self._error(e.code, e.message, e.context_id, e.retry_after_ms)]
         except Exception:
             log.exception("session %s: unexpected error handling a message", self.id)
             return [self._error(c.INTERNAL_ERROR, "the server failed to handle this message")]
@@ -209,6 +210,9 @@ class Session:
     def _open(self, context_id: str) -> Context:
         if len(self.contexts) >= self.limits.max_contexts:
             raise p.ProtocolError(c.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts", context_id)
+        if refusal := self.admit():
+            refusal.context_id = context_id
+            raise refusal
         self._streams = self._streams % 0xFFFF + 1
         cfg = self.config
         encoder = FrameEncoder(self.voice_rate, cfg.sample_rate, cfg.frame_ms, cfg.format)
@@ -317,9 +321,11 @@ class Session:
             channels=1, frame_ms=cfg.frame_ms, voices=list(VOICES),
         ))
 
-    def _error(self, code: str, message: str, context_id: str | None = None) -> Send:
+    def _error(
+        self, code: str, message: str, context_id: str | None = None, retry_after_ms: int | None = None
+    ) -> Send:
         self.observer.error(code)
-        return Send(p.error(code, message, context_id))
+        return Send(p.error(code, message, context_id, retry_after_ms))
 
     def _frames(self, context: Context, payloads: list[bytes], last: bool = False) -> list[Action]:
         encoder = context.encoder

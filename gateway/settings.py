@@ -28,6 +28,10 @@ class Settings:
     )
     max_text_chars: int = _setting(MAX_TEXT_CHARS, "characters per text message, and waiting per context")
     max_contexts: int = _setting(16, "open contexts per connection")
+    max_streams_per_client: int = _setting(
+        32, "streams at once per client address: open contexts on all its connections and HTTP speech requests "
+        "together ('too_many_streams' / HTTP 429 past it); 0 for no cap (behind a proxy all share one address)"
+    )
     max_connections_per_client: int = _setting(
         32, "open WebSocket connections per client address, 0 for no cap (behind a proxy all share one address)"
     )

@@ -48,7 +48,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         return Refusal(HTTPStatus.UPGRADE_REQUIRED, "this path takes a WebSocket upgrade").as_text()
     limit_buffers(request, settings.max_buffered_bytes)
     await ws.prepare(request)
-    connection = Connection(ws, gateway)
+    connection = Connection(ws, gateway, client)
     gateway.sessions[connection.session] = client
     try:
         await connection.run()
@@ -69,10 +69,10 @@ def limit_buffers(request: web.Request, size: int) -> None:
 class Connection:
     """One WebSocket: its session, and a task per synthesis job in flight."""
 
-    def __init__(self, ws: web.WebSocketResponse, gateway: Gateway) -> None:
+    def __init__(self, ws: web.WebSocketResponse, gateway: Gateway, client: str) -> None:
         self.ws = ws
         self.gateway = gateway
-        self.session = Session(gateway.limits, gateway.metrics)
+        self.session = Session(gateway.limits, gateway.metrics, admit=lambda: gateway.stream_refusal(client))
         self.jobs: dict[int, asyncio.Task] = {}
 
     async def run(self) -> None:

@@ -100,9 +100,10 @@ class Servers:
         self._logs = [self.logs["gateway"].open("w"), self.logs["triton"].open("w")]
         self.triton.start(stdout=self._logs[1])
         self.triton.wait_ready()
-        # Every simulated listener comes from 127.0.0.1: lift the per-address cap.
+        # Every simulated listener comes from 127.0.0.1: lift the per-address caps.
         self.gateway, self.port = start_gateway(
-            f"127.0.0.1:{self.triton.grpc_port}", self._logs[0], "--max-connections-per-client", "1024"
+            f"127.0.0.1:{self.triton.grpc_port}", self._logs[0], "--max-connections-per-client", "1024",
+            "--max-streams-per-client", "0",
         )
 
     def stop(self) -> dict[str, float | int | None]:

@@ -195,7 +195,8 @@ def test_metrics_need_the_key(limited):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"http://127.0.0.1:{limited.port}/metrics", timeout=5)
     assert refused.value.code == 401
-    request = urllib.request.Request(f"http://127.0.0.1:{limited.port}/metrics", headers={"Authorization": f"Bearer {KEY}"})
+    url = f"http://127.0.0.1:{limited.port}/metrics"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {KEY}"})
     with urllib.request.urlopen(request, timeout=5) as r:
         assert b"speechstream_errors_total" in r.read()
 
@@ -209,3 +210,29 @@ def test_wrong_keys_are_throttled_per_address(tmp_path_factory):
         assert refusal(gateway, headers={"X-API-Key": KEY}) == 429
         status, error, headers = post(gateway, SPEECH, {**JSON, "X-API-Key": "guess"})
         assert status == 429 and 0 < int(headers["Retry-After"]) <= 60
+
+
+def test_streams_are_capped_per_address_across_connections_and_http(tmp_path_factory):
+    """Contexts on all of an address's connections and its HTTP speech requests count
+    together; past the cap, a context gets `too_many_streams` and a POST 429."""
+
+    async def run(gateway):
+        async with connect(gateway, headers={}) as a, connect(gateway, headers={}) as b:
+            first, second = Recorder(a), Recorder(b)
+            await first.until("ready")
+            await second.until("ready")
+            await first.send(type="text", context_id="c1", text="An unfinished")  # open, nothing to synthesize
+            await second.send(type="text", context_id="c2", text="An unfinished")
+            await second.send(type="text", context_id="c3", text="One too many")
+            refused = await second.until("error", "c3")
+            status, _, headers = await asyncio.to_thread(post, gateway, SPEECH, {"Content-Type": "application/json"})
+            await first.send(type="cancel", context_id="c1")
+            await first.until("cancelled", "c1")
+            after, _, _ = await asyncio.to_thread(post, gateway, SPEECH, {"Content-Type": "application/json"})
+            return refused, status, headers, after
+
+    for gateway in gateway_with(tmp_path_factory, "--max-streams-per-client", "2"):
+        refused, status, headers, after = asyncio.run(run(gateway))
+        assert refused["code"] == c.TOO_MANY_STREAMS and refused["retry_after_ms"] > 0
+        assert status == 429 and int(headers["Retry-After"]) >= 1
+        assert after == 503  # admitted: no Triton behind this gateway

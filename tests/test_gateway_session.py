@@ -204,3 +204,20 @@ def test_abort_stops_every_job_in_flight():
     (a,) = jobs(send(s, type="speak", context_id="a", text="One."))
     (b,) = jobs(send(s, type="speak", context_id="b", text="Two."))
     assert set(s.abort()) == {Stop(a.id), Stop(b.id)} and s.contexts == {}
+
+
+def test_a_context_the_gateway_does_not_admit_gets_its_error_with_a_retry_hint():
+    open_elsewhere = [2]  # the address's streams on its other connections
+
+    def admit():
+        if open_elsewhere[0] >= 2:
+            return p.ProtocolError(c.TOO_MANY_STREAMS, "at most 2 streams at once per client", retry_after_ms=1000)
+        return None
+
+    s = Session(Limits(), Recorder(), admit=admit)
+    (error,) = messages(send(s, type="speak", context_id="a", text="Hello."))
+    assert error == {"type": "error", "context_id": "a", "code": c.TOO_MANY_STREAMS,
+                     "message": "at most 2 streams at once per client", "retry_after_ms": 1000}
+    assert s.contexts == {}
+    open_elsewhere[0] = 1
+    assert jobs(send(s, type="speak", context_id="a", text="Hello."))
