@@ -34,7 +34,7 @@ class Gateway:
         self.metrics = Metrics(
             connections=lambda: len(self.sessions),
             contexts=lambda: sum(len(s.contexts) for s in self.sessions),
-            speaking=lambda: sum(c.busy for s in self.sessions for c in s.contexts.values()),
+            speaking=lambda: sum(ctx.busy for s in self.sessions for ctx in s.contexts.values()),
             backends=self.backends.all,
         )
         self.synthesizer = Synthesizer(self.backends, settings.stage_timeout_s, self.metrics.triton_first_response)
