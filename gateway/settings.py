@@ -50,6 +50,10 @@ class Settings:
         10.0, "seconds between readiness probes (a word synthesized through every stage of each Triton); "
         "0 for none, when /readyz trusts Triton's own readiness"
     )
+    send_timeout_s: float = _setting(
+        60.0, "seconds a connection's audio may wait for its client to read before the connection is dropped "
+        "(its synthesis pauses meanwhile); 0 for never"
+    )
     idle_timeout_s: float = _setting(
         300.0, "seconds without a message, and nothing to speak, before a connection is closed; 0 for never"
     )

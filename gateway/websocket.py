@@ -18,7 +18,7 @@ from aiohttp import WSMsgType, web
 
 from python_backends import contract as c
 
-from .access import Refusal, refused_origin, too_many_connections, unauthorized
+from .access import Refusal, log_refusal, refused_origin, too_many_connections, unauthorized
 from .service import GATEWAY, Gateway
 from .session import Action, Close, Job, Send, Session, Stop, Synthesize
 from .synthesis import SynthesisFailed
@@ -48,7 +48,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         return Refusal(HTTPStatus.UPGRADE_REQUIRED, "this path takes a WebSocket upgrade").as_text()
     limit_buffers(request, settings.max_buffered_bytes)
     await ws.prepare(request)
-    connection = Connection(ws, gateway, client)
+    connection = Connection(ws, gateway, client, request.transport)
     gateway.sessions[connection.session] = client
     try:
         await connection.run()
@@ -69,9 +69,13 @@ def limit_buffers(request: web.Request, size: int) -> None:
 class Connection:
     """One WebSocket: its session, and a task per synthesis job in flight."""
 
-    def __init__(self, ws: web.WebSocketResponse, gateway: Gateway, client: str) -> None:
+    def __init__(
+        self, ws: web.WebSocketResponse, gateway: Gateway, client: str, transport: asyncio.Transport
+    ) -> None:
         self.ws = ws
         self.gateway = gateway
+        self.client = client
+        self.transport = transport
         self.session = Session(gateway.limits, gateway.metrics, admit=lambda: gateway.stream_refusal(client))
         self.jobs: dict[int, asyncio.Task] = {}
 
@@ -114,10 +118,17 @@ class Connection:
                 await self.ws.close(code=action.code, message=action.reason.encode())
 
     async def send(self, data: str | bytes) -> None:
+        """Send, waiting while the write buffer is full; a client that reads nothing for
+        the send timeout is dropped (closing politely would wait on the same buffer)."""
         if self.ws.closed:
             raise ConnectionClosed
+        sending = self.ws.send_str(data) if isinstance(data, str) else self.ws.send_bytes(data)
         try:
-            await (self.ws.send_str(data) if isinstance(data, str) else self.ws.send_bytes(data))
+            await asyncio.wait_for(sending, self.gateway.settings.send_timeout_s or None)
+        except asyncio.TimeoutError:  # not the builtin on Python 3.10
+            log_refusal(f"a client that read nothing for {self.gateway.settings.send_timeout_s:g} s from {self.client}")
+            self.transport.abort()
+            raise ConnectionClosed from None
         except ConnectionError as e:  # aiohttp's ClientConnectionResetError among them
             raise ConnectionClosed from e
 

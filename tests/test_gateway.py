@@ -10,6 +10,7 @@ import opuslib
 import psutil
 import pytest
 import soxr
+import websockets
 
 from gateway.client import Recorder, connection
 from perf.servers import start_gateway, stop
@@ -17,6 +18,8 @@ from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.triton_client import inference_count, stream
 from python_backends.voice import sample_rate
+
+from .test_triton_faults import active_tts_requests
 
 pytestmark = pytest.mark.triton
 
@@ -37,10 +40,22 @@ def impatient(triton, tmp_path_factory):
     yield from gateway_with(triton, tmp_path_factory, "--idle-timeout", str(IDLE_S))
 
 
+SEND_TIMEOUT_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def drops_non_readers(triton, tmp_path_factory):
+    yield from gateway_with(
+        triton, tmp_path_factory, "--max-buffered-bytes", str(BUFFERED_BYTES), "--send-timeout", str(SEND_TIMEOUT_S),
+        "--probe-interval", "0",
+    )
+
+
 @pytest.fixture(scope="module")
 def small_buffers(triton, tmp_path_factory):
     yield from gateway_with(
-        triton, tmp_path_factory, "--max-buffered-bytes", str(BUFFERED_BYTES), "--probe-interval", "0"  # counts inferences
+        # No probes: the test counts inferences.
+        triton, tmp_path_factory, "--max-buffered-bytes", str(BUFFERED_BYTES), "--probe-interval", "0"
     )
 
 
@@ -250,3 +265,32 @@ def test_a_client_that_stops_reading_pauses_its_synthesis(small_buffers, triton)
     assert counts[-1] > 0 and counts[-1] < 0.6 * total  # paused well before the end
     assert done["audio_ms"] > 90_000 and frames[-1].last and [f.seq for f in frames] == list(range(len(frames)))
     assert rss_growth < 20 * 2**20
+
+
+def test_a_client_that_reads_nothing_is_dropped_and_nobody_else_notices(drops_non_readers, triton):
+    """Its synthesis pauses once its buffers are full; after the send timeout its
+    connection is dropped and its Triton work ends, while another client speaks."""
+
+    async def run():
+        sock = socket.create_connection(("127.0.0.1", drops_non_readers.port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        async with connection(drops_non_readers.url, sock=sock) as ws:
+            reader = Recorder(ws)
+            await reader.until("ready")
+            await reader.send(type="speak", context_id="c1", text=workload("long"))
+            started = time.monotonic()
+            async with connection(drops_non_readers.url) as other:
+                bystander = Recorder(other)
+                await bystander.until("ready")
+                await bystander.send(type="speak", context_id="b", text="Meanwhile, I speak.")
+                done = await bystander.until("done", "b", timeout=30)
+            await asyncio.sleep(max(0.0, SEND_TIMEOUT_S + 3 - (time.monotonic() - started)))
+            with pytest.raises(websockets.ConnectionClosed):
+                await reader.until("done", "c1", timeout=30)  # what was buffered, then the reset
+        deadline = time.monotonic() + 10
+        while active_tts_requests(triton.metrics_port) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return done, active_tts_requests(triton.metrics_port)
+
+    done, active = asyncio.run(run())
+    assert done["audio_ms"] > 0 and active == 0
