@@ -14,7 +14,8 @@ import pytest
 
 from gateway.client import SpeechClient, SpeechError
 from perf.servers import free_ports, stop, wait_for_http
-from python_backends.contract import PROTOCOL_PATH
+from perf.workloads import workload
+from python_backends.contract import PROTOCOL_PATH, SYNTHESIS_FAILED
 from python_backends.launcher import SHM_PREFIX
 
 pytestmark = pytest.mark.triton
@@ -67,10 +68,35 @@ def seconds_until_it_speaks(url: str, limit: float) -> float:
     return time.monotonic() - started
 
 
-def test_recovers_from_a_killed_stub_and_a_killed_tritonserver_and_leaves_nothing(tmp_path):
+async def stop_mid_stream(url: str, stub: psutil.Process, seconds: float) -> str:
+    """Stop `stub` (SIGSTOP) for `seconds` while a long text streams, then continue it;
+    how the stream ended: `done` or its error code."""
+    async with asyncio.timeout(60), await SpeechClient.connect(url) as client:
+        context = client.context()
+        await context.speak(workload("long"))
+        events = 0
+        try:
+            async for _ in context.events():
+                events += 1
+                if events == 20:
+                    stub.send_signal(signal.SIGSTOP)
+                    await asyncio.sleep(seconds)
+                    stub.send_signal(signal.SIGCONT)
+        except SpeechError as e:
+            return e.code
+        return "done"
+
+
+def vocoder_stub(serve: subprocess.Popen) -> psutil.Process:
+    """One of the vocoder's instances."""
+    return next(s for s in triton_tree(serve)[1] if any("/vocoder/1/model.py" in a for a in s.cmdline()))
+
+
+def test_recovers_from_stopped_and_killed_stubs_and_a_killed_tritonserver_and_leaves_nothing(tmp_path):
     """The supervisor in speechstream-serve restarts Triton when a stub dies (Triton 2.51
-    never answers for that model again) or tritonserver itself dies; the gateway finds it
-    again. After the stop, none of its processes and no shared memory of theirs remain."""
+    never answers for that model again; a stub stopped for 3 s and continued ends in a
+    crash) or tritonserver itself dies; the gateway finds it again. After the stop, none
+    of its processes and no shared memory of theirs remain."""
     gateway, http, grpc, metrics = free_ports(4)
     cmd = [sys.executable, "-m", "gateway.serve", "--port", str(gateway), "--triton-http-port", str(http),
            "--triton-grpc-port", str(grpc), "--triton-metrics-port", str(metrics),
@@ -83,8 +109,11 @@ def test_recovers_from_a_killed_stub_and_a_killed_tritonserver_and_leaves_nothin
         wait_for_http(f"http://127.0.0.1:{gateway}/readyz", serve, 120, log_path)
         triton, stubs = triton_tree(serve)
         seen |= {triton.pid, *(s.pid for s in stubs)}
-        vocoders = [s for s in stubs if any("/vocoder/1/model.py" in a for a in s.cmdline())]
-        vocoders[0].kill()  # one of its instances
+        assert asyncio.run(stop_mid_stream(url, vocoder_stub(serve), 3)) in ("done", SYNTHESIS_FAILED)
+        assert seconds_until_it_speaks(url, 20) < 20
+        triton, stubs = triton_tree(serve)
+        seen |= {triton.pid, *(s.pid for s in stubs)}
+        vocoder_stub(serve).kill()
         assert seconds_until_it_speaks(url, 10) < 10
         triton, stubs = triton_tree(serve)
         seen |= {triton.pid, *(s.pid for s in stubs)}
@@ -95,7 +124,8 @@ def test_recovers_from_a_killed_stub_and_a_killed_tritonserver_and_leaves_nothin
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(60) == 0
         assert "restarting tritonserver" in log_path.read_text()
-        assert not [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        running = [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert not running
         assert not [r for r in regions if Path("/dev/shm", r).exists()]
     finally:
         if serve.poll() is None:
