@@ -37,7 +37,10 @@ async def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stopping.set)
         # Restarts Triton when it exits or a stub dies; returns once stopping is set.
         supervisor = asyncio.create_task(asyncio.to_thread(triton.supervise, stopping))
-        await asyncio.wait([gateway, supervisor], return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait([gateway, supervisor], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if not stopping.is_set() and task.exception():
+                log.error("stopping: %r", task.exception())
         log.info("stopping")
         gateway.cancel()
         return 0

@@ -11,6 +11,7 @@ behind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shutil
@@ -154,11 +155,13 @@ class TritonServer:
         raise TimeoutError(f"tritonserver not ready after {timeout:.0f} s on port {self.http_port}")
 
     def stubs(self) -> list[psutil.Process]:
-        """The Python backend stubs alive now (one per model instance)."""
+        """The Python backend stubs alive now (one per model instance): the server's
+        children, and those it had when it became ready, which outlive a killed server."""
         try:
-            return [p for p in psutil.Process(self.process.pid).children(recursive=True) if alive(p)]
+            children = psutil.Process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:
-            return []
+            children = []
+        return [p for p in {*children, *self._stubs} if alive(p)]
 
     def fault(self) -> str | None:
         """Why the server cannot serve (it exited, a stub died), or None."""
@@ -186,7 +189,8 @@ class TritonServer:
                 self.process.wait()
         left = [stub for stub in stubs if alive(stub)]
         for stub in left:
-            stub.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                stub.kill()
         psutil.wait_procs(left, timeout=10)
         stale = [region for region in regions if region.exists()]
         for region in stale:
@@ -200,7 +204,8 @@ class TritonServer:
         stubs = self.stubs()
         regions = stub_regions(stubs)
         for stub in stubs:
-            stub.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):  # it may die meanwhile
+                stub.kill()
         self.process.kill()  # a no-op when it has exited
         self.process.wait()
         psutil.wait_procs(stubs, timeout=10)
@@ -219,8 +224,8 @@ class TritonServer:
                 continue
             try:
                 self.restart(why)
-            except (RuntimeError, TimeoutError, OSError) as e:
-                log.error("restart failed: %s", e)
+            except Exception:  # whatever went wrong, the supervisor must go on
+                log.exception("restarting tritonserver failed; trying again")
 
 
 def alive(process: psutil.Process) -> bool:
