@@ -91,8 +91,10 @@ async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest):
     (segmenter.batches): each request is synthesized to its end, so this bounds the work
     for a client that stops reading."""
     for batch in batches(split_sentences(speech_request.text, c.MAX_SENTENCE_CHARS)):
-        async for chunk in synthesizer.synthesize([s.text for s in batch], speech_request.voice_params):
-            yield chunk
+        request = synthesizer.synthesize([s.text for s in batch], speech_request.voice_params)
+        async with contextlib.aclosing(request) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
 
 async def read_speech_request(request: web.Request, settings: Settings, key_failures: KeyFailures) -> SpeechRequest:

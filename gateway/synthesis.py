@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 
 import grpc
@@ -120,8 +121,10 @@ class Synthesizer:
         backend = self.backends.acquire()
         try:
             request = tts_request(sentences, params)
-            async for chunk in _stream(backend.client, request, self.progress_s, self._first_response):
-                yield chunk
+            # Closed at once when the reader stops (a cancel, a client gone): that ends the call.
+            async with aclosing(_stream(backend.client, request, self.progress_s, self._first_response)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
         except SynthesisFailed as e:
             log.warning("Triton %s failed a request: %s", backend.url, e.message)
             raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from contextlib import aclosing
 from http import HTTPStatus
 
 from aiohttp import WSMsgType, web
@@ -137,8 +138,10 @@ class Connection:
         session = self.session
         try:
             texts = [s.text for s in job.sentences]
-            async for chunk in self.gateway.synthesizer.synthesize(texts, job.voice_params):
-                await self.act(session.audio(job.id, chunk.pcm, chunk.sentence_index, chunk.words))
+            # Closed at once when this task is cancelled (Stop), which cancels the request in Triton.
+            async with aclosing(self.gateway.synthesizer.synthesize(texts, job.voice_params)) as chunks:
+                async for chunk in chunks:
+                    await self.act(session.audio(job.id, chunk.pcm, chunk.sentence_index, chunk.words))
             after = session.finished(job.id)
         except SynthesisFailed as e:
             after = session.failed(job.id, e.code, e.message)
