@@ -26,7 +26,7 @@ STREAM_RETRY_MS = 1000
 class Gateway:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.limits = Limits(settings.max_text_chars, settings.max_contexts, settings.max_message_bytes)
+        self.limits = Limits.of(settings)
         self.backends = Backends(settings.triton_urls)
         self.key_failures = KeyFailures(settings.max_key_failures)
         self.sessions: dict[Session, str] = {}  # each open session, and its client's address

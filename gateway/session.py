@@ -32,6 +32,7 @@ from python_backends.text import Sentence
 from . import protocol as p
 from .audio import FrameEncoder
 from .segmenter import Segmenter, batches
+from .settings import Settings
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -45,11 +46,15 @@ class Mark(enum.Enum):
 
 @dataclass(frozen=True)
 class Limits:
-    """The per-connection limits a session enforces (from the gateway's settings)."""
+    """The per-connection limits a session enforces; the defaults are the settings'."""
 
-    max_text_chars: int = c.MAX_TEXT_CHARS
-    max_contexts: int = 16
-    max_message_bytes: int = 256 * 1024
+    max_text_chars: int = Settings.max_text_chars
+    max_contexts: int = Settings.max_contexts
+    max_message_bytes: int = Settings.max_message_bytes
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        return cls(settings.max_text_chars, settings.max_contexts, settings.max_message_bytes)
 
 
 class Observer(Protocol):

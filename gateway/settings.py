@@ -44,7 +44,7 @@ class Settings:
     )
     stage_timeout_s: float = _setting(
         20.0, "seconds Triton may take for a stream's next chunk before the stream fails with 'synthesis_failed' "
-        "(a stage that died or hangs); the wait for a slow client does not count"
+        "(a stage that died or hangs); the wait for a slow client does not count; 0 for never"
     )
     probe_interval_s: float = _setting(
         10.0, "seconds between readiness probes (a word synthesized through every stage of each Triton); "

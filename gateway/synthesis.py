@@ -44,6 +44,17 @@ class TtsChunk:
     words: list[tuple[str, int, int]]  # (word, start, end sample of this request's audio)
 
 
+# How a call fails when Triton cannot be reached (or goes away mid-call).
+UNREACHABLE = (grpc.aio.AioRpcError, ConnectionError, OSError)
+
+
+def unreachable(error: Exception) -> str:
+    """Why Triton could not be reached, in a line or more."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error) or type(error).__name__
+
+
 PROBE_TEXT = "Ready."  # what a readiness probe synthesizes: one word, through every stage
 _PARAM_TYPES = {
     p.name: triton_to_np_dtype(p.triton_type.removeprefix("TYPE_")) for p in c.VOICE_PARAMS + c.CHUNK_PARAMS
@@ -83,7 +94,7 @@ async def _stream(
     try:
         while True:
             try:
-                result, error = await asyncio.wait_for(anext(responses), progress_s)
+                result, error = await asyncio.wait_for(anext(responses), progress_s or None)
             except StopAsyncIteration:
                 raise ConnectionError("Triton closed the stream") from None
             except asyncio.TimeoutError:  # not the builtin on Python 3.10
@@ -128,9 +139,9 @@ class Synthesizer:
         except SynthesisFailed as e:
             log.warning("Triton %s failed a request: %s", backend.url, e.message)
             raise
-        except (grpc.aio.AioRpcError, ConnectionError, OSError) as e:
-            why = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else str(e)
-            backend.mark(False, why.splitlines()[0] if why else type(e).__name__)
+        except UNREACHABLE as e:
+            why = unreachable(e)
+            backend.mark(False, why.splitlines()[0])
             raise SynthesisFailed(c.BACKEND_UNAVAILABLE, f"Triton unavailable: {why}") from None
         finally:
             self.backends.release(backend)
@@ -143,8 +154,8 @@ class Synthesizer:
                 pass
         except SynthesisFailed as e:
             backend.probed(e.message)
-        except (grpc.aio.AioRpcError, ConnectionError, OSError) as e:
-            backend.probed(f"Triton unavailable: {type(e).__name__}")
+        except UNREACHABLE as e:
+            backend.probed(f"Triton unavailable: {unreachable(e).splitlines()[0]}")
         else:
             backend.probed(None)
 
