@@ -2,6 +2,7 @@
 when one is killed mid-run the other carries on and takes every new context."""
 
 import asyncio
+import time
 import urllib.request
 
 import pytest
@@ -47,6 +48,10 @@ def test_contexts_spread_across_two_tritons_and_survive_losing_one(two_tritons, 
     with (tmp_path / "gateway.log").open("w") as log:
         gateway, port = start_gateway(",".join(urls), log)
         try:
+            deadline = time.monotonic() + 10  # /readyz answers once one server passed its probe: wait for both
+            while set(readiness(port)[1]["backends"].values()) != {"ready"}:
+                assert time.monotonic() < deadline, readiness(port)
+                time.sleep(0.1)
             run(a, b, urls, port)
         finally:
             stop(gateway)
