@@ -34,7 +34,7 @@ async def run(args: argparse.Namespace) -> int:
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stopping.set)
+            loop.add_signal_handler(sig, lambda sig=sig: (log.info("received %s", sig.name), stopping.set()))
         # Restarts Triton when it exits or a stub dies; returns once stopping is set.
         supervisor = asyncio.create_task(asyncio.to_thread(triton.supervise, stopping))
         done, _ = await asyncio.wait([gateway, supervisor], return_when=asyncio.FIRST_COMPLETED)

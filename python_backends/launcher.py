@@ -131,7 +131,11 @@ class TritonServer:
             log.warning("removed %d shared-memory regions left by Triton processes that are gone", removed)
         log.info("starting %s", " ".join(self.command()))
         self._stdout = stdout
-        self.process = subprocess.Popen(self.command(), env=server_environment(), stdout=stdout, stderr=subprocess.STDOUT)
+        # A session of its own: a signal Triton or a dying stub sends to its process group
+        # does not reach the supervisor, which stops Triton itself.
+        self.process = subprocess.Popen(
+            self.command(), env=server_environment(), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def is_ready(self) -> bool:
         url = f"http://{self.host}:{self.http_port}/v2/health/ready"
