@@ -1,6 +1,6 @@
-"""Who may use the gateway: the API key, the browser Origin allow-list and the
-per-client connection cap. Each check answers with a `Refusal` (None: go on), which the
-WebSocket upgrade sends as plain text and the OpenAI-style API as its JSON error."""
+"""Who may use the gateway: the API key and the browser Origin allow-list. Each check
+answers with a `Refusal` (None: go on), which the WebSocket upgrade sends as plain text
+and the OpenAI-style API as its JSON error."""
 
 from __future__ import annotations
 
@@ -29,6 +29,14 @@ class Refusal:
 
     def as_text(self) -> web.Response:
         return web.Response(status=self.status.value, text=self.message + "\n", headers=self.headers)
+
+    def as_http(self) -> bytes:
+        """A whole HTTP/1.1 response that ends the connection, for a refusal made before
+        any request is read."""
+        body = (self.message + "\n").encode()
+        head = [f"HTTP/1.1 {self.status.value} {self.status.phrase}", "Content-Type: text/plain; charset=utf-8",
+                f"Content-Length: {len(body)}", "Connection: close", *(f"{k}: {v}" for k, v in self.headers.items())]
+        return "\r\n".join(head).encode() + b"\r\n\r\n" + body
 
 
 def json_response(status: HTTPStatus, body: dict) -> web.Response:
@@ -103,15 +111,6 @@ def refused_origin(request: web.Request, settings: Settings) -> Refusal | None:
         return None
     log_refusal(f"a request to {request.path} from Origin {origin}")
     return Refusal(HTTPStatus.FORBIDDEN, "this Origin is not allowed")
-
-
-def too_many_connections(client: str, open_now: int, settings: Settings) -> Refusal | None:
-    """429 for a client address at its connection cap (0: no cap)."""
-    cap = settings.max_connections_per_client
-    if not cap or open_now < cap:
-        return None
-    log_refusal(f"a connection from {client}: {open_now} already open")
-    return Refusal(HTTPStatus.TOO_MANY_REQUESTS, f"at most {cap} connections per client")
 
 
 def presented_key(request: web.Request) -> str:

@@ -4,6 +4,7 @@ formats are sans I/O in speech_api.py; this is their aiohttp shell."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -36,6 +37,7 @@ FAILURE_STATUS = {
 METRIC_CODES = {
     HTTPStatus.UNAUTHORIZED: "unauthorized", HTTPStatus.FORBIDDEN: "forbidden_origin",
     HTTPStatus.REQUEST_ENTITY_TOO_LARGE: c.MESSAGE_TOO_LARGE, HTTPStatus.UNSUPPORTED_MEDIA_TYPE: c.INVALID_MESSAGE,
+    HTTPStatus.REQUEST_TIMEOUT: "request_timeout",
 }
 
 
@@ -108,7 +110,10 @@ async def read_speech_request(request: web.Request, settings: Settings, key_fail
             f"the body must be application/json, not {request.content_type}", status=HTTPStatus.UNSUPPORTED_MEDIA_TYPE
         )
     try:
-        raw = await request.read()
+        raw = await asyncio.wait_for(request.read(), settings.body_timeout_s or None)
+    except asyncio.TimeoutError:  # not the builtin on Python 3.10
+        raise ApiError(f"the body did not arrive within {settings.body_timeout_s:g} s",
+                       status=HTTPStatus.REQUEST_TIMEOUT) from None
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(
             f"the body is over {settings.max_message_bytes} bytes", status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 
 from aiohttp import web
 
@@ -18,6 +19,7 @@ from python_backends import contract as c
 from . import http_api
 from . import settings as s
 from .backends import HEALTH_INTERVAL_S
+from .listener import listen
 from .service import GATEWAY, Gateway
 from .settings import Settings
 from .websocket import stream
@@ -43,16 +45,31 @@ def application(gateway: Gateway) -> web.Application:
 async def serve_forever(settings: Settings) -> None:
     gateway = Gateway(settings)
     watch = asyncio.create_task(gateway.synthesizer.watch(HEALTH_INTERVAL_S, settings.probe_interval_s))
-    runner = web.AppRunner(application(gateway), access_log=None)
+    # aiohttp's keepalive timeout runs from the connection's start until a request's head
+    # is read, and between requests: the bound on slow and silent clients.
+    runner = web.AppRunner(application(gateway), access_log=None, keepalive_timeout=settings.header_timeout_s)
     await runner.setup()
+    raise_open_file_limit(settings.max_connections)
+    listener = await listen(runner.server, settings)
     try:
-        await web.TCPSite(runner, settings.host, settings.port).start()
         log.info("gateway on http://%s:%d (WebSocket %s), Triton at %s", settings.host, settings.port,
                  c.PROTOCOL_PATH, ", ".join(settings.triton_urls))
         await asyncio.Event().wait()
     finally:
         watch.cancel()
+        listener.close()
         await runner.cleanup()
+
+
+def raise_open_file_limit(connections: int) -> None:
+    """Raise the soft limit on open files to the hard one: each connection is a file, and
+    a process out of them cannot even refuse a connection politely."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if hard != resource.RLIM_INFINITY and (not connections or connections + 256 > hard):
+        log.warning("the open-file limit (%d) leaves too little room for --max-connections %d: lower it, or "
+                    "raise the limit (ulimit -n)", hard, connections)
 
 
 def main(argv: list[str] | None = None) -> None:

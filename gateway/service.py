@@ -39,9 +39,6 @@ class Gateway:
         )
         self.synthesizer = Synthesizer(self.backends, settings.stage_timeout_s, self.metrics.triton_first_response)
 
-    def connections_from(self, client: str) -> int:
-        return sum(1 for address in self.sessions.values() if address == client)
-
     def streams_from(self, client: str) -> int:
         """Open contexts on the address's connections, and its HTTP speech requests."""
         contexts = sum(len(session.contexts) for session, address in self.sessions.items() if address == client)

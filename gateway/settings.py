@@ -32,9 +32,18 @@ class Settings:
         32, "streams at once per client address: open contexts on all its connections and HTTP speech requests "
         "together ('too_many_streams' / HTTP 429 past it); 0 for no cap (behind a proxy all share one address)"
     )
-    max_connections_per_client: int = _setting(
-        32, "open WebSocket connections per client address, 0 for no cap (behind a proxy all share one address)"
+    max_connections: int = _setting(
+        1000, "open connections (HTTP and WebSocket) in all; past it a new one gets 503 and is closed (0 for no cap)"
     )
+    max_connections_per_client: int = _setting(
+        32, "open connections (HTTP and WebSocket) per client address; past it a new one gets 429 and is closed "
+        "(0 for no cap; behind a proxy all share one address)"
+    )
+    header_timeout_s: float = _setting(
+        10.0, "seconds a connection may take to send a request's head, or sit idle between requests, before "
+        "it is closed (slow or silent clients)"
+    )
+    body_timeout_s: float = _setting(10.0, "seconds a speech request's body may take to arrive (408 past it)")
     max_message_bytes: int = _setting(
         256 * 1024, "larger client messages get 'message_too_large'; 4 times this closes the connection (1009)"
     )

@@ -19,7 +19,7 @@ from aiohttp import WSMsgType, web
 
 from python_backends import contract as c
 
-from .access import Refusal, log_refusal, refused_origin, too_many_connections, unauthorized
+from .access import Refusal, log_refusal, refused_origin, unauthorized
 from .service import GATEWAY, Gateway
 from .session import Action, Close, Job, Send, Session, Stop, Synthesize
 from .synthesis import SynthesisFailed
@@ -34,11 +34,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     """Admit the client, then speak protocol v1 until it leaves."""
     gateway = request.app[GATEWAY]
     settings = gateway.settings
-    client = request.remote or ""
-    if refusal := (
-        unauthorized(request, settings, gateway.key_failures) or refused_origin(request, settings)
-        or too_many_connections(client, gateway.connections_from(client), settings)
-    ):
+    if refusal := unauthorized(request, settings, gateway.key_failures) or refused_origin(request, settings):
         return refusal.as_text()
     ws = web.WebSocketResponse(
         max_msg_size=settings.max_frame_bytes,  # past it: close 1009
@@ -49,6 +45,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         return Refusal(HTTPStatus.UPGRADE_REQUIRED, "this path takes a WebSocket upgrade").as_text()
     limit_buffers(request, settings.max_buffered_bytes)
     await ws.prepare(request)
+    client = request.remote or ""
     connection = Connection(ws, gateway, client, request.transport)
     gateway.sessions[connection.session] = client
     try:

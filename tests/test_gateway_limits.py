@@ -4,7 +4,10 @@ synthesis is needed (the rules that need it, idle-while-speaking and backpressur
 in test_gateway.py)."""
 
 import asyncio
+import base64
 import json
+import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +24,7 @@ ORIGIN = "http://app.example"
 PER_CLIENT = 3
 MESSAGE_BYTES = 4096
 IDLE_S = 1.5
+HEAD_S = 1.0
 
 
 def gateway_with(tmp_path_factory, *flags):
@@ -43,7 +47,10 @@ def limited(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def impatient(tmp_path_factory):
-    yield from gateway_with(tmp_path_factory, "--api-key", KEY, "--idle-timeout", str(IDLE_S))
+    yield from gateway_with(
+        tmp_path_factory, "--api-key", KEY, "--idle-timeout", str(IDLE_S), "--header-timeout", str(HEAD_S),
+        "--body-timeout", str(HEAD_S),
+    )
 
 
 def url(gateway, query=""):
@@ -99,7 +106,7 @@ def test_health_readiness_and_page_need_no_key(limited):
     assert all(state.startswith("down: ") for state in body["backends"].values())
 
 
-def test_connections_per_client_address_are_capped(limited):
+def test_websocket_connections_per_client_address_are_capped(limited):
     async def run():
         held = [await connect(limited) for _ in range(PER_CLIENT)]
         with pytest.raises(websockets.InvalidStatus) as refused:
@@ -236,3 +243,128 @@ def test_streams_are_capped_per_address_across_connections_and_http(tmp_path_fac
         assert refused["code"] == c.TOO_MANY_STREAMS and refused["retry_after_ms"] > 0
         assert status == 429 and int(headers["Retry-After"]) >= 1
         assert after == 503  # admitted: no Triton behind this gateway
+
+
+def raw(gateway, source: str = "127.0.0.1") -> socket.socket:
+    return socket.create_connection(("127.0.0.1", gateway.port), timeout=10, source_address=(source, 0))
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything the gateway sends until it closes the connection."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def healthz(sock: socket.socket) -> bytes:
+    """The status line of GET /healthz on an open connection."""
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\n\r\n")
+    return sock.recv(65536).split(b"\r\n")[0]
+
+
+def test_connections_of_any_kind_are_capped_per_address(limited):
+    """Idle keep-alive HTTP connections count too; another address is not refused."""
+    held = [raw(limited) for _ in range(PER_CLIENT)]
+    assert all(healthz(s) == b"HTTP/1.1 200 OK" for s in held)
+    with raw(limited) as refused:
+        response = read_all(refused)
+    assert response.startswith(b"HTTP/1.1 429 ") and b"Retry-After: 1" in response
+    with raw(limited, source="127.0.0.2") as other:
+        assert healthz(other) == b"HTTP/1.1 200 OK"
+    for s in held:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory):
+    yield from gateway_with(tmp_path_factory, "--max-connections", "4", "--max-connections-per-client", "0")
+
+
+def test_connections_are_capped_in_all(crowded):
+    held = [raw(crowded, source=f"127.0.0.{i + 1}") for i in range(4)]
+    assert all(healthz(s) == b"HTTP/1.1 200 OK" for s in held)
+    with raw(crowded, source="127.0.0.9") as refused:
+        assert read_all(refused).startswith(b"HTTP/1.1 503 ")
+    held.pop().close()
+    deadline = time.monotonic() + 10
+    while True:  # the gateway counts the closed connection out as soon as it sees it
+        with raw(crowded, source="127.0.0.9") as again:
+            status = healthz(again)
+        if status == b"HTTP/1.1 200 OK" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert status == b"HTTP/1.1 200 OK"
+    for s in held:
+        s.close()
+
+
+def test_a_slow_request_head_is_cut_off(impatient):
+    with raw(impatient) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gat")
+        started = time.monotonic()
+        assert read_all(sock) == b""
+        assert HEAD_S * 0.9 <= time.monotonic() - started < HEAD_S + 8
+
+
+def test_a_slow_body_gets_408(impatient):
+    with raw(impatient) as sock:
+        sock.sendall(f"POST /v1/audio/speech HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+                     f"X-API-Key: {KEY}\r\nContent-Length: 100\r\n\r\n{{\"model\"".encode())
+        response = sock.recv(65536)
+    head, body = response.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 408 ") and b"did not arrive" in body
+
+
+def handshake(gateway) -> socket.socket:
+    """A WebSocket on a plain socket, past the handshake and the `ready` frame: frames
+    sent on it are exactly as written (a client library masks every frame)."""
+    sock = raw(gateway)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET {c.PROTOCOL_PATH} HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\n"
+                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                  f"X-API-Key: {KEY}\r\n\r\n").encode())
+    data = b""
+    while b'"ready"' not in data:
+        data += sock.recv(65536)
+    assert data.startswith(b"HTTP/1.1 101 ")
+    return sock
+
+
+CONFIG = json.dumps({"type": "config", "format": "pcm_s16le"}).encode()
+
+
+def close_code(data: bytes) -> int:
+    """The code of the close frame that ends what the server sent."""
+    close = data[data.rindex(b"\x88"):]
+    return int.from_bytes(close[2:4], "big")
+
+
+def test_an_unmasked_frame_closes_the_connection_with_1002(limited):
+    from websockets.frames import Frame, Opcode
+
+    with handshake(limited) as sock:
+        sock.sendall(Frame(Opcode.TEXT, CONFIG).serialize(mask=True))  # masked: answered
+        data = b""
+        while b'"pcm_s16le"' not in data:
+            data += sock.recv(65536)
+        sock.sendall(Frame(Opcode.TEXT, CONFIG).serialize(mask=False))
+        assert close_code(read_all(sock)) == 1002
+
+
+def test_a_ping_flood_closes_the_connection_with_1008(limited):
+    """A few pings are answered; hundreds in a row close the connection, and only it."""
+
+    async def run():
+        async with connect(limited) as bystander, connect(limited) as flooder:
+            assert json.loads(await flooder.recv())["type"] == "ready"
+            await asyncio.wait_for(asyncio.gather(*[await flooder.ping() for _ in range(5)]), 10)
+            with pytest.raises(websockets.ConnectionClosedError):
+                for _ in range(500):
+                    await flooder.ping()
+                await flooder.recv()
+            await bystander.send(CONFIG.decode())
+            ready = [json.loads(await bystander.recv()) for _ in range(2)][-1]
+            return flooder.protocol.close_rcvd.code, ready["format"]
+
+    assert asyncio.run(run()) == (1008, "pcm_s16le")
