@@ -38,6 +38,13 @@ class Stream:
         return self.arrivals[-1][1]
 
     @property
+    def stall_free_start_s(self) -> float:
+        """L_sf: the latest, over the pieces of audio, of arrival − sent − the piece's start
+        in media time. A player that starts this long after the request never stalls."""
+        starts = [0.0] + [end for _, end in self.arrivals[:-1]]
+        return max(at - self.sent - start for (at, _), start in zip(self.arrivals, starts))
+
+    @property
     def rtf(self) -> float:
         """Synthesis wall time (sent → last audio) ÷ audio duration."""
         return (self.arrivals[-1][0] - self.sent) / self.audio_s

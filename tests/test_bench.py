@@ -39,6 +39,15 @@ def test_ttfp_rtf_and_audio_of_a_stream():
     assert s.rtf == pytest.approx(0.52)
 
 
+def test_stall_free_start_is_the_latest_arrival_against_its_media_time():
+    fast = steady(sent=0.0, first=0.1, n=50, every=0.01)  # ahead of real time after the first
+    assert fast.stall_free_start_s == pytest.approx(0.1)
+    slow = steady(sent=0.0, first=0.1, n=50, every=0.03)  # 30 ms per 20 ms frame: falls behind
+    assert slow.stall_free_start_s == pytest.approx(0.1 + 49 * 0.01)  # the last frame, 49 × 10 ms behind
+    late = Stream(0.0, [(0.05, 0.02), (0.5, 0.04), (0.51, 1.0)])  # the second frame, due at 0.02 s
+    assert late.stall_free_start_s == pytest.approx(0.48)
+
+
 def test_throughput_is_all_audio_over_the_wall_from_first_send_to_last_audio():
     a = steady(sent=0.0, first=0.1, n=50, every=0.01)  # 1 s of audio, ends at 0.59
     b = steady(sent=0.5, first=0.6, n=100, every=0.01)  # 2 s of audio, ends at 1.59
