@@ -55,16 +55,18 @@ async def speech(request: web.Request) -> web.StreamResponse:
         error = ApiError(refusal.message, status=HTTPStatus.TOO_MANY_REQUESTS, headers={"Retry-After": retry_s})
         return api_error(gateway, refusal.code, error)
     with gateway.http_stream(client):
-        return await stream_speech(request, gateway, speech_request)
+        return await stream_speech(request, gateway, speech_request, client)
 
 
-async def stream_speech(request: web.Request, gateway: Gateway, speech_request: SpeechRequest) -> web.StreamResponse:
+async def stream_speech(
+    request: web.Request, gateway: Gateway, speech_request: SpeechRequest, client: str
+) -> web.StreamResponse:
     """The body, streamed as the audio is made. The status waits for the first audio, so a
     failure before it is an error response; one after it cuts the body short (a truncated
     chunked body, which clients report)."""
     started = time.monotonic()
     body = SpeechBody(speech_request, c.VOICE_SAMPLE_RATES[speech_request.voice])
-    async with contextlib.aclosing(synthesize(gateway.synthesizer, speech_request)) as chunks:
+    async with contextlib.aclosing(synthesize(gateway.synthesizer, speech_request, client)) as chunks:
         try:
             first = await anext(chunks)
         except SynthesisFailed as e:
@@ -88,12 +90,12 @@ async def stream_speech(request: web.Request, gateway: Gateway, speech_request: 
     return response
 
 
-async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest):
+async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest, client: str):
     """The text's audio, cut into sentences once and sent in requests of whole sentences
     (segmenter.batches): each request is synthesized to its end, so this bounds the work
     for a client that stops reading."""
     for batch in batches(split_sentences(speech_request.text, c.MAX_SENTENCE_CHARS)):
-        request = synthesizer.synthesize([s.text for s in batch], speech_request.voice_params)
+        request = synthesizer.synthesize([s.text for s in batch], speech_request.voice_params, client)
         async with contextlib.aclosing(request) as chunks:
             async for chunk in chunks:
                 yield chunk

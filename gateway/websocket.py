@@ -136,7 +136,7 @@ class Connection:
         try:
             texts = [s.text for s in job.sentences]
             # Closed at once when this task is cancelled (Stop), which cancels the request in Triton.
-            async with aclosing(self.gateway.synthesizer.synthesize(texts, job.voice_params)) as chunks:
+            async with aclosing(self.gateway.synthesizer.synthesize(texts, job.voice_params, self.client)) as chunks:
                 async for chunk in chunks:
                     await self.act(session.audio(job.id, chunk.pcm, chunk.sentence_index, chunk.words))
             after = session.finished(job.id)

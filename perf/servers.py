@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -85,12 +86,18 @@ def triton_metrics(port: int, host: str = "127.0.0.1") -> dict[str, float]:
 class Servers:
     """tritonserver and the gateway on free loopback ports, logging into `log_dir`."""
 
-    def __init__(self, log_dir: Path) -> None:
+    # Every simulated listener comes from 127.0.0.1: by default, lift the per-address caps.
+    ONE_ADDRESS = ("--max-connections-per-client", "1024", "--max-streams-per-client", "0")
+
+    def __init__(self, log_dir: Path, gateway_flags: tuple[str, ...] = ONE_ADDRESS) -> None:
+        self.gateway_flags = gateway_flags
         http, grpc, self.metrics_port, self.port = free_ports(4)
         self.triton = TritonServer(http, grpc, self.metrics_port)
         self.logs = {"gateway": log_dir / "gateway.log", "triton": log_dir / "tritonserver.log"}
         self.gateway: subprocess.Popen | None = None
         self._logs: list[IO] = []
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -100,15 +107,22 @@ class Servers:
         self._logs = [self.logs["gateway"].open("w"), self.logs["triton"].open("w")]
         self.triton.start(stdout=self._logs[1])
         self.triton.wait_ready()
-        # Every simulated listener comes from 127.0.0.1: lift the per-address caps.
         self.gateway, self.port = start_gateway(
-            f"127.0.0.1:{self.triton.grpc_port}", self._logs[0], "--max-connections-per-client", "1024",
-            "--max-streams-per-client", "0",
+            f"127.0.0.1:{self.triton.grpc_port}", self._logs[0], *self.gateway_flags
         )
+
+    def supervise(self) -> None:
+        """From now until `stop`, restart Triton when it exits or a stub dies, as
+        speechstream-serve does."""
+        self._supervisor = threading.Thread(target=self.triton.supervise, args=(self._stopping,), daemon=True)
+        self._supervisor.start()
 
     def stop(self) -> dict[str, float | int | None]:
         """Stop both, and report what Triton left behind (it should drain, unload and
         exit; the launcher kills stubs that outlive it and removes their regions)."""
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join()  # a restart under way ends first
         if self.gateway is not None and self.gateway.poll() is None:
             stop(self.gateway)
         stopped = self.triton.stop()

@@ -74,6 +74,12 @@ WORD_SAMPLES = "WORD_SAMPLES"  # [words, 2] int64, [start, end) sample of each w
 # WORDS and WORD_SAMPLES come with the first chunk of each sentence only.
 
 
+# A `tts` request parameter (Triton's request `parameters`, not a tensor): who asked, as an
+# opaque name (the gateway sends the client's address). The model shares its compute
+# fairly among the names; requests without one share a single name.
+CLIENT_PARAMETER = "client"
+
+
 @dataclass(frozen=True)
 class Param:
     """A scalar request parameter: its tensor, Triton type, default and allowed range."""

@@ -11,18 +11,24 @@ Calls are not preempted, so a call far from its deadline (a sentence synthesized
 that took the last free slot would hold it while a new stream's first chunk waits. So
 such calls leave a slot free; a call due within URGENT_S may take any.
 
+Deadlines alone are unfair above capacity: streams that fell behind have the earliest
+deadlines, so one client with many streams would starve a newcomer. So a free slot goes
+first to the client (an opaque name the gateway gives each request: its address) with
+the fewest calls running, and only then to the earliest deadline among its calls.
+
 Pure asyncio, no Triton: the tts model owns one scheduler per stage.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
+import contextlib
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from .contract import PLAYER_LEAD_S
 
@@ -32,9 +38,24 @@ T = TypeVar("T")
 URGENT_S = 1.0
 
 
+class Scheduler(Protocol):
+    """What a stream needs of a scheduler: run a call when its turn comes."""
+
+    async def run(self, deadline: float, work: Callable[[], Awaitable[T]]) -> T: ...
+
+
+@dataclass
+class _Waiter:
+    deadline: float
+    arrival: int
+    client: str
+    turn: asyncio.Future
+
+
 class DeadlineScheduler:
-    """Runs calls on `slots` slots, earliest deadline first; ties go in arrival order.
-    Calls not yet urgent leave one slot free, where there are several."""
+    """Runs calls on `slots` slots: a free slot goes to the client with the fewest calls
+    running, then to its earliest deadline; ties go in arrival order. Calls not yet
+    urgent leave one slot free, where there are several."""
 
     def __init__(self, slots: int, now: Callable[[], float] = time.monotonic) -> None:
         if slots < 1:
@@ -42,62 +63,106 @@ class DeadlineScheduler:
         self.slots = slots
         self.reserve = min(1, slots - 1)
         self.busy = 0
+        self.running: Counter[str] = Counter()  # calls running, by client
         self._now = now
-        self._waiting: list[tuple[float, int, asyncio.Future]] = []
+        self._waiting: list[_Waiter] = []
         self._arrivals = itertools.count()
 
     @property
     def waiting(self) -> int:
         """Calls waiting for a slot."""
-        return sum(not turn.done() for _, _, turn in self._waiting)
+        return sum(not w.turn.done() for w in self._waiting)
 
-    async def run(self, deadline: float, work: Callable[[], Awaitable[T]]) -> T:
+    def for_client(self, client: str) -> ClientScheduler:
+        """This scheduler as one client's calls see it."""
+        return ClientScheduler(self, client)
+
+    async def run(self, deadline: float, work: Callable[[], Awaitable[T]], client: str = "") -> T:
         """Wait for a slot, then run `work()` holding it. Once started, the work runs to
         its end and holds the slot until then even if the caller is cancelled: Triton
         cannot take back a request it was sent, so the instance stays busy anyway."""
-        await self._acquire(deadline)
+        await self._acquire(deadline, client)
         try:
             task = asyncio.ensure_future(work())
         except BaseException:
-            self._release()
+            self._release(client)
             raise
-        task.add_done_callback(lambda _: self._release())
+        task.add_done_callback(lambda _: self._release(client))
         return await asyncio.shield(task)
 
     def _may_start(self, deadline: float) -> bool:
         urgent = deadline - self._now() <= URGENT_S
         return self.busy < (self.slots if urgent else self.slots - self.reserve)
 
-    async def _acquire(self, deadline: float) -> None:
+    async def _acquire(self, deadline: float, client: str) -> None:
         self._hand_over()  # waiters that became urgent meanwhile go first
-        if self._may_start(deadline):
-            self.busy += 1
+        if not self._waiting and self._may_start(deadline):
+            self._start(client)
             return
-        turn = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting, (deadline, next(self._arrivals), turn))
+        waiter = _Waiter(deadline, next(self._arrivals), client, asyncio.get_running_loop().create_future())
+        self._waiting.append(waiter)
+        self._hand_over()
         try:
-            await turn  # the slot is handed over with the result
+            await waiter.turn  # the slot is handed over with the result
         except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():
-                self._release()  # handed a slot, then cancelled before using it
+            if waiter.turn.done() and not waiter.turn.cancelled():
+                self._release(client)  # handed a slot, then cancelled before using it
             raise
 
-    def _release(self) -> None:
+    def _start(self, client: str) -> None:
+        self.busy += 1
+        self.running[client] += 1
+
+    def _release(self, client: str) -> None:
         self.busy -= 1
+        self.running[client] -= 1
+        if not self.running[client]:
+            del self.running[client]
         self._hand_over()
 
     def _hand_over(self) -> None:
-        """Give free slots to the earliest waiters that may start now."""
-        while self._waiting:
-            deadline, _, turn = self._waiting[0]
-            if turn.done():  # cancelled while waiting
-                heapq.heappop(self._waiting)
-            elif self._may_start(deadline):
-                heapq.heappop(self._waiting)
-                self.busy += 1
-                turn.set_result(None)
-            else:
-                return
+        """Give free slots to the waiters first in line among those that may start now:
+        fewest calls running for their client, then earliest deadline."""
+        self._waiting = [w for w in self._waiting if not w.turn.done()]  # drop the cancelled
+        while ready := [w for w in self._waiting if self._may_start(w.deadline)]:
+            first = min(ready, key=lambda w: (self.running[w.client], w.deadline, w.arrival))
+            self._waiting.remove(first)
+            self._start(first.client)
+            first.turn.set_result(None)
+
+
+@dataclass(frozen=True)
+class ClientScheduler:
+    """A DeadlineScheduler's `run` for one client's calls."""
+
+    scheduler: DeadlineScheduler
+    client: str
+
+    async def run(self, deadline: float, work: Callable[[], Awaitable[T]]) -> T:
+        return await self.scheduler.run(deadline, work, self.client)
+
+
+class Streams:
+    """Requests being served now, by client: the load that sizes a stream's first chunk."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.by_client: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def serving(self, client: str) -> Iterator[None]:
+        self.by_client[client] += 1
+        try:
+            yield
+        finally:
+            self.by_client[client] -= 1
+            if not self.by_client[client]:
+                del self.by_client[client]
+
+    def over_share(self, client: str) -> bool:
+        """Whether `client` has more streams than its fair share of the slots: then its
+        first chunks wait for a slot anyway, and are better sized for throughput."""
+        return self.by_client[client] > max(1, self.slots // len(self.by_client))
 
 
 @dataclass

@@ -22,7 +22,7 @@ import numpy as np
 from . import contract as c
 from .chunking import Chunk, ChunkParams, bucket_frames, chunk_sizes, plan_chunks
 from .contract import SAMPLES_PER_FRAME
-from .scheduler import DeadlineScheduler, PlaybackClock
+from .scheduler import PlaybackClock, Scheduler
 from .text import Sentence
 
 T = TypeVar("T")
@@ -163,7 +163,7 @@ async def synthesize(
     voice: Mapping[str, np.ndarray],
     stages: Stages,
     *,
-    scheduler: DeadlineScheduler,
+    scheduler: Scheduler,
     chunking: ChunkParams,
     head: int,
     clock: PlaybackClock,
@@ -186,7 +186,7 @@ async def latent_sentence(
     index: int,
     sentence: Sentence,
     pieces: AsyncIterator[LatentPiece],
-    scheduler: DeadlineScheduler,
+    scheduler: Scheduler,
     deadline: float,
 ) -> LatentSentence:
     """A sentence's latent as soon as its first piece is in; the rest fills in as
@@ -269,7 +269,7 @@ async def sentence_latents(
     sentences: Sequence[Sentence],
     voice: Mapping[str, np.ndarray],
     stages: Stages,
-    scheduler: DeadlineScheduler,
+    scheduler: Scheduler,
     head: int,
     clock: PlaybackClock,
     is_cancelled: Callable[[], bool] = lambda: False,
@@ -294,7 +294,7 @@ async def sentence_latents(
 
 
 async def vocode_chunk(
-    stages: Stages, scheduler: DeadlineScheduler, latent: Latent, chunk: Chunk, deadline: float, pad: bool
+    stages: Stages, scheduler: Scheduler, latent: Latent, chunk: Chunk, deadline: float, pad: bool
 ) -> np.ndarray:
     """Vocode the chunk's window (zero-padded to its bucket if `pad`), once its frames
     are in, and cut the context off."""
@@ -309,7 +309,7 @@ async def vocode_chunk(
 async def stream_pcm(
     sentences: AsyncIterator[LatentSentence],
     stages: Stages,
-    scheduler: DeadlineScheduler,
+    scheduler: Scheduler,
     chunking: ChunkParams,
     clock: PlaybackClock,
     is_cancelled: Callable[[], bool] = lambda: False,

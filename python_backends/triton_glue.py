@@ -44,6 +44,11 @@ def request_inputs(request, model: str) -> dict[str, np.ndarray]:
     return arrays
 
 
+def request_parameter(request, name: str, default: str = "") -> str:
+    """A request parameter (Triton's request `parameters` map) as a string."""
+    return str(json.loads(request.parameters() or "{}").get(name, default))
+
+
 def response(outputs: dict[str, np.ndarray]):
     return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from python_backends.chunking import ChunkParams
-from python_backends.scheduler import PLAYER_LEAD_S, URGENT_S, DeadlineScheduler, PlaybackClock
+from python_backends.scheduler import PLAYER_LEAD_S, URGENT_S, DeadlineScheduler, PlaybackClock, Streams
 from python_backends.streaming import Latent, LatentSentence, stream_pcm
 
 
@@ -41,6 +41,44 @@ def test_waiting_calls_run_earliest_deadline_first():
         return order
 
     assert run(main()) == [1.0, 1.0, 2.0, 3.0, 5.0]
+
+
+def test_a_client_with_fewer_calls_running_goes_first_whatever_the_deadlines():
+    """Above capacity the greedy client's streams are late (deadlines long past); a
+    newcomer still gets the next free slot, and then the clients alternate."""
+
+    async def main():
+        scheduler = DeadlineScheduler(2)
+        order = []
+
+        async def call(client, deadline):
+            async def work():
+                order.append(client)
+                await asyncio.sleep(0.001)
+            await scheduler.for_client(client).run(deadline, work)
+
+        greedy = [asyncio.ensure_future(call("greedy", -100.0 + i)) for i in range(6)]
+        await asyncio.sleep(0)  # two of them run, four wait
+        assert scheduler.running == {"greedy": 2} and scheduler.waiting == 4
+        normal = [asyncio.ensure_future(call("normal", 0.0)) for _ in range(2)]
+        await asyncio.gather(*greedy, *normal)
+        return order
+
+    order = run(main())
+    assert order[:3] == ["greedy", "greedy", "normal"]  # the first slot freed goes to the newcomer
+    assert order.index("normal", 3) < 6  # and its next call does not wait for all of greedy's
+
+
+def test_a_client_is_loaded_past_its_fair_share_of_the_slots():
+    streams = Streams(slots=4)
+    with streams.serving("greedy"), streams.serving("greedy"), streams.serving("greedy"):
+        assert not streams.over_share("greedy")  # alone, all 4 slots are its share
+        with streams.serving("normal"):
+            assert streams.over_share("greedy")  # 3 streams > 2 slots each for 2 clients
+            assert not streams.over_share("normal")
+        with streams.serving("greedy"), streams.serving("greedy"):
+            assert streams.over_share("greedy")  # 5 > 4
+    assert streams.by_client == {}
 
 
 @pytest.mark.parametrize("slots", [1, 2, 3])

@@ -14,7 +14,7 @@ from python_backends import contract as c
 from python_backends.bls import BlsStages
 from python_backends.chunking import sized_for_load
 from python_backends.requests import read_tts_request
-from python_backends.scheduler import DeadlineScheduler, PlaybackClock
+from python_backends.scheduler import DeadlineScheduler, PlaybackClock, Streams
 from python_backends.streaming import SENTENCE_LOOKAHEAD, synthesize, tts_outputs
 from python_backends.triton_glue import (
     FINAL,
@@ -23,6 +23,7 @@ from python_backends.triton_glue import (
     log_error,
     parameters,
     request_inputs,
+    request_parameter,
     response,
     send_error,
 )
@@ -38,31 +39,35 @@ class TritonPythonModel:
         self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
         # Each open acoustic request waits in a thread; a stream keeps SENTENCE_LOOKAHEAD open.
         self.stages = BlsStages(waiters=int(p.get("max_streams", "256")) * SENTENCE_LOOKAHEAD)
-        # Calls in flight to both stages together, handed to the stream whose listener
-        # needs audio soonest: on a CPU the stages share the cores, so no more calls run
-        # than there are cores and none of them is a stream's work far ahead of its need.
+        # Calls in flight to both stages together, handed to the client with the fewest
+        # running, then to the stream whose listener needs audio soonest: on a CPU the
+        # stages share the cores, so no more calls run than there are cores and none of
+        # them is a stream's work far ahead of its need.
         self.slots = DeadlineScheduler(int(p.get("slots", "0")) or os.cpu_count() or 1)
         self.pad_to_buckets = p.get("pad_to_buckets", "false") == "true"
         self.rate = c.VOICE_SAMPLE_RATES[p.get("voice", c.DEFAULT_VOICE)]
         self.metric_family, self.active = gauge(c.TTS_ACTIVE_METRIC, "tts requests being synthesized now")
-        self.streams = 0  # requests being served now: the load that sizes first chunks
+        self.streams = Streams(self.slots.slots)
 
     async def execute(self, requests):
         await asyncio.gather(*(self._serve(request) for request in requests))
 
     async def _serve(self, request):
         sender = request.get_response_sender()
+        client = request_parameter(request, c.CLIENT_PARAMETER)
         self.active.increment(1)
-        self.streams += 1
         try:
-            tts = read_tts_request(request_inputs(request, c.TTS_MODEL), self.max_text_chars)
-            chunking, head = sized_for_load(tts.chunking, tts.chunking_asked, loaded=self.streams > self.slots.slots)
-            chunks = synthesize(
-                tts.sentences, tts.voice, self.stages, scheduler=self.slots, chunking=chunking, head=head,
-                clock=PlaybackClock(self.rate), is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets,
-            )
-            async for chunk in chunks:
-                sender.send(response(tts_outputs(chunk)))
+            with self.streams.serving(client):
+                tts = read_tts_request(request_inputs(request, c.TTS_MODEL), self.max_text_chars)
+                loaded = self.streams.over_share(client)
+                chunking, head = sized_for_load(tts.chunking, tts.chunking_asked, loaded)
+                chunks = synthesize(
+                    tts.sentences, tts.voice, self.stages, chunking=chunking, head=head,
+                    scheduler=self.slots.for_client(client), clock=PlaybackClock(self.rate),
+                    is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets,
+                )
+                async for chunk in chunks:
+                    sender.send(response(tts_outputs(chunk)))
             sender.send(flags=FINAL)
         except (c.InvalidRequest, c.StageError) as e:
             send_error(sender, str(e))
@@ -71,7 +76,6 @@ class TritonPythonModel:
             send_error(sender, f"tts failed: {e}")
         finally:
             self.active.increment(-1)
-            self.streams -= 1
 
     def finalize(self):
         self.stages.close()
