@@ -1,6 +1,7 @@
 """Soak: mixed WebSocket load at about half of capacity; errors, leaks and memory growth.
 
     python -m perf.soak --duration 600
+    python -m perf.soak --duration 600 --chaos     # and a stage fault every 60 s
 
 Starts its own tritonserver and gateway on free loopback ports. A short calibration
 (concurrent `speak`s read as fast as possible) measures capacity C in audio-seconds per
@@ -14,6 +15,13 @@ its Python backend stubs) after warm-up, and whether Triton then stops cleanly; 
 Markdown table on stdout and as soak.json and soak.md in --out, exiting with 1 when a
 goal of zero (errors, leaks) is missed. --duration bounds calibration plus soak (600 s
 at most); start-up and shut-down add half a minute to a minute.
+
+With --chaos, Triton runs supervised as under speechstream-serve, and every
+--fault-every seconds a stage fault of perf.chaos.FAULTS strikes in turn (a stub killed
+or stopped, tritonserver killed). Utterances in flight may then end with
+`backend_unavailable` or `synthesis_failed`: those count as errored, not as errors; a
+stream that hangs (no message for 30 s) counts as hung. It reports each fault's recovery
+time (until a new utterance is spoken whole), in soak-chaos.json and soak-chaos.md.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,6 +47,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from gateway import protocol as p
 from gateway.client import Event, Router, SpeechClient, connection
+from perf.chaos import Fault, inject
 from perf.servers import Servers, triton_metrics
 from perf.workloads import harvard_sentences
 from python_backends import contract as c
@@ -57,6 +66,10 @@ DRAIN_S = 60.0  # after the soak, in-flight utterances must end within this
 SETTLE_S = 20.0  # after the load, the server must return to idle within this
 SAMPLE_S = 2.0  # memory sampling interval
 RSS_WINDOW_S = 10.0  # RSS is the median of the samples in a window this long
+READY_S = 120.0  # after a chaos run, Triton must be ready again within this
+# What a stream in flight may get when a stage fails under it (--chaos), and what a hang is.
+FAULT_ERRORS = {f"error_{c.BACKEND_UNAVAILABLE}", f"error_{c.SYNTHESIS_FAILED}"}
+HANGS = {"stalled", "drain_timeout"}
 
 COMPLETED, CANCELLED, ABORTED = "completed", "cancelled", "aborted"
 SENTENCES = harvard_sentences()
@@ -115,7 +128,10 @@ async def monitor(servers: Servers, start: float, samples: list[Sample]) -> None
     """Append a Sample every SAMPLE_S; the gauge too, to show it moves under load."""
     gateway = psutil.Process(servers.gateway.pid)
     while True:
-        active = (await asyncio.to_thread(triton_metrics, servers.metrics_port)).get(TTS_ACTIVE_METRIC)
+        try:
+            active = (await asyncio.to_thread(triton_metrics, servers.metrics_port)).get(TTS_ACTIVE_METRIC)
+        except OSError:  # Triton restarting (--chaos)
+            active = None
         samples.append((round(time.monotonic() - start, 1), rss([gateway]), rss(servers.triton_tree()), active))
         await asyncio.sleep(SAMPLE_S)
 
@@ -390,8 +406,15 @@ async def soak(args: argparse.Namespace, servers: Servers) -> dict:
 
     samples: list[Sample] = []
     sampler = asyncio.create_task(monitor(servers, time.monotonic(), samples))
+    faults: list[Fault] = []
+    if args.chaos:
+        servers.supervise()
+        chaos = asyncio.create_task(inject(servers.triton, servers.url, args.fault_every, faults))
     tally = await run_listeners(servers.url, listeners, soak_s, args)
     sampler.cancel()
+    if args.chaos:
+        chaos.cancel()
+        await ready_again(servers)
     after = await settle(servers.metrics_port)
     leaked_shm = shm_leaks(shm_before, servers)
     return {
@@ -403,7 +426,8 @@ async def soak(args: argparse.Namespace, servers: Servers) -> dict:
         "capacity_audio_s_per_s": None if capacity is None else round(capacity, 2), "listeners": listeners,
         "utterances": {k: tally.utterances[k] for k in (COMPLETED, CANCELLED, ABORTED)},
         "audio_s": round(tally.audio_s, 1),
-        "errors": tally.errors.total(), "errors_by_kind": dict(tally.errors),
+        "errors": unexpected(tally.errors, args.chaos), "errors_by_kind": dict(tally.errors),
+        "streams": streams(tally), "chaos": chaos_report(faults, args) if args.chaos else None,
         "leaked_tts_requests": after["active"], "pending_requests": after["pending"],
         "leaked_shm_segments": len(leaked_shm), "leaked_shm_names": leaked_shm,
         "gateway_rss": growth(samples, 1, warmup_s, soak_s), "triton_rss": growth(samples, 2, warmup_s, soak_s),
@@ -411,6 +435,39 @@ async def soak(args: argparse.Namespace, servers: Servers) -> dict:
         "server_log_errors": {name: log_errors(path, logs_before[name]) for name, path in servers.logs.items()},
         "logs": {name: str(path) for name, path in servers.logs.items()},
         "samples": samples,  # (s since soak start, gateway RSS, Triton tree RSS, active tts requests)
+    }
+
+
+async def ready_again(servers: Servers) -> None:
+    """Wait until the supervisor has Triton serving again after the last fault."""
+    deadline = time.monotonic() + READY_S
+    while not (servers.triton.fault() is None and servers.triton.is_ready()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Triton not ready {READY_S:.0f} s after the chaos")
+        await asyncio.sleep(1)
+
+
+def unexpected(errors: Counter, chaos: bool) -> int:
+    """Errors the server is to blame for: all of them, except under --chaos the errors a
+    stage fault gives the streams in flight."""
+    return sum(n for kind, n in errors.items() if not (chaos and kind in FAULT_ERRORS))
+
+
+def streams(tally: Tally) -> dict[str, int]:
+    """Utterances started, and how they ended: done (completed, cancelled or aborted by the
+    listener), errored (an error, a dropped connection), or hung."""
+    hung = sum(tally.errors[kind] for kind in HANGS)
+    done = tally.utterances.total()
+    errored = tally.errors.total() - hung - sum(n for kind, n in tally.errors.items() if kind.startswith("connect_"))
+    return {"started": done + errored + hung, "done": done, "errored": errored, "hung": hung}
+
+
+def chaos_report(faults: list[Fault], args: argparse.Namespace) -> dict:
+    recovered = [f.recovered_s for f in faults if f.recovered_s is not None]
+    return {
+        "fault_every_s": args.fault_every, "faults": [asdict(f) for f in faults],
+        "unrecovered": len(faults) - len(recovered),
+        "recovery_s": {"median": statistics.median(recovered) if recovered else None, "max": max(recovered, default=None)},
     }
 
 
@@ -440,18 +497,30 @@ def table(r: dict) -> str:
         ("Python backend stubs left running after Triton exits", r["stubs_left_running"], "0"),
         ("their /dev/shm segments left after Triton exits", r["shm_left_after_exit"], "0"),
     ]
+    st = r["streams"]
+    rows.insert(4, ("streams started / done / errored / hung", f"{st['started']} / {st['done']} / {st['errored']} / "
+                    f"{st['hung']}", "0 hung"))
+    if chaos := r["chaos"]:
+        faults = "; ".join(f"{f['at_s']:.0f} s {f['name']}: {f['recovered_s']}" for f in chaos["faults"])
+        rows[5:5] = [
+            (f"faults (one every {chaos['fault_every_s']:g} s): at, which, recovered after s", faults or "none", ""),
+            ("recovery s: median / max; not recovered",
+             f"{chaos['recovery_s']['median']} / {chaos['recovery_s']['max']}; {chaos['unrecovered']}",
+             "≤ 10 (stub), ≤ 30 (tritonserver); 0"),
+        ]
     lines = ["| measure | value | goal |", "|---|---|---|"]
     return "\n".join(lines + [f"| {a} | {b} | {c} |" for a, b, c in rows])
 
 
 def write(results: dict, out: Path) -> str:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "soak.json").write_text(json.dumps(results, indent=1) + "\n")
+    name = "soak-chaos" if results["chaos"] else "soak"
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
     markdown = (
-        f"# Soak\n\n{results['date']} on `{results['host']}` ({results['cpus']} CPUs), "
-        f"`{results['command']}`, seed {results['seed']}\n\n{table(results)}\n"
+        f"# Soak{' with chaos' if results['chaos'] else ''}\n\n{results['date']} on `{results['host']}` "
+        f"({results['cpus']} CPUs), `{results['command']}`, seed {results['seed']}\n\n{table(results)}\n"
     )
-    (out / "soak.md").write_text(markdown)
+    (out / f"{name}.md").write_text(markdown)
     return markdown
 
 
@@ -462,6 +531,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--calibration-streams", type=int, default=8, help="concurrent speaks while calibrating")
     parser.add_argument("--cancel", type=float, default=0.15, help="probability that an utterance is cancelled")
     parser.add_argument("--abort", type=float, default=0.10, help="probability that a listener drops its connection")
+    parser.add_argument("--chaos", action="store_true", help="a stage fault every --fault-every s, Triton supervised")
+    parser.add_argument("--fault-every", type=float, default=60.0, help="seconds between faults under --chaos")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory for soak.json and soak.md")
     args = parser.parse_args(argv)
@@ -484,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     print(write(results, args.out))
     leaks = (results["leaked_tts_requests"] or 0) + results["pending_requests"] + results["leaked_shm_segments"]
     leaks += results["stubs_left_running"] + results["shm_left_after_exit"]
-    return 1 if results["errors"] or leaks else 0
+    unrecovered = results["chaos"]["unrecovered"] if results["chaos"] else 0
+    return 1 if results["errors"] or leaks or unrecovered else 0
 
 
 if __name__ == "__main__":

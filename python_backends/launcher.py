@@ -167,6 +167,14 @@ class TritonServer:
             children = []
         return [p for p in {*children, *self._stubs} if alive(p)]
 
+    def stub(self, model: str) -> psutil.Process:
+        """A live Python backend stub that runs `model`."""
+        for stub in self.stubs():
+            with contextlib.suppress(psutil.Error):
+                if any(f"/{model}/1/model.py" in arg for arg in stub.cmdline()):
+                    return stub
+        raise LookupError(f"no stub runs {model}")
+
     def fault(self) -> str | None:
         """Why the server cannot serve (it exited, a stub died), or None."""
         if self.process.poll() is not None:

@@ -8,7 +8,6 @@ import struct
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import psutil
 import pytest
@@ -17,12 +16,10 @@ from gateway.client import Recorder, connection
 from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from perf.workloads import workload
 from python_backends import contract as c
-from python_backends.launcher import TritonServer
+from python_backends.launcher import TritonServer, stub_regions
 from python_backends.triton_client import inference_count
 
 pytestmark = pytest.mark.triton
-
-SHM_PREFIX = "triton_python_backend_shm_region_"
 
 
 def own_triton(log_dir, ports) -> TritonServer:
@@ -31,17 +28,6 @@ def own_triton(log_dir, ports) -> TritonServer:
     server.start(stdout=server.log)
     server.wait_ready()
     return server
-
-
-def stub_regions(stubs: list[psutil.Process]) -> list[Path]:
-    """The /dev/shm region each live Python backend stub was started with."""
-    regions = []
-    for stub in stubs:
-        try:
-            regions += [Path("/dev/shm", arg) for arg in stub.cmdline() if arg.startswith(SHM_PREFIX)]
-        except psutil.ZombieProcess:  # killed by a test, not yet reaped by Triton
-            continue
-    return regions
 
 
 def kill_tree(server: TritonServer) -> None:
@@ -195,14 +181,6 @@ def test_triton_unloads_cleanly_after_clients_vanished(tmp_path):
     assert len(regions) == 4 and not any(region.exists() for region in regions)
 
 
-def stub(server: TritonServer, model: str) -> psutil.Process:
-    """The Python backend stub process that runs `model`."""
-    for process in psutil.Process(server.process.pid).children(recursive=True):
-        if any(f"/{model}/1/model.py" in arg for arg in process.cmdline()):
-            return process
-    raise LookupError(f"no stub runs {model}")
-
-
 STAGE_TIMEOUT_S = 3.0
 PROBE_INTERVAL_S = 2.0
 
@@ -227,7 +205,7 @@ def test_a_killed_stage_ends_the_stream_with_an_error_and_readiness_turns_false(
                 await client.send(type="speak", context_id="c", text=workload("long"))
                 while len(client.audio("c")) < 5:
                     await asyncio.wait_for(client.read(), 30)
-                stub(triton, model).kill()
+                triton.stub(model).kill()
                 killed_at = time.monotonic()
                 error = await client.until("error", "c", timeout=STAGE_TIMEOUT_S + 10)
                 return error, time.monotonic() - killed_at

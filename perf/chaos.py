@@ -1,0 +1,88 @@
+"""Stage faults for `python -m perf.soak --chaos`: at a fixed interval, the next fault of
+FAULTS, in turn, against a supervised Triton (speechstream-serve's supervisor, run by
+perf.servers); then how long until a new utterance is spoken whole again."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+
+from websockets.exceptions import WebSocketException
+
+from gateway.client import SpeechClient, SpeechError
+from python_backends.launcher import TritonServer
+
+# (name, the model whose stub it hits or None for tritonserver, the signal, seconds stopped)
+FAULTS = (
+    ("kill vocoder stub", "vocoder", signal.SIGKILL, 0.0),
+    ("kill acoustic stub", "acoustic", signal.SIGKILL, 0.0),
+    ("stop vocoder stub for 3 s", "vocoder", signal.SIGSTOP, 3.0),
+    ("kill tts stub", "tts", signal.SIGKILL, 0.0),
+    ("kill tritonserver", None, signal.SIGKILL, 0.0),
+)
+RECOVERY_LIMIT_S = 60.0  # past this, the fault counts as not recovered
+PROBE_TEXT = "Are you back?"
+
+
+@dataclass
+class Fault:
+    at_s: float  # since the load started
+    name: str
+    pid: int
+    recovered_s: float | None = None  # fault → the first new utterance spoken whole
+
+
+def inflict(triton: TritonServer, model: str | None, sig: signal.Signals) -> int:
+    """Send `sig` to the stub that runs `model` (or to tritonserver); its pid."""
+    pid = triton.process.pid if model is None else triton.stub(model).pid
+    os.kill(pid, sig)
+    return pid
+
+
+async def spoken(url: str) -> bool:
+    """Whether a new utterance is spoken whole now (within 10 s)."""
+    try:
+        async with asyncio.timeout(10):
+            client = await SpeechClient.connect(url)
+            try:
+                return [frame async for frame in client.speak(PROBE_TEXT)] != []
+            finally:
+                await client.close()
+    except (SpeechError, OSError, TimeoutError, WebSocketException):
+        return False
+
+
+async def recovery(url: str, since: float) -> float | None:
+    """Seconds from `since` until an utterance is spoken whole, None past the limit."""
+    while time.monotonic() - since < RECOVERY_LIMIT_S:
+        if await spoken(url):
+            return round(time.monotonic() - since, 1)
+        await asyncio.sleep(0.5)
+    return None
+
+
+async def inject(triton: TritonServer, url: str, every_s: float, faults: list[Fault]) -> None:
+    """Every `every_s`, the next fault, and its recovery; appends to `faults` until cancelled."""
+    start = time.monotonic()
+    for n in itertools.count():
+        await asyncio.sleep(every_s - (time.monotonic() - start) % every_s)
+        name, model, sig, stopped_s = FAULTS[n % len(FAULTS)]
+        at = time.monotonic()
+        try:
+            pid = await asyncio.to_thread(inflict, triton, model, sig)
+        except (LookupError, ProcessLookupError) as e:  # Triton is still restarting from the last one
+            print(f"chaos: {name} skipped: {e}", flush=True)
+            continue
+        fault = Fault(round(at - start, 1), name, pid)
+        faults.append(fault)
+        if stopped_s:
+            await asyncio.sleep(stopped_s)
+            with contextlib.suppress(ProcessLookupError):  # a stopped stub can crash Triton, which kills it
+                os.kill(pid, signal.SIGCONT)
+        fault.recovered_s = await recovery(url, at)
+        print(f"chaos: {asdict(fault)}", flush=True)
