@@ -66,11 +66,15 @@ async def recovery(url: str, since: float) -> float | None:
     return None
 
 
-async def inject(triton: TritonServer, url: str, every_s: float, faults: list[Fault]) -> None:
-    """Every `every_s`, the next fault, and its recovery; appends to `faults` until cancelled."""
+async def inject(triton: TritonServer, url: str, every_s: float, faults: list[Fault], over: asyncio.Event) -> None:
+    """Every `every_s`, the next fault, and its recovery, appended to `faults`; returns
+    once `over` is set (after the recovery under way)."""
     start = time.monotonic()
     for n in itertools.count():
-        await asyncio.sleep(every_s - (time.monotonic() - start) % every_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(over.wait(), every_s - (time.monotonic() - start) % every_s)
+        if over.is_set():
+            return
         name, model, sig, stopped_s = FAULTS[n % len(FAULTS)]
         at = time.monotonic()
         try:

@@ -146,11 +146,10 @@ def shm_entries() -> set[str]:
     return {entry.name for entry in SHM.iterdir()}
 
 
-def shm_leaks(before: set[str], servers: Servers) -> list[str]:
-    """Entries new since `before`, except those another program on this shared machine maps."""
-    ours = {proc.pid for proc in servers.triton_tree()}
-    others = shm_mapped_by(set(psutil.pids()) - ours - {os.getpid()})
-    return sorted(shm_entries() - before - others)
+def shm_leaks(before: set[str]) -> list[str]:
+    """Entries new since `before` that no process maps: left by a process that is gone
+    (the live Triton's are not leaks; what it leaves at its stop is counted then)."""
+    return sorted(shm_entries() - before - shm_mapped_by(psutil.pids()))
 
 
 async def settle(metrics_port: int) -> dict[str, float | None]:
@@ -276,6 +275,7 @@ class Listener:
                 self.tally.errors[e.kind] += 1
                 ws.transport.abort()  # the connection's state is unknown: start afresh
                 ws = None
+                await asyncio.sleep(1)  # as a client backs off before it tries again
                 continue
             except ConnectionClosed as e:
                 self.tally.errors[f"connection_closed_{e.rcvd.code if e.rcvd else 'abnormally'}"] += 1
@@ -409,14 +409,16 @@ async def soak(args: argparse.Namespace, servers: Servers) -> dict:
     faults: list[Fault] = []
     if args.chaos:
         servers.supervise()
-        chaos = asyncio.create_task(inject(servers.triton, servers.url, args.fault_every, faults))
+        load_over = asyncio.Event()
+        chaos = asyncio.create_task(inject(servers.triton, servers.url, args.fault_every, faults, load_over))
     tally = await run_listeners(servers.url, listeners, soak_s, args)
     sampler.cancel()
     if args.chaos:
-        chaos.cancel()
+        load_over.set()
+        await chaos  # the last fault's recovery is measured to its end
         await ready_again(servers)
     after = await settle(servers.metrics_port)
-    leaked_shm = shm_leaks(shm_before, servers)
+    leaked_shm = shm_leaks(shm_before)
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": platform.node(), "cpus": os.cpu_count(),
