@@ -34,6 +34,7 @@ class Backend:
     outstanding: int = 0  # tts requests in flight on it now
     probe_error: str | None = NOT_PROBED  # why it cannot synthesize; None: the last probe passed
     why_down: str = "not polled yet"
+    capacity: float = 0.0  # real-time streams it sustains, as it last said (0: not measured yet)
 
     @property
     def ready(self) -> bool:
@@ -75,6 +76,13 @@ def choose(backends: list[Backend]) -> Backend:
 class Backends:
     def __init__(self, urls: tuple[str, ...]) -> None:
         self.all = [Backend(url, grpcclient.InferenceServerClient(url, channel_args=CHANNEL_ARGS)) for url in urls]
+
+    @property
+    def capacity(self) -> float | None:
+        """Real-time streams the servers that are up sustain together; None while one of
+        them has not measured its own yet."""
+        up = [b for b in self.all if b.up]
+        return sum(b.capacity for b in up) if up and all(b.capacity for b in up) else None
 
     def acquire(self) -> Backend:
         backend = choose(self.all)

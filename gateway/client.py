@@ -46,9 +46,10 @@ STREAM_ENDING = ("done", "cancelled")
 class SpeechError(Exception):
     """The server answered with an `error` message."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, retry_after_ms: int | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.retry_after_ms = retry_after_ms  # when trying again may succeed, if the server said
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def _parse_message(text: str) -> dict:
 
 def _raise_error(event: Event) -> None:
     if event.kind == "error":
-        raise SpeechError(event.message["code"], event.message["message"])
+        raise SpeechError(event.message["code"], event.message["message"], event.message.get("retry_after_ms"))
 
 
 def _expect(event: Event, kind: str) -> dict:

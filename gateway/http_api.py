@@ -52,7 +52,8 @@ async def speech(request: web.Request) -> web.StreamResponse:
     client = request.remote or ""
     if refusal := gateway.stream_refusal(client):
         retry_s = str(math.ceil(refusal.retry_after_ms / 1000))
-        error = ApiError(refusal.message, status=HTTPStatus.TOO_MANY_REQUESTS, headers={"Retry-After": retry_s})
+        error = ApiError(refusal.message, status=HTTPStatus.TOO_MANY_REQUESTS, code=refusal.code,
+                         headers={"Retry-After": retry_s})
         return api_error(gateway, refusal.code, error)
     with gateway.http_stream(client):
         return await stream_speech(request, gateway, speech_request, client)

@@ -21,6 +21,8 @@ from .synthesis import Synthesizer
 
 # A hint for a client refused a stream: its own streams end in seconds, not milliseconds.
 STREAM_RETRY_MS = 1000
+# A hint for a client refused for want of capacity: a stream ends every few seconds.
+BUSY_RETRY_MS = 2000
 
 
 class Gateway:
@@ -44,15 +46,25 @@ class Gateway:
         contexts = sum(len(session.contexts) for session, address in self.sessions.items() if address == client)
         return contexts + self.http_streams[client]
 
+    def streams_open(self) -> int:
+        """Open contexts on all connections, and HTTP speech requests."""
+        return sum(len(session.contexts) for session in self.sessions) + self.http_streams.total()
+
     def stream_refusal(self, client: str) -> ProtocolError | None:
-        """Why `client` may not start another stream now, or None."""
+        """Why `client` may not start another stream now, or None: its address is at its
+        cap, or the streams open fill the capacity the Tritons measure (admission)."""
         cap = self.settings.max_streams_per_client
-        if not cap or self.streams_from(client) < cap:
-            return None
-        log_refusal(f"a stream from {client}: {cap} already open")
-        return ProtocolError(
-            c.TOO_MANY_STREAMS, f"at most {cap} streams at once per client", retry_after_ms=STREAM_RETRY_MS
-        )
+        if cap and self.streams_from(client) >= cap:
+            log_refusal(f"a stream from {client}: {cap} already open")
+            return ProtocolError(
+                c.TOO_MANY_STREAMS, f"at most {cap} streams at once per client", retry_after_ms=STREAM_RETRY_MS
+            )
+        load, capacity = self.settings.admission_load, self.backends.capacity
+        if load and capacity and self.streams_open() >= load * capacity:
+            log_refusal(f"a stream from {client}: the server is at capacity ({capacity:.1f} real-time streams)")
+            return ProtocolError(c.SERVER_BUSY, "the server is at capacity; try again shortly",
+                                 retry_after_ms=BUSY_RETRY_MS)
+        return None
 
     @contextlib.contextmanager
     def http_stream(self, client: str) -> Iterator[None]:

@@ -32,6 +32,10 @@ class Settings:
         32, "streams at once per client address: open contexts on all its connections and HTTP speech requests "
         "together ('too_many_streams' / HTTP 429 past it); 0 for no cap (behind a proxy all share one address)"
     )
+    admission_load: float = _setting(
+        0.9, "a new stream is admitted only while the streams open are fewer than this fraction of the "
+        "real-time streams Triton measures it sustains; past it 'server_busy' / HTTP 429 (0: admit all)"
+    )
     max_connections: int = _setting(
         1000, "open connections (HTTP and WebSocket) in all; past it a new one gets 503 and is closed (0 for no cap)"
     )

@@ -42,6 +42,7 @@ class TtsChunk:
     pcm: np.ndarray  # float32 at the voice's rate
     sentence_index: int  # which of the request's sentences it speaks
     words: list[tuple[str, int, int]]  # (word, start, end sample of this request's audio)
+    capacity: float  # real-time streams the server sustains, as it measures them now
 
 
 # How a call fails when Triton cannot be reached (or goes away mid-call).
@@ -109,7 +110,8 @@ async def _stream(
             if (pcm := result.as_numpy(c.PCM)) is not None:
                 names, spans = result.as_numpy(c.WORDS), result.as_numpy(c.WORD_SAMPLES)
                 words = [] if names is None else [(w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans)]
-                yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), words)
+                capacity = float(result.as_numpy(c.CAPACITY)[0])
+                yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), words, capacity)
             if result.get_response().parameters["triton_final_response"].bool_param:
                 return
     finally:
@@ -138,6 +140,7 @@ class Synthesizer:
             # Closed at once when the reader stops (a cancel, a client gone): that ends the call.
             async with aclosing(_stream(backend.client, request, self.progress_s, self._first_response)) as chunks:
                 async for chunk in chunks:
+                    backend.capacity = chunk.capacity
                     yield chunk
         except SynthesisFailed as e:
             log.warning("Triton %s failed a request: %s", backend.url, e.message)
@@ -153,8 +156,8 @@ class Synthesizer:
         """Synthesize a word through every stage of `backend` and note the outcome: the
         readiness that Triton's own (a model can be loaded and its stub dead) cannot tell."""
         try:
-            async for _ in _stream(backend.client, tts_request([PROBE_TEXT]), self.progress_s):
-                pass
+            async for chunk in _stream(backend.client, tts_request([PROBE_TEXT]), self.progress_s):
+                backend.capacity = chunk.capacity
         except SynthesisFailed as e:
             backend.probed(e.message)
         except UNREACHABLE as e:

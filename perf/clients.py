@@ -147,7 +147,9 @@ async def speak_rounds(client: Client, text: str, rounds: int, listen: bool, unt
             break
         try:
             stream = await asyncio.wait_for(client.speak(text), STREAM_TIMEOUT_S)
-        except (TimeoutError, OSError, ValueError, aiohttp.ClientError, websockets.ConnectionClosed, SpeechError) as e:
+        except SpeechError as e:  # the server's error code: `server_busy` is a refusal, not a failure
+            stream = Stream(time.perf_counter(), error=e.code)
+        except (TimeoutError, OSError, ValueError, aiohttp.ClientError, websockets.ConnectionClosed) as e:
             stream = Stream(time.perf_counter(), error=type(e).__name__)
         streams.append(stream)
         if listen and stream.ok:

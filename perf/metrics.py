@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from perf.playback import stalls
-from python_backends.contract import PLAYER_LEAD_S
+from python_backends.contract import PLAYER_LEAD_S, SERVER_BUSY
 
 
 @dataclass
@@ -74,12 +74,14 @@ def throughput(streams: Sequence[Stream]) -> float:
 def summarize(streams: Sequence[Stream], lead_s: float = PLAYER_LEAD_S) -> dict:
     """One concurrency level: TTFP and RTF percentiles, throughput, underruns, errors."""
     done = [s for s in streams if s.ok]
+    refused = sum(s.error == SERVER_BUSY for s in streams)
     ttfp_ms = [s.ttfp_s * 1000 for s in done]
     rtf = [s.rtf for s in done]
     underruns = [stalls(s.arrivals, lead_s) for s in done]
     return {
         "streams": len(streams),
-        "errors": len(streams) - len(done),
+        "refused": refused,  # told `server_busy`: admission at capacity, not a failure
+        "errors": len(streams) - len(done) - refused,
         "audio_s": round(sum(s.audio_s for s in done), 2),
         "ttfp_ms": {f"p{q}": round(percentile(ttfp_ms, q), 1) for q in (50, 90, 99)} | {"max": round(max(ttfp_ms, default=math.nan), 1)},
         "rtf": {"p50": round(percentile(rtf, 50), 4), "p90": round(percentile(rtf, 90), 4), "max": round(max(rtf, default=math.nan), 4)},

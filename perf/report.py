@@ -43,7 +43,7 @@ def limit_share(row: dict, limit: dict) -> str:
 
 def table(results: dict) -> str:
     head = ("| system | workload | clients | streams | TTFP p50 / p90 / p99 ms | RTF p50 / max | throughput audio-s/s "
-            "| % of limit: wall / CPU | stalls (streams) | stalled ms | server-side TTFP mean ms: Triton / gateway | server CPU, cores | client CPU, cores | others' CPU, cores | errors |")
+            "| % of limit: wall / CPU | stalls (streams) | stalled ms | server-side TTFP mean ms: Triton / gateway | server CPU, cores | client CPU, cores | others' CPU, cores | refused (busy) | errors |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in sorted(results["runs"], key=lambda r: (r["system"] != OURS, r["system"], r["workload"], r["level"])):
         share = limit_share(r, results["limit"].get(r["workload"], {}))
@@ -52,7 +52,8 @@ def table(results: dict) -> str:
             f"| {r['system']} | {r['workload']} | {r['level']} | {r['streams']} | {t['p50']:.0f} / {t['p90']:.0f} / {t['p99']:.0f} "
             f"| {r['rtf']['p50']:.3f} / {r['rtf']['max']:.3f} | {r['throughput_audio_s_per_s']:.1f} | {share} "
             f"| {r['stalls']} ({r['streams_stalled']}) | {r['stalled_ms']:.0f} | {times_cell(r.get('server_times', {}))} | {cpu_cell(r['cpu'])} "
-            f"| {r['cpu']['client']['cores']:.2f} | {r['cpu']['others']['cores']:.2f} | {r['errors']} |"
+            f"| {r['cpu']['client']['cores']:.2f} | {r['cpu']['others']['cores']:.2f} | {r.get('refused', 0)} "
+            f"| {r['errors']} |"
         )
     return "\n".join(lines)
 

@@ -72,6 +72,7 @@ TEXT_SPAN = "TEXT_SPAN"  # [2] int32, that sentence's [start, end) in TEXT in co
 # [0, length of its element)
 WORD_SAMPLES = "WORD_SAMPLES"  # [words, 2] int64, [start, end) sample of each word in the stream;
 # WORDS and WORD_SAMPLES come with the first chunk of each sentence only.
+CAPACITY = "CAPACITY"  # [1] fp32, real-time streams this server sustains, as measured now (0: not yet)
 
 
 # A `tts` request parameter (Triton's request `parameters`, not a tensor): who asked, as an
@@ -175,6 +176,7 @@ def model_outputs(model: str) -> list[dict]:
             _tensor(WORD_SAMPLES, "TYPE_INT64", [-1, 2]),
             _tensor(SENTENCE_INDEX, "TYPE_INT32", [1]),
             _tensor(TEXT_SPAN, "TYPE_INT32", [2]),
+            _tensor(CAPACITY, "TYPE_FP32", [1]),
         ]
     if model == VOCODER_MODEL:
         return [_tensor(PCM, "TYPE_FP32", [-1])]
@@ -206,6 +208,7 @@ CONTEXT_CLOSED = "context_closed"
 TEXT_TOO_LONG = "text_too_long"
 TOO_MANY_CONTEXTS = "too_many_contexts"
 TOO_MANY_STREAMS = "too_many_streams"  # the client address's streams, all connections and HTTP
+SERVER_BUSY = "server_busy"  # the streams open fill the capacity Triton measures
 MESSAGE_TOO_LARGE = "message_too_large"
 IDLE_TIMEOUT = "idle_timeout"
 BACKEND_UNAVAILABLE = "backend_unavailable"
@@ -214,5 +217,6 @@ INTERNAL_ERROR = "internal_error"
 ERROR_CODES = (
     INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, MISSING_FIELD, INVALID_FIELD, UNKNOWN_VOICE, UNSUPPORTED_FORMAT,
     BINARY_NOT_ACCEPTED, CONFIG_TOO_LATE, UNKNOWN_CONTEXT, CONTEXT_EXISTS, CONTEXT_CLOSED, TEXT_TOO_LONG,
-    TOO_MANY_CONTEXTS, TOO_MANY_STREAMS, MESSAGE_TOO_LARGE, IDLE_TIMEOUT, BACKEND_UNAVAILABLE, SYNTHESIS_FAILED, INTERNAL_ERROR,
+    TOO_MANY_CONTEXTS, TOO_MANY_STREAMS, SERVER_BUSY, MESSAGE_TOO_LARGE, IDLE_TIMEOUT, BACKEND_UNAVAILABLE,
+    SYNTHESIS_FAILED, INTERNAL_ERROR,
 )

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -36,6 +37,8 @@ T = TypeVar("T")
 
 # A call due within this long is urgent: it may take the slots others leave free.
 URGENT_S = 1.0
+# The capacity measured is that of about the last this many seconds of work.
+CAPACITY_WINDOW_S = 30.0
 
 
 class Scheduler(Protocol):
@@ -61,6 +64,7 @@ class DeadlineScheduler:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, not {slots}")
         self.slots = slots
+        self.capacity = CapacityMeter(slots, now=now)
         self.reserve = min(1, slots - 1)
         self.busy = 0
         self.running: Counter[str] = Counter()  # calls running, by client
@@ -82,12 +86,18 @@ class DeadlineScheduler:
         its end and holds the slot until then even if the caller is cancelled: Triton
         cannot take back a request it was sent, so the instance stays busy anyway."""
         await self._acquire(deadline, client)
+        started = self._now()
         try:
             task = asyncio.ensure_future(work())
         except BaseException:
             self._release(client)
             raise
-        task.add_done_callback(lambda _: self._release(client))
+
+        def done(_: asyncio.Future) -> None:
+            self.capacity.worked(self._now() - started)
+            self._release(client)
+
+        task.add_done_callback(done)
         return await asyncio.shield(task)
 
     def _may_start(self, deadline: float) -> bool:
@@ -140,6 +150,38 @@ class ClientScheduler:
 
     async def run(self, deadline: float, work: Callable[[], Awaitable[T]]) -> T:
         return await self.scheduler.run(deadline, work, self.client)
+
+
+class CapacityMeter:
+    """How many real-time streams the slots sustain, measured as they work: `slots` times
+    the audio made per second a slot was busy, over about the last CAPACITY_WINDOW_S of
+    work (older work decays exponentially). It follows what the cores really give, other
+    processes and contention included. Sans I/O; `now` is injected."""
+
+    def __init__(self, slots: int, now: Callable[[], float] = time.monotonic) -> None:
+        self.slots, self._now = slots, now
+        self._busy_s = self._audio_s = 0.0
+        self._at = now()
+
+    def worked(self, seconds: float) -> None:
+        """A call held a slot this long."""
+        self._decay()
+        self._busy_s += seconds
+
+    def made(self, audio_s: float) -> None:
+        """This much audio was delivered."""
+        self._decay()
+        self._audio_s += audio_s
+
+    @property
+    def streams(self) -> float:
+        """Real-time streams sustained; 0 until some work was measured."""
+        return self.slots * self._audio_s / self._busy_s if self._busy_s > 0 else 0.0
+
+    def _decay(self) -> None:
+        now = self._now()
+        factor = math.exp(-(now - self._at) / CAPACITY_WINDOW_S)
+        self._busy_s, self._audio_s, self._at = self._busy_s * factor, self._audio_s * factor, now
 
 
 class Streams:

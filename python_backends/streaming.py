@@ -143,10 +143,11 @@ def acoustic_outputs(piece: LatentPiece) -> dict[str, np.ndarray]:
     }
 
 
-def tts_outputs(chunk: PcmChunk) -> dict[str, np.ndarray]:
-    """The `tts` response tensors of one chunk."""
+def tts_outputs(chunk: PcmChunk, capacity: float) -> dict[str, np.ndarray]:
+    """The `tts` response tensors of one chunk, with the server's capacity as measured."""
     outputs = {
         c.PCM: chunk.pcm,
+        c.CAPACITY: np.array([capacity], dtype=np.float32),
         c.CHUNK_INDEX: np.array([chunk.index], dtype=np.int32),
         c.SAMPLE_OFFSET: np.array([chunk.sample_offset], dtype=np.int64),
         c.SENTENCE_INDEX: np.array([chunk.sentence_index], dtype=np.int32),

@@ -238,3 +238,10 @@ def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):
     assert {g["goal"] for g in results["goals"]} >= {"short: TTFP p50 at 1 client (ms)", "short: saturated throughput / compute limit"}
     for name in ("bench.md", "ttfp.png", "throughput.png"):
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_streams_refused_as_busy_are_counted_apart_from_errors():
+    streams = [steady(sent=0.0, first=0.1, n=10, every=0.01), Stream(0.0, error="server_busy"),
+               Stream(0.0, error="synthesis_failed")]
+    row = summarize(streams)
+    assert (row["streams"], row["refused"], row["errors"]) == (3, 1, 1)

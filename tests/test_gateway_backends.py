@@ -1,4 +1,7 @@
-from gateway.backends import Backend, choose
+from gateway.backends import Backend, Backends, choose
+from gateway.service import Gateway
+from gateway.settings import Settings
+from python_backends import contract as c
 
 
 def backend(url, up=True, outstanding=0):
@@ -49,3 +52,30 @@ def test_requests_go_to_ready_servers_first_then_to_servers_up():
     assert choose([probed, unprobed, down]) is probed
     probed.probed("stalled")
     assert choose([probed, unprobed, down]) is unprobed  # the less loaded of those up
+
+
+def test_capacity_is_known_once_every_server_up_has_measured_its_own():
+    a, b, gone = backend("a"), backend("b"), backend("c", up=False)
+    backends = Backends(())
+    backends.all = [a, b, gone]
+    a.capacity = 6.0
+    assert backends.capacity is None  # b has not measured yet
+    b.capacity, gone.capacity = 4.5, 100.0
+    assert backends.capacity == 10.5  # what is down does not count
+
+
+def test_streams_past_the_admission_load_of_the_capacity_are_refused_as_busy():
+    gateway = Gateway(Settings(triton_urls=(), admission_load=0.5, max_streams_per_client=0))
+    server = backend("a")
+    gateway.backends.all = [server]
+    gateway.http_streams.update({"10.0.0.1": 1, "10.0.0.2": 2})
+    assert gateway.stream_refusal("10.0.0.3") is None  # capacity not measured: admit
+    server.capacity = 8.0
+    assert gateway.stream_refusal("10.0.0.3") is None  # 3 open < 0.5 × 8
+    gateway.http_streams["10.0.0.3"] += 1
+    refusal = gateway.stream_refusal("10.0.0.3")
+    assert refusal.code == c.SERVER_BUSY and refusal.retry_after_ms > 0
+    unlimited = Gateway(Settings(triton_urls=(), admission_load=0))
+    unlimited.backends.all = [server]
+    unlimited.http_streams.update({"10.0.0.1": 100})
+    assert unlimited.stream_refusal("10.0.0.2") is None

@@ -99,3 +99,37 @@ def test_page_behind_an_api_key_and_an_origin_allow_list(triton, browser, tmp_pa
             assert report["errors"] == [] and report["audioMs"] > 3000
         finally:
             stop(process)
+
+
+def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, browser, tmp_path):
+    """A gateway admitting 1 % of its measured capacity (one stream): while another client
+    speaks, the page's request is refused with `server_busy`; the page says so, retries
+    when told to, and speaks once the other stream is cancelled."""
+    import json
+    import time
+
+    from gateway.client import SyncSpeechClient
+    from perf.servers import start_gateway, stop
+    from perf.workloads import workload
+
+    with (tmp_path / "gateway.log").open("w") as log:
+        process, port = start_gateway(triton.grpc_url, log, "--admission-load", "0.01", "--probe-interval", "0")
+        try:
+            holder = SyncSpeechClient.connect(f"ws://127.0.0.1:{port}/v1/stream", format="pcm_s16le")
+            list(holder.speak("Let the server measure itself."))
+            holder.ws.send(json.dumps({"type": "speak", "context_id": "held", "text": workload("paragraph")}))
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.click("#speak")
+            deadline, status = time.monotonic() + 10, ""
+            while not status.startswith("busy, retrying") and time.monotonic() < deadline:
+                status = page.inner_text("#status")
+                page.wait_for_timeout(50)
+            holder.ws.send(json.dumps({"type": "cancel", "context_id": "held"}))
+            page.wait_for_function("window.speechstream.done || window.speechstream.errors.length", timeout=60_000)
+            report = page.evaluate("window.speechstream")
+            holder.close()
+        finally:
+            stop(process)
+    assert status.startswith("busy, retrying")
+    assert report["retries"] >= 1 and report["errors"] == [] and report["audioMs"] > 3000

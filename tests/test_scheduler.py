@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from python_backends.chunking import ChunkParams
-from python_backends.scheduler import PLAYER_LEAD_S, URGENT_S, DeadlineScheduler, PlaybackClock, Streams
+from python_backends.scheduler import (
+    CAPACITY_WINDOW_S,
+    PLAYER_LEAD_S,
+    URGENT_S,
+    CapacityMeter,
+    DeadlineScheduler,
+    PlaybackClock,
+    Streams,
+)
 from python_backends.streaming import Latent, LatentSentence, stream_pcm
 
 
@@ -67,6 +75,29 @@ def test_a_client_with_fewer_calls_running_goes_first_whatever_the_deadlines():
     order = run(main())
     assert order[:3] == ["greedy", "greedy", "normal"]  # the first slot freed goes to the newcomer
     assert order.index("normal", 3) < 6  # and its next call does not wait for all of greedy's
+
+
+def test_capacity_is_the_slots_times_audio_per_busy_second_of_the_recent_past():
+    now = [0.0]
+    meter = CapacityMeter(slots=2, now=lambda: now[0])
+    assert meter.streams == 0.0  # nothing measured yet
+    meter.worked(1.0)
+    meter.made(5.0)  # 5 s of audio per slot-second, on 2 slots
+    assert meter.streams == pytest.approx(10.0)
+    now[0] += 10 * CAPACITY_WINDOW_S  # the cores slowed down since: the recent past counts
+    meter.worked(2.0)
+    meter.made(2.0)
+    assert meter.streams == pytest.approx(2.0, rel=0.01)
+
+
+def test_the_scheduler_counts_the_time_its_calls_hold_a_slot():
+    async def main():
+        scheduler = DeadlineScheduler(1)
+        await scheduler.run(0.0, lambda: asyncio.sleep(0.05))
+        scheduler.capacity.made(1.0)
+        return scheduler.capacity.streams
+
+    assert 0 < run(main()) <= 1.0 / 0.05
 
 
 def test_a_client_is_loaded_past_its_fair_share_of_the_slots():

@@ -271,11 +271,12 @@ def test_a_sentence_failing_before_or_after_its_first_piece():
 
 def test_tts_outputs_of_a_chunk_carry_words_only_where_it_has_them():
     pcm = np.zeros(256, np.float32)
-    plain = tts_outputs(PcmChunk(2, 512, 1, (10, 20), pcm))
-    assert set(plain) == {c.PCM, c.CHUNK_INDEX, c.SAMPLE_OFFSET, c.SENTENCE_INDEX, c.TEXT_SPAN}
+    plain = tts_outputs(PcmChunk(2, 512, 1, (10, 20), pcm), capacity=12.5)
+    assert set(plain) == {c.PCM, c.CHUNK_INDEX, c.SAMPLE_OFFSET, c.SENTENCE_INDEX, c.TEXT_SPAN, c.CAPACITY}
+    assert plain[c.CAPACITY].dtype == np.float32 and plain[c.CAPACITY].tolist() == [12.5]
     assert plain[c.SAMPLE_OFFSET].dtype == np.int64 and plain[c.SAMPLE_OFFSET].tolist() == [512]
     assert plain[c.TEXT_SPAN].tolist() == [10, 20] and plain[c.CHUNK_INDEX].tolist() == [2]
-    worded = tts_outputs(PcmChunk(0, 0, 0, (0, 5), pcm, (("héllo", 0, 256),)))
+    worded = tts_outputs(PcmChunk(0, 0, 0, (0, 5), pcm, (("héllo", 0, 256),)), capacity=0.0)
     assert worded[c.WORDS].tolist() == ["héllo".encode()] and worded[c.WORD_SAMPLES].tolist() == [[0, 256]]
 
 

@@ -5,9 +5,9 @@
 const RATE = 48000;
 const $ = (id) => document.getElementById(id);
 // What the page measured, for people and for the browser test.
-const report = (window.speechstream = { ttfaMs: null, decodedSamples: 0, audioMs: null, done: false, errors: [] });
+const report = (window.speechstream = { ttfaMs: null, decodedSamples: 0, audioMs: null, done: false, errors: [], retries: 0 });
 
-let ws, audio, player, decoder, contextSeq = 0, current = null, sentAt = 0, configured = "";
+let ws, audio, player, decoder, contextSeq = 0, current = null, currentText = "", sentAt = 0, configured = "";
 const useOpus = typeof AudioDecoder === "function";
 $("codec").textContent = useOpus ? "Opus (WebCodecs)" : "PCM fallback";
 
@@ -73,6 +73,7 @@ function connect(config) {
 }
 
 function onMessage(m) {
+  if (m.type === "error" && m.retry_after_ms && m.context_id === current) return retryLater(m.retry_after_ms);
   if (m.type === "error") fail(`${m.code}: ${m.message}`);
   if (m.type === "done" && m.context_id === current) {
     report.audioMs = m.audio_ms;
@@ -103,15 +104,30 @@ async function speak() {
     await audio.resume();
     stop();
     if (!ws || configured !== wantedConfig()) await connect(wantedConfig());
-    Object.assign(report, { ttfaMs: null, decodedSamples: 0, audioMs: null, done: false });
-    $("status").textContent = "speaking…";
-    $("status").className = "stats";
-    current = `c${++contextSeq}`;
+    Object.assign(report, { ttfaMs: null, decodedSamples: 0, audioMs: null, done: false, retries: 0 });
+    currentText = $("text").value;
     sentAt = performance.now();
-    ws.send(JSON.stringify({ type: "speak", context_id: current, text: $("text").value }));
+    send();
   } catch (e) {
     fail(e.message);
   }
+}
+
+function send() {
+  $("status").textContent = "speaking…";
+  $("status").className = "stats";
+  current = `c${++contextSeq}`;
+  ws.send(JSON.stringify({ type: "speak", context_id: current, text: currentText }));
+}
+
+// The server is busy (or this address has all the streams it may): say so, and try
+// again when it says to. Time to first audio still counts from the click.
+function retryLater(ms) {
+  const refused = current;
+  report.retries += 1;
+  $("status").textContent = `busy, retrying in ${(ms / 1000).toFixed(1)} s…`;
+  $("status").className = "stats";
+  setTimeout(() => { if (current === refused && ws) send(); }, ms);
 }
 
 function stop() {

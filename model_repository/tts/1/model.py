@@ -67,7 +67,8 @@ class TritonPythonModel:
                     is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets,
                 )
                 async for chunk in chunks:
-                    sender.send(response(tts_outputs(chunk)))
+                    self.slots.capacity.made(chunk.pcm.size / self.rate)
+                    sender.send(response(tts_outputs(chunk, self.slots.capacity.streams)))
             sender.send(flags=FINAL)
         except (c.InvalidRequest, c.StageError) as e:
             send_error(sender, str(e))

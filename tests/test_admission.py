@@ -1,0 +1,79 @@
+"""Admission at capacity, over the real Triton: once `tts` has measured what it
+sustains, a gateway admits streams only up to --admission-load of it; the others are
+told `server_busy` at once, before any audio, and a stream admitted later speaks whole."""
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from gateway.client import SpeechClient, SpeechError
+from perf.servers import start_gateway, stop
+from perf.workloads import workload
+from python_backends import contract as c
+
+pytestmark = pytest.mark.triton
+
+CONTEXTS = 16
+
+
+@pytest.fixture
+def admitting(triton, tmp_path):
+    """A gateway admitting a tenth of the measured capacity (one or two streams here)."""
+    with (tmp_path / "gateway.log").open("w") as log:
+        process, port = start_gateway(triton.grpc_url, log, "--admission-load", "0.1", "--probe-interval", "0")
+        yield port
+        stop(process)
+
+
+async def outcome(context) -> tuple[str, float | None]:
+    """('done', None) or (the error code, its retry_after_ms)."""
+    try:
+        async for _ in context.events():
+            pass
+    except SpeechError as e:
+        return e.code, e.retry_after_ms
+    return ("done" if context.done else "ended"), None
+
+
+def post_speech(port: int) -> tuple[int, dict, str | None]:
+    body = json.dumps({"model": "tts-1", "voice": "alloy", "input": "Am I admitted?"}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/audio/speech", data=body,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, {}, None
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), e.headers.get("Retry-After")
+
+
+def test_streams_past_the_measured_capacity_are_told_busy_and_later_ones_are_admitted(admitting):
+    url = f"ws://127.0.0.1:{admitting}{c.PROTOCOL_PATH}"
+
+    async def run():
+        client = await SpeechClient.connect(url, format="pcm_s16le")
+        try:
+            async for _ in client.speak("Warm up, and let the server measure itself."):
+                pass
+            contexts = [client.context() for _ in range(CONTEXTS)]
+            for context in contexts:
+                await context.speak(workload("paragraph"))
+            outcomes = [asyncio.create_task(outcome(ctx)) for ctx in contexts]
+            # A refusal comes at once: the admitted contexts are still speaking.
+            await asyncio.wait(outcomes, return_when=asyncio.FIRST_COMPLETED)
+            http_while_full = await asyncio.to_thread(post_speech, admitting)
+            outcomes = await asyncio.gather(*outcomes)
+            again = [frame async for frame in client.speak("Admitted again.")]
+            return outcomes, http_while_full, again
+        finally:
+            await client.close()
+
+    outcomes, (status, error, retry_after), again = asyncio.run(run())
+    codes = [code for code, _ in outcomes]
+    assert codes[0] == "done"  # the first context is admitted
+    assert c.SERVER_BUSY in codes and set(codes) <= {"done", c.SERVER_BUSY}
+    assert all(retry > 0 for code, retry in outcomes if code == c.SERVER_BUSY)
+    assert again  # capacity freed: admitted and spoken
+    assert status == 429 and error["error"]["code"] == c.SERVER_BUSY and int(retry_after) > 0
