@@ -38,9 +38,15 @@ class Metrics:
         )
         up = Gauge("speechstream_triton_up", "1 while a Triton server is ready", ["url"], registry=r)
         load = Gauge("speechstream_triton_outstanding", "Contexts speaking through a Triton server", ["url"], registry=r)
+        capacity = Gauge(
+            "speechstream_triton_capacity_streams",
+            "Real-time streams a Triton server sustains, as it measures them (0: not yet); admission's reference",
+            ["url"], registry=r,
+        )
         for b in backends:
             up.labels(b.url).set_function(lambda b=b: float(b.up))
             load.labels(b.url).set_function(lambda b=b: b.outstanding)
+            capacity.labels(b.url).set_function(lambda b=b: b.capacity)
         self._audio = Counter("speechstream_audio_seconds", "Audio sent to clients", registry=r)
         self._errors = Counter(
             "speechstream_errors", "Error messages sent, and HTTP speech requests refused or cut short, by code",

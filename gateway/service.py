@@ -41,26 +41,25 @@ class Gateway:
         )
         self.synthesizer = Synthesizer(self.backends, settings.stage_timeout_s, self.metrics.triton_first_response)
 
-    def streams_from(self, client: str) -> int:
-        """Open contexts on the address's connections, and its HTTP speech requests."""
-        contexts = sum(len(session.contexts) for session, address in self.sessions.items() if address == client)
-        return contexts + self.http_streams[client]
-
-    def streams_open(self) -> int:
-        """Open contexts on all connections, and HTTP speech requests."""
-        return sum(len(session.contexts) for session in self.sessions) + self.http_streams.total()
+    def streams_by_client(self) -> Counter[str]:
+        """Open contexts on all connections and HTTP speech requests, by client address."""
+        streams = Counter(self.http_streams)
+        for session, address in self.sessions.items():
+            streams[address] += len(session.contexts)
+        return +streams  # without the addresses at 0
 
     def stream_refusal(self, client: str) -> ProtocolError | None:
         """Why `client` may not start another stream now, or None: its address is at its
-        cap, or the streams open fill the capacity the Tritons measure (admission)."""
-        cap = self.settings.max_streams_per_client
-        if cap and self.streams_from(client) >= cap:
+        cap, or the streams open fill the capacity the Tritons measure and the client has
+        its fair share of them already (admission)."""
+        streams, cap = self.streams_by_client(), self.settings.max_streams_per_client
+        if cap and streams[client] >= cap:
             log_refusal(f"a stream from {client}: {cap} already open")
             return ProtocolError(
                 c.TOO_MANY_STREAMS, f"at most {cap} streams at once per client", retry_after_ms=STREAM_RETRY_MS
             )
         load, capacity = self.settings.admission_load, self.backends.capacity
-        if load and capacity and self.streams_open() >= load * capacity:
+        if load and capacity and not admits(streams, client, load * capacity):
             log_refusal(f"a stream from {client}: the server is at capacity ({capacity:.1f} real-time streams)")
             return ProtocolError(c.SERVER_BUSY, "the server is at capacity; try again shortly",
                                  retry_after_ms=BUSY_RETRY_MS)
@@ -76,6 +75,17 @@ class Gateway:
             self.http_streams[client] -= 1
             if not self.http_streams[client]:
                 del self.http_streams[client]
+
+
+def admits(streams: Counter[str], client: str, limit: float) -> bool:
+    """Whether `client` may open another stream: while the streams open are under `limit`,
+    and beyond it while the client has fewer than its fair share of `limit` (a whole
+    share each among the clients with streams open, itself included), so that one client
+    cannot take the whole capacity from the others."""
+    if streams.total() < limit:
+        return True
+    clients = len(streams.keys() | {client})
+    return streams[client] < limit // clients
 
 
 GATEWAY = web.AppKey("gateway", Gateway)  # the application's Gateway

@@ -83,6 +83,15 @@ def triton_metrics(port: int, host: str = "127.0.0.1") -> dict[str, float]:
     return totals
 
 
+def gateway_metric(port: int, name: str, url: str) -> float:
+    """A gateway's per-Triton gauge `name` for the Triton at `url`."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(f'{name}{{url="{url}"}}'):
+                return float(line.split()[-1])
+    raise LookupError(f"no {name} for {url}")
+
+
 class Servers:
     """tritonserver and the gateway on free loopback ports, logging into `log_dir`."""
 

@@ -27,8 +27,10 @@ def triton(tmp_path_factory):
 def gateway(triton, tmp_path_factory):
     """`speechstream-gateway` on a free loopback port, talking to the test Triton. No
     readiness probes: tests count Triton's inferences, and a probe's would be among them
-    (tests/test_triton_faults.py runs gateways that probe)."""
+    (tests/test_triton_faults.py runs gateways that probe). No admission: tests open more
+    streams at once than this machine sustains, to test other limits (tests/test_admission.py
+    and test_gateway_floods.py run gateways that admit)."""
     with (tmp_path_factory.mktemp("gateway") / "gateway.log").open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, "--probe-interval", "0")
+        process, port = start_gateway(triton.grpc_url, log, "--probe-interval", "0", "--admission-load", "0")
         yield f"ws://127.0.0.1:{port}/v1/stream"
         stop(process)

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from gateway.client import SpeechClient, SpeechError
-from perf.servers import start_gateway, stop
+from perf.servers import gateway_metric, start_gateway, stop
 from perf.workloads import workload
 from python_backends import contract as c
 
@@ -24,7 +24,8 @@ def admitting(triton, tmp_path):
     """A gateway admitting a tenth of the measured capacity (one or two streams here)."""
     with (tmp_path / "gateway.log").open("w") as log:
         process, port = start_gateway(triton.grpc_url, log, "--admission-load", "0.1", "--probe-interval", "0")
-        yield port
+        process.port, process.triton_url = port, triton.grpc_url
+        yield process
         stop(process)
 
 
@@ -50,20 +51,23 @@ def post_speech(port: int) -> tuple[int, dict, str | None]:
 
 
 def test_streams_past_the_measured_capacity_are_told_busy_and_later_ones_are_admitted(admitting):
-    url = f"ws://127.0.0.1:{admitting}{c.PROTOCOL_PATH}"
+    url = f"ws://127.0.0.1:{admitting.port}{c.PROTOCOL_PATH}"
+    capacity = "speechstream_triton_capacity_streams"
+    assert gateway_metric(admitting.port, capacity, admitting.triton_url) == 0  # nothing spoken, nothing measured
 
     async def run():
         client = await SpeechClient.connect(url, format="pcm_s16le")
         try:
             async for _ in client.speak("Warm up, and let the server measure itself."):
                 pass
+            assert gateway_metric(admitting.port, capacity, admitting.triton_url) > 0
             contexts = [client.context() for _ in range(CONTEXTS)]
             for context in contexts:
                 await context.speak(workload("paragraph"))
             outcomes = [asyncio.create_task(outcome(ctx)) for ctx in contexts]
             # A refusal comes at once: the admitted contexts are still speaking.
             await asyncio.wait(outcomes, return_when=asyncio.FIRST_COMPLETED)
-            http_while_full = await asyncio.to_thread(post_speech, admitting)
+            http_while_full = await asyncio.to_thread(post_speech, admitting.port)
             outcomes = await asyncio.gather(*outcomes)
             again = [frame async for frame in client.speak("Admitted again.")]
             return outcomes, http_while_full, again

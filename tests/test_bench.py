@@ -101,14 +101,14 @@ def test_a_body_that_is_not_a_wav_is_refused():
 
 
 def test_wyoming_events_with_inline_data_extra_data_and_payload():
-    reader = asyncio.StreamReader()
     extra = json.dumps({"width": 2, "channels": 1}).encode()
     header = {"type": "audio-chunk", "data": {"rate": 22050}, "data_length": len(extra), "payload_length": 4}
-    reader.feed_data(json.dumps(header).encode() + b"\n" + extra + b"\x01\x02\x03\x04")
-    reader.feed_data(b'{"type": "audio-stop"}\n')
-    reader.feed_eof()
 
     async def read_two():
+        reader = asyncio.StreamReader()  # of the running loop
+        reader.feed_data(json.dumps(header).encode() + b"\n" + extra + b"\x01\x02\x03\x04")
+        reader.feed_data(b'{"type": "audio-stop"}\n')
+        reader.feed_eof()
         return await read_wyoming_event(reader), await read_wyoming_event(reader)
 
     chunk, stop = asyncio.run(read_two())

@@ -1,5 +1,7 @@
+from collections import Counter
+
 from gateway.backends import Backend, Backends, choose
-from gateway.service import Gateway
+from gateway.service import Gateway, admits
 from gateway.settings import Settings
 from python_backends import contract as c
 
@@ -79,3 +81,15 @@ def test_streams_past_the_admission_load_of_the_capacity_are_refused_as_busy():
     unlimited.backends.all = [server]
     unlimited.http_streams.update({"10.0.0.1": 100})
     assert unlimited.stream_refusal("10.0.0.2") is None
+
+
+def test_at_capacity_a_client_under_its_fair_share_is_still_admitted():
+    limit = 10.0
+    assert admits(Counter({"greedy": 9}), "normal", limit)  # under the limit
+    full = Counter({"greedy": 10})
+    assert not admits(full, "greedy", limit)
+    assert admits(full, "normal", limit)  # 0 < 10 // 2: its share
+    assert admits(full + Counter({"normal": 4}), "normal", limit) and not admits(
+        full + Counter({"normal": 5}), "normal", limit)
+    crowd = Counter({f"c{i}": 1 for i in range(10)})  # ten clients, one stream each
+    assert not admits(crowd, "newcomer", limit)  # 10 // 11 = 0: no share left to give

@@ -3,12 +3,11 @@ when one is killed mid-run the other carries on and takes every new context."""
 
 import asyncio
 import time
-import urllib.request
 
 import pytest
 
 from gateway.client import Recorder, connection
-from perf.servers import free_ports, start_gateway, stop, triton_metrics
+from perf.servers import free_ports, gateway_metric, start_gateway, stop, triton_metrics
 from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.launcher import TritonServer
@@ -32,14 +31,6 @@ def two_tritons(tmp_path):
         for server, log in zip(servers, logs):
             server.stop()
             log.close()
-
-
-def gateway_metric(port: int, name: str, url: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(f'{name}{{url="{url}"}}'):
-                return float(line.split()[-1])
-    raise AssertionError(f"no {name} for {url}")
 
 
 def test_contexts_spread_across_two_tritons_and_survive_losing_one(two_tritons, tmp_path):

@@ -88,8 +88,15 @@ async def stop_mid_stream(url: str, stub: psutil.Process, seconds: float) -> str
 
 
 def vocoder_stub(serve: subprocess.Popen) -> psutil.Process:
-    """One of the vocoder's instances."""
-    return next(s for s in triton_tree(serve)[1] if any("/vocoder/1/model.py" in a for a in s.cmdline()))
+    """One of the vocoder's live instances (a killed one may linger as a zombie)."""
+    return next(s for s in triton_tree(serve)[1] if any("/vocoder/1/model.py" in a for a in cmdline(s)))
+
+
+def cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # gone, or a zombie
+        return []
 
 
 def test_recovers_from_stopped_and_killed_stubs_and_a_killed_tritonserver_and_leaves_nothing(tmp_path):
