@@ -141,9 +141,13 @@ class Servers:
                 "stubs_left_running": stopped.stubs_left_running, "shm_left_after_exit": stopped.shm_left_after_exit}
 
     def triton_tree(self) -> list[psutil.Process]:
-        """tritonserver and its children (one Python backend stub per model instance)."""
-        root = psutil.Process(self.triton.process.pid)
-        return [root, *root.children(recursive=True)]
+        """tritonserver and its children (one Python backend stub per model instance);
+        none while it is gone (a supervised restart)."""
+        try:
+            root = psutil.Process(self.triton.process.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
 
 
 def cpu_seconds(processes: list[psutil.Process]) -> float:
