@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -111,6 +112,39 @@ def refused_origin(request: web.Request, settings: Settings) -> Refusal | None:
         return None
     log_refusal(f"a request to {request.path} from Origin {origin}")
     return Refusal(HTTPStatus.FORBIDDEN, "this Origin is not allowed")
+
+
+# What a page on another origin may send and read (CORS), for the API a browser can use.
+CORS_METHODS = "GET, POST, OPTIONS"
+CORS_REQUEST_HEADERS = "Authorization, Content-Type, X-API-Key, X-Request-ID"
+CORS_EXPOSED_HEADERS = "X-Request-ID, Retry-After"
+CORS_MAX_AGE_S = 600
+
+
+def cors_headers(request: web.Request, settings: Settings) -> dict[str, str]:
+    """The CORS headers for a request from a page on an allowed Origin (any, without an
+    allow-list); none for other requests. No cookies are used, so no credentials."""
+    origin = request.headers.getall("Origin", [])
+    if len(origin) != 1 or refused_origin(request, settings):
+        return {}
+    return {"Access-Control-Allow-Origin": origin[0], "Access-Control-Expose-Headers": CORS_EXPOSED_HEADERS,
+            "Vary": "Origin"}
+
+
+def preflight_headers(request: web.Request, settings: Settings) -> dict[str, str] | None:
+    """The answer to a CORS preflight (OPTIONS) from an allowed Origin; None: refused."""
+    headers = cors_headers(request, settings)
+    if not headers:
+        return None
+    return headers | {"Access-Control-Allow-Methods": CORS_METHODS,
+                      "Access-Control-Allow-Headers": CORS_REQUEST_HEADERS,
+                      "Access-Control-Max-Age": str(CORS_MAX_AGE_S)}
+
+
+def request_id(request: web.Request) -> str:
+    """The client's X-Request-ID when it is a short printable token, else a new one."""
+    given = request.headers.get("X-Request-ID", "")
+    return given if 0 < len(given) <= 128 and given.isascii() and given.isprintable() else uuid.uuid4().hex
 
 
 def presented_key(request: web.Request) -> str:

@@ -17,12 +17,20 @@ from aiohttp import web
 from python_backends import contract as c
 from python_backends.text import split_sentences
 
-from .access import KeyFailures, json_response, refused_origin, unauthorized
+from .access import (
+    KeyFailures,
+    cors_headers,
+    json_response,
+    preflight_headers,
+    refused_origin,
+    request_id,
+    unauthorized,
+)
 from .segmenter import batches
 from .service import GATEWAY, Gateway
 from .session import VOICES
 from .settings import Settings
-from .speech_api import ApiError, SpeechBody, SpeechRequest, parse_speech_request
+from .speech_api import OPENAI_MODELS, OPENAI_VOICES, ApiError, SpeechBody, SpeechRequest, parse_speech_request
 from .synthesis import SynthesisFailed, Synthesizer
 
 log = logging.getLogger("speechstream.gateway")
@@ -37,7 +45,7 @@ FAILURE_STATUS = {
 METRIC_CODES = {
     HTTPStatus.UNAUTHORIZED: "unauthorized", HTTPStatus.FORBIDDEN: "forbidden_origin",
     HTTPStatus.REQUEST_ENTITY_TOO_LARGE: c.MESSAGE_TOO_LARGE, HTTPStatus.UNSUPPORTED_MEDIA_TYPE: c.INVALID_MESSAGE,
-    HTTPStatus.REQUEST_TIMEOUT: "request_timeout",
+    HTTPStatus.REQUEST_TIMEOUT: "request_timeout", HTTPStatus.TOO_MANY_REQUESTS: "too_many_key_failures",
 }
 
 
@@ -105,9 +113,8 @@ async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest, cl
 async def read_speech_request(request: web.Request, settings: Settings, key_failures: KeyFailures) -> SpeechRequest:
     """The request, admitted and parsed, or the ApiError that refuses it. Only JSON bodies
     are taken: a browser sends a cross-origin `text/plain` POST without asking first."""
-    if refusal := unauthorized(request, settings, key_failures) or refused_origin(request, settings):
-        code = "invalid_api_key" if refusal.status == HTTPStatus.UNAUTHORIZED else None
-        raise ApiError(refusal.message, status=refusal.status, code=code, headers=refusal.headers)
+    if error := access_error(request, settings, key_failures):
+        raise error
     if request.content_type != "application/json":
         raise ApiError(
             f"the body must be application/json, not {request.content_type}", status=HTTPStatus.UNSUPPORTED_MEDIA_TYPE
@@ -159,12 +166,59 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 
-async def voices(request: web.Request) -> web.Response:
+def access_error(request: web.Request, settings: Settings, key_failures: KeyFailures) -> ApiError | None:
+    """OpenAI's error for a request without the key, or from an Origin not allowed."""
+    if refusal := unauthorized(request, settings, key_failures) or refused_origin(request, settings):
+        code = "invalid_api_key" if refusal.status == HTTPStatus.UNAUTHORIZED else None
+        return ApiError(refusal.message, status=refusal.status, code=code, headers=refusal.headers)
+    return None
+
+
+def refused(request: web.Request) -> web.Response | None:
+    """The JSON error response for a request not allowed in (access_error), or None."""
     gateway = request.app[GATEWAY]
-    settings = gateway.settings
-    if refusal := unauthorized(request, settings, gateway.key_failures) or refused_origin(request, settings):
-        return refusal.as_text()
+    if error := access_error(request, gateway.settings, gateway.key_failures):
+        return api_error(gateway, METRIC_CODES.get(error.status, c.INVALID_MESSAGE), error)
+    return None
+
+
+async def voices(request: web.Request) -> web.Response:
+    """GET /v1/voices: the voices, each with its sample rate."""
+    if refusal := refused(request):
+        return refusal
     return json_response(HTTPStatus.OK, {"voices": [{"id": v, "sample_rate": c.VOICE_SAMPLE_RATES[v]} for v in VOICES]})
+
+
+async def audio_voices(request: web.Request) -> web.Response:
+    """GET /v1/audio/voices: the voices and OpenAI's names, each with the voice it speaks with."""
+    if refusal := refused(request):
+        return refusal
+    ours = [{"id": v, "name": v, "voice": v} for v in VOICES]
+    return json_response(HTTPStatus.OK, {"voices": ours + [{"id": v, "name": v, "voice": VOICES[0]}
+                                                           for v in OPENAI_VOICES]})
+
+
+async def models(request: web.Request) -> web.Response:
+    """GET /v1/models, as OpenAI lists them: the speech model names clients may pass."""
+    if refusal := refused(request):
+        return refusal
+    data = [{"id": m, "object": "model", "created": 0, "owned_by": "speechstream"} for m in OPENAI_MODELS]
+    return json_response(HTTPStatus.OK, {"object": "list", "data": data})
+
+
+async def preflight(request: web.Request) -> web.Response:
+    """OPTIONS: a browser asks whether a page on its Origin may call the API."""
+    headers = preflight_headers(request, request.app[GATEWAY].settings)
+    if headers is None:
+        return web.Response(status=HTTPStatus.FORBIDDEN.value, text="this Origin is not allowed\n")
+    return web.Response(status=HTTPStatus.NO_CONTENT.value, headers=headers)
+
+
+async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    """Every response carries its request's X-Request-ID, and CORS headers for a page on
+    an allowed Origin."""
+    response.headers["X-Request-ID"] = request_id(request)
+    response.headers.update(cors_headers(request, request.app[GATEWAY].settings))
 
 
 async def page(request: web.Request) -> web.FileResponse:

@@ -37,6 +37,11 @@ def application(gateway: Gateway) -> web.Application:
     app.router.add_get("/readyz", http_api.readyz)
     app.router.add_get("/metrics", http_api.metrics)
     app.router.add_get("/v1/voices", http_api.voices)
+    app.router.add_get("/v1/audio/voices", http_api.audio_voices)
+    app.router.add_get("/v1/models", http_api.models)
+    for path in (http_api.SPEECH_PATH, "/v1/voices", "/v1/audio/voices", "/v1/models"):
+        app.router.add_route("OPTIONS", path, http_api.preflight)
+    app.on_response_prepare.append(http_api.on_prepare)
     app.router.add_get("/", http_api.page)
     app.router.add_static("/static/", http_api.STATIC)
     return app
@@ -65,11 +70,14 @@ def raise_open_file_limit(connections: int) -> None:
     """Raise the soft limit on open files to the hard one: each connection is a file, and
     a process out of them cannot even refuse a connection politely."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
+    try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    if hard != resource.RLIM_INFINITY and (not connections or connections + 256 > hard):
+        soft = hard
+    except (ValueError, OSError):  # an unlimited hard limit is more than the kernel allows
+        pass
+    if soft != resource.RLIM_INFINITY and (not connections or connections + 256 > soft):
         log.warning("the open-file limit (%d) leaves too little room for --max-connections %d: lower it, or "
-                    "raise the limit (ulimit -n)", hard, connections)
+                    "raise the limit (ulimit -n)", soft, connections)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,6 +24,8 @@ from .protocol import ProtocolError, is_unicode, voice_params
 OPENAI_VOICES = (
     "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse", "marin", "cedar",
 )
+# OpenAI's speech model names, listed by GET /v1/models; any name is accepted.
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 STREAM_FORMATS = ("audio", "sse")
 DEFAULT_FORMAT = "wav"  # OpenAI's default is mp3, which this server does not make
 RATES = {"pcm": 24000, "wav": 24000, "flac": 24000, "opus": 48000}  # OpenAI's pcm is 24 kHz

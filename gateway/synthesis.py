@@ -110,8 +110,9 @@ async def _stream(
             if (pcm := result.as_numpy(c.PCM)) is not None:
                 names, spans = result.as_numpy(c.WORDS), result.as_numpy(c.WORD_SAMPLES)
                 words = [] if names is None else [(w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans)]
-                capacity = float(result.as_numpy(c.CAPACITY)[0])
-                yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), words, capacity)
+                capacity = result.as_numpy(c.CAPACITY)  # None from a tts that does not measure: admit all
+                yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), words,
+                               0.0 if capacity is None else float(capacity[0]))
             if result.get_response().parameters["triton_final_response"].bool_param:
                 return
     finally:

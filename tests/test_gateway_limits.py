@@ -368,3 +368,49 @@ def test_a_ping_flood_closes_the_connection_with_1008(limited):
             return flooder.protocol.close_rcvd.code, ready["format"]
 
     assert asyncio.run(run()) == (1008, "pcm_s16le")
+
+
+def request(gateway, path: str, method: str = "GET", headers: dict[str, str] | None = None):
+    """(status, headers, body) of a request to the gateway."""
+    req = urllib.request.Request(f"http://127.0.0.1:{gateway.port}{path}", method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+@pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/models", "/v1/audio/voices", "/v1/voices"])
+def test_a_cors_preflight_is_answered_for_allowed_origins_only(limited, path):
+    asking = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+    status, headers, _ = request(limited, path, "OPTIONS", {"Origin": ORIGIN, **asking})
+    assert status == 204 and headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert "POST" in headers["Access-Control-Allow-Methods"]
+    allowed = {h.strip().lower() for h in headers["Access-Control-Allow-Headers"].split(",")}
+    assert {"authorization", "content-type"} <= allowed
+    status, headers, _ = request(limited, path, "OPTIONS", {"Origin": "http://evil.example", **asking})
+    assert status == 403 and "Access-Control-Allow-Origin" not in headers
+
+
+def test_responses_carry_cors_headers_and_the_request_id(limited):
+    status, headers, _ = request(limited, "/v1/models", headers={"Origin": ORIGIN, "X-API-Key": KEY,
+                                                                  "X-Request-ID": "trace-42"})
+    assert status == 200 and headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert headers["X-Request-ID"] == "trace-42" and "X-Request-ID" in headers["Access-Control-Expose-Headers"]
+    status, _, headers = post(limited, SPEECH, {**JSON, "Origin": ORIGIN})  # an error response too
+    assert status == 503 and headers["Access-Control-Allow-Origin"] == ORIGIN and headers["X-Request-ID"]
+    ids = {request(limited, "/healthz")[1]["X-Request-ID"] for _ in range(3)}
+    assert len(ids) == 3 and all(len(i) == 32 for i in ids)  # made up when not given, one per request
+
+
+def test_models_and_audio_voices_as_openai_clients_list_them(limited):
+    status, _, body = request(limited, "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    models = json.loads(body)
+    assert status == 200 and models["object"] == "list" and "tts-1" in {m["id"] for m in models["data"]}
+    assert all(m["object"] == "model" for m in models["data"])
+    status, _, body = request(limited, "/v1/audio/voices", headers={"X-API-Key": KEY})
+    voices = {v["id"]: v["voice"] for v in json.loads(body)["voices"]}
+    assert status == 200 and voices["alloy"] == c.DEFAULT_VOICE and voices[c.DEFAULT_VOICE] == c.DEFAULT_VOICE
+    status, _, body = request(limited, "/v1/models")
+    error = json.loads(body)["error"]
+    assert status == 401 and error["code"] == "invalid_api_key"  # OpenAI's error object, not plain text
