@@ -26,11 +26,12 @@ from .access import (
     request_id,
     unauthorized,
 )
+from .protocol import OPENAI_VOICES
 from .segmenter import batches
 from .service import GATEWAY, Gateway
 from .session import VOICES
 from .settings import Settings
-from .speech_api import OPENAI_MODELS, OPENAI_VOICES, ApiError, SpeechBody, SpeechRequest, parse_speech_request
+from .speech_api import OPENAI_MODELS, ApiError, SpeechBody, SpeechRequest, parse_speech_request
 from .synthesis import SynthesisFailed, Synthesizer
 
 log = logging.getLogger("speechstream.gateway")

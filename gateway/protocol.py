@@ -75,10 +75,24 @@ def _context(message: dict) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# OpenAI's voice names, so that clients written for it work unchanged: each speaks with
+# the default voice (the first).
+OPENAI_VOICES = (
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse", "marin", "cedar",
+)
+
+
+def resolve_voice(name: str, voices: tuple[str, ...]) -> str | None:
+    """The voice `name` speaks with: itself, or the default for an OpenAI name; None if unknown."""
+    if name in voices:
+        return name
+    return voices[0] if name in OPENAI_VOICES else None
+
+
 def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
-    voice = _field(message, "voice", str, voices[0])
-    if voice not in voices:
-        raise ProtocolError(c.UNKNOWN_VOICE, f"unknown voice '{voice}'; available: {', '.join(voices)}")
+    asked = _field(message, "voice", str, voices[0])
+    if (voice := resolve_voice(asked, voices)) is None:
+        raise ProtocolError(c.UNKNOWN_VOICE, f"unknown voice '{asked}'; available: {', '.join(voices + OPENAI_VOICES)}")
     fmt = _field(message, "format", str, c.DEFAULT_FORMAT)
     if fmt not in c.FORMATS:
         raise ProtocolError(c.UNSUPPORTED_FORMAT, f"unsupported format '{fmt}'; use one of {', '.join(c.FORMATS)}")

@@ -17,13 +17,8 @@ from python_backends.contract import LENGTH_SCALE, VOICE_PARAMS
 
 from .audio import FrameEncoder
 from .containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
-from .protocol import ProtocolError, is_unicode, voice_params
+from .protocol import OPENAI_VOICES, ProtocolError, is_unicode, resolve_voice, voice_params
 
-# OpenAI's voice names, so that clients written for it work unchanged: each speaks with
-# the default voice (only one is embedded).
-OPENAI_VOICES = (
-    "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse", "marin", "cedar",
-)
 # OpenAI's speech model names, listed by GET /v1/models; any name is accepted.
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 STREAM_FORMATS = ("audio", "sse")
@@ -108,9 +103,9 @@ def parse_speech_request(raw: bytes, voices: tuple[str, ...], max_chars: int) ->
         raise ApiError("'input' is empty", "input")
     if len(text) > max_chars:
         raise ApiError(f"'input' has {len(text)} characters; the limit is {max_chars}", "input")
-    voice = _string(body, "voice")
-    if voice not in voices and voice not in OPENAI_VOICES:
-        raise ApiError(f"unknown voice '{voice}'; use one of {', '.join(voices + OPENAI_VOICES)}", "voice")
+    asked = _string(body, "voice")
+    if (voice := resolve_voice(asked, voices)) is None:
+        raise ApiError(f"unknown voice '{asked}'; use one of {', '.join(voices + OPENAI_VOICES)}", "voice")
     fmt = _string(body, "response_format", DEFAULT_FORMAT)
     if fmt not in RATES:
         raise ApiError(f"response_format '{fmt}' is not supported; use one of {', '.join(RATES)}", "response_format")
@@ -121,7 +116,6 @@ def parse_speech_request(raw: bytes, voices: tuple[str, ...], max_chars: int) ->
     low, high = 1 / _SPEED.maximum, 1 / _SPEED.minimum
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
         raise ApiError(f"'speed' must be a number from {low:g} to {high:g}", "speed")
-    voice = voices[0] if voice in OPENAI_VOICES else voice
     return SpeechRequest(text, voice, fmt, float(speed), stream_format, _extra_params(body))
 
 

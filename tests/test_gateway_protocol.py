@@ -18,6 +18,14 @@ def test_config_defaults_and_values():
     assert c == p.Config("en_US-joe-medium", "pcm_s16le", 16000, 40, True)
 
 
+def test_openai_voice_names_speak_with_the_default_voice():
+    assert parse('{"type": "config", "voice": "alloy"}').voice == VOICES[0]
+    assert parse('{"type": "config", "voice": "nova"}') == p.Config(VOICES[0])
+    with pytest.raises(p.ProtocolError) as refused:
+        parse('{"type": "config", "voice": "Alloy"}')  # names are exact
+    assert refused.value.code == c.UNKNOWN_VOICE and "alloy" in refused.value.message
+
+
 @pytest.mark.parametrize("kind", p.CONTEXT_TYPES)
 def test_context_messages(kind):
     m = {"type": kind, "context_id": "c1"} | ({"text": "Hi."} if kind in p.TEXT_TYPES else {})

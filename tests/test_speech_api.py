@@ -6,7 +6,8 @@ import av
 import numpy as np
 import pytest
 
-from gateway.speech_api import OPENAI_VOICES, ApiError, SpeechBody, parse_speech_request, sse_delta, sse_done
+from gateway.protocol import OPENAI_VOICES
+from gateway.speech_api import ApiError, SpeechBody, parse_speech_request, sse_delta, sse_done
 from python_backends.contract import LENGTH_SCALE, NOISE_W, SEED
 
 VOICES = ("en_US-joe-medium",)
