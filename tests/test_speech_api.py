@@ -106,3 +106,9 @@ def test_an_sse_body_wraps_the_container_in_deltas_then_done():
     assert events[-1] == {"type": "speech.audio.done"}
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
     assert len(pcm) == 2 * 24000 and len(events) > 2  # one second: 50 frames of 20 ms at 24 kHz
+
+
+def test_instructions_are_accepted_and_change_nothing():
+    plain = {"model": "gpt-4o-mini-tts", "voice": "alloy", "input": "Hi."}
+    asked = parse_speech_request(json.dumps(plain | {"instructions": "Speak cheerfully."}).encode(), VOICES, 100)
+    assert asked == parse_speech_request(json.dumps(plain).encode(), VOICES, 100)
