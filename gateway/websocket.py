@@ -102,8 +102,12 @@ class Connection:
                 return message.data
             return None  # CLOSE, CLOSING, CLOSED or ERROR: aiohttp has answered it
 
-    async def act(self, actions: list[Action]) -> None:
+    async def act(self, actions: list[Action], job_id: int | None = None) -> None:
+        """Carry out `actions`; those of job `job_id` only while it is wanted: a send can
+        wait for the client, and a `cancelled` sent meanwhile must be the context's last word."""
         for action in actions:
+            if job_id is not None and not self.session.is_current(job_id):
+                return
             if isinstance(action, Send):
                 await self.send(action.data)
             elif isinstance(action, Synthesize):
@@ -138,7 +142,7 @@ class Connection:
             # Closed at once when this task is cancelled (Stop), which cancels the request in Triton.
             async with aclosing(self.gateway.synthesizer.synthesize(texts, job.voice_params, self.client)) as chunks:
                 async for chunk in chunks:
-                    await self.act(session.audio(job.id, chunk.pcm, chunk.sentence_index, chunk.words))
+                    await self.act(session.audio(job.id, chunk.pcm, chunk.sentence_index, chunk.words), job.id)
             after = session.finished(job.id)
         except SynthesisFailed as e:
             after = session.failed(job.id, e.code, e.message)

@@ -64,6 +64,7 @@ def test_stop_cancels_and_empties_the_player(gateway, browser):
     page.wait_for_timeout(700)
     assert page.evaluate("window.speechstream.decodedSamples") == before
     assert not page.evaluate("window.speechstream.done")
+    assert page.inner_text("#status") == "stopped"
 
 
 def test_static_files_refuse_traversal(gateway):

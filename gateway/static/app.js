@@ -131,7 +131,10 @@ function retryLater(ms) {
 }
 
 function stop() {
-  if (current && ws && !report.done) ws.send(JSON.stringify({ type: "cancel", context_id: current }));
+  if (current && ws && !report.done) {
+    ws.send(JSON.stringify({ type: "cancel", context_id: current }));
+    $("status").textContent = "stopped";
+  }
   current = null;
   if (player) player.port.postMessage({ type: "clear" });
 }
