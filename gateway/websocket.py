@@ -30,6 +30,10 @@ class ConnectionClosed(Exception):
     """The client's WebSocket is closed or closing: nothing more goes either way."""
 
 
+class JobUnwanted(Exception):
+    """The job's context was cancelled, failed or closed while it waited to send."""
+
+
 async def stream(request: web.Request) -> web.StreamResponse:
     """Admit the client, then speak protocol v1 until it leaves."""
     gateway = request.app[GATEWAY]
@@ -103,11 +107,12 @@ class Connection:
             return None  # CLOSE, CLOSING, CLOSED or ERROR: aiohttp has answered it
 
     async def act(self, actions: list[Action], job_id: int | None = None) -> None:
-        """Carry out `actions`; those of job `job_id` only while it is wanted: a send can
-        wait for the client, and a `cancelled` sent meanwhile must be the context's last word."""
+        """Carry out `actions`; those of job `job_id` only while it is wanted (JobUnwanted
+        once not): a send can wait for the client, and a `cancelled` sent meanwhile must
+        be the context's last word."""
         for action in actions:
             if job_id is not None and not self.session.is_current(job_id):
-                return
+                raise JobUnwanted
             if isinstance(action, Send):
                 await self.send(action.data)
             elif isinstance(action, Synthesize):
@@ -146,7 +151,7 @@ class Connection:
             after = session.finished(job.id)
         except SynthesisFailed as e:
             after = session.failed(job.id, e.code, e.message)
-        except ConnectionClosed:
+        except (ConnectionClosed, JobUnwanted):
             return
         except Exception:
             log.exception("session %s: job %d failed unexpectedly", session.id, job.id)
