@@ -105,10 +105,15 @@ def log_refusal(what: str, every_s: float = 10.0) -> None:
         log.warning("refused %s", what)
 
 
+def origin_allowed(origin: list[str], settings: Settings) -> bool:
+    """Whether the Origin header's values name one allowed Origin (any, without an allow-list)."""
+    return not settings.allowed_origins or (len(origin) == 1 and origin[0] in settings.allowed_origins)
+
+
 def refused_origin(request: web.Request, settings: Settings) -> Refusal | None:
     """403 for a browser page from an Origin not allowed; requests without one pass."""
     origin = request.headers.getall("Origin", [])
-    if not settings.allowed_origins or not origin or (len(origin) == 1 and origin[0] in settings.allowed_origins):
+    if not origin or origin_allowed(origin, settings):
         return None
     log_refusal(f"a request to {request.path} from Origin {origin}")
     return Refusal(HTTPStatus.FORBIDDEN, "this Origin is not allowed")
@@ -125,7 +130,7 @@ def cors_headers(request: web.Request, settings: Settings) -> dict[str, str]:
     """The CORS headers for a request from a page on an allowed Origin (any, without an
     allow-list); none for other requests. No cookies are used, so no credentials."""
     origin = request.headers.getall("Origin", [])
-    if len(origin) != 1 or refused_origin(request, settings):
+    if len(origin) != 1 or not origin_allowed(origin, settings):
         return {}
     return {"Access-Control-Allow-Origin": origin[0], "Access-Control-Expose-Headers": CORS_EXPOSED_HEADERS,
             "Vary": "Origin"}

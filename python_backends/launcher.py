@@ -169,11 +169,7 @@ class TritonServer:
 
     def stub(self, model: str) -> psutil.Process:
         """A live Python backend stub that runs `model`."""
-        for stub in self.stubs():
-            with contextlib.suppress(psutil.Error):
-                if any(f"/{model}/1/model.py" in arg for arg in stub.cmdline()):
-                    return stub
-        raise LookupError(f"no stub runs {model}")
+        return stub_running(self.stubs(), model)
 
     def fault(self) -> str | None:
         """Why the server cannot serve (it exited, a stub died), or None."""
@@ -238,6 +234,15 @@ class TritonServer:
                 self.restart(why)
             except Exception:  # whatever went wrong, the supervisor must go on
                 log.exception("restarting tritonserver failed; trying again")
+
+
+def stub_running(processes: list[psutil.Process], model: str) -> psutil.Process:
+    """The stub among `processes` that runs `model` (a killed one may linger as a zombie)."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            if any(f"/{model}/1/model.py" in arg for arg in process.cmdline()):
+                return process
+    raise LookupError(f"no stub runs {model}")
 
 
 def alive(process: psutil.Process) -> bool:

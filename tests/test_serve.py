@@ -16,7 +16,7 @@ from gateway.client import SpeechClient, SpeechError
 from perf.servers import free_ports, stop, wait_for_http
 from perf.workloads import workload
 from python_backends.contract import PROTOCOL_PATH, SYNTHESIS_FAILED
-from python_backends.launcher import SHM_PREFIX, alive
+from python_backends.launcher import SHM_PREFIX, alive, stub_running
 
 pytestmark = pytest.mark.triton
 
@@ -88,15 +88,8 @@ async def stop_mid_stream(url: str, stub: psutil.Process, seconds: float) -> str
 
 
 def vocoder_stub(serve: subprocess.Popen) -> psutil.Process:
-    """One of the vocoder's live instances (a killed one may linger as a zombie)."""
-    return next(s for s in triton_tree(serve)[1] if any("/vocoder/1/model.py" in a for a in cmdline(s)))
-
-
-def cmdline(process: psutil.Process) -> list[str]:
-    try:
-        return process.cmdline()
-    except psutil.Error:  # gone, or a zombie
-        return []
+    """One of the vocoder's live instances."""
+    return stub_running(triton_tree(serve)[1], "vocoder")
 
 
 def test_recovers_from_stopped_and_killed_stubs_and_a_killed_tritonserver_and_leaves_nothing(tmp_path):

@@ -8,6 +8,7 @@ import struct
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlparse
 
 import psutil
 import pytest
@@ -64,18 +65,11 @@ async def vanish_mid_stream(url: str, streams: int) -> None:
     await asyncio.gather(*(one(i) for i in range(streams)))
 
 
-def gateway_connections(url: str) -> float:
-    """The gateway's open WebSocket connections, from its metrics."""
-    http = url.replace("ws://", "http://").removesuffix(c.PROTOCOL_PATH)
-    with urllib.request.urlopen(f"{http}/metrics", timeout=5) as r:
-        return next(float(line.split()[-1]) for line in r.read().decode().splitlines()
-                    if line.startswith("speechstream_connections "))
-
-
 def test_vanished_clients_free_their_triton_work(gateway, triton):
     asyncio.run(vanish_mid_stream(gateway, 3))
     deadline = time.monotonic() + 5
-    while gateway_connections(gateway) and time.monotonic() < deadline:  # until the gateway saw the resets
+    gateway_port = urlparse(gateway).port  # until the gateway saw the resets:
+    while triton_metrics(gateway_port)["speechstream_connections"] and time.monotonic() < deadline:
         time.sleep(0.01)
     vanished = inference_count(triton.grpc_url, c.VOCODER_MODEL)
     deadline = time.monotonic() + 5
