@@ -16,6 +16,13 @@ deadlines, so one client with many streams would starve a newcomer. So a free sl
 first to the client (an opaque name the gateway gives each request: its address) with
 the fewest calls running, and only then to the earliest deadline among its calls.
 
+Calls are not preempted, so that alone still makes a newcomer wait for a greedy client's
+call to end. So while several clients have been active lately (within RECENT_S), each
+may hold only its share of the slots (slots // clients, at least one), and the client
+that comes back finds its share free; a client alone may hold them all. Anonymous calls
+(no client named: the gateway's readiness probe, direct Triton users) count only while
+they run or wait, so a probe every few seconds does not halve a lone client's slots.
+
 Pure asyncio, no Triton: the tts model owns one scheduler per stage.
 """
 
@@ -37,6 +44,8 @@ T = TypeVar("T")
 
 # A call due within this long is urgent: it may take the slots others leave free.
 URGENT_S = 1.0
+# A client that called within this long still has its share of the slots kept for it.
+RECENT_S = 5.0
 # The capacity measured is that of about the last this many seconds of work.
 CAPACITY_WINDOW_S = 30.0
 
@@ -58,7 +67,8 @@ class _Waiter:
 class DeadlineScheduler:
     """Runs calls on `slots` slots: a free slot goes to the client with the fewest calls
     running, then to its earliest deadline; ties go in arrival order. Calls not yet
-    urgent leave one slot free, where there are several."""
+    urgent leave one slot free, where there are several; a client holds no more than its
+    share while others have been active lately."""
 
     def __init__(self, slots: int, now: Callable[[], float] = time.monotonic) -> None:
         if slots < 1:
@@ -68,6 +78,7 @@ class DeadlineScheduler:
         self.reserve = min(1, slots - 1)
         self.busy = 0
         self.running: Counter[str] = Counter()  # calls running, by client
+        self._last_call: dict[str, float] = {}  # when each client last asked for a slot
         self._now = now
         self._waiting: list[_Waiter] = []
         self._arrivals = itertools.count()
@@ -100,13 +111,22 @@ class DeadlineScheduler:
         task.add_done_callback(done)
         return await asyncio.shield(task)
 
-    def _may_start(self, deadline: float) -> bool:
+    def share(self) -> int:
+        """Slots one client may hold: an even split among the clients active lately."""
+        now = self._now()
+        self._last_call = {c: t for c, t in self._last_call.items() if now - t <= RECENT_S}
+        active = self._last_call.keys() | self.running.keys() | {w.client for w in self._waiting}
+        return max(1, self.slots // max(1, len(active)))
+
+    def _may_start(self, deadline: float, client: str, share: int) -> bool:
         urgent = deadline - self._now() <= URGENT_S
-        return self.busy < (self.slots if urgent else self.slots - self.reserve)
+        return self.busy < (self.slots if urgent else self.slots - self.reserve) and self.running[client] < share
 
     async def _acquire(self, deadline: float, client: str) -> None:
+        if client:
+            self._last_call[client] = self._now()
         self._hand_over()  # waiters that became urgent meanwhile go first
-        if not self._waiting and self._may_start(deadline):
+        if not self._waiting and self._may_start(deadline, client, self.share()):
             self._start(client)
             return
         waiter = _Waiter(deadline, next(self._arrivals), client, asyncio.get_running_loop().create_future())
@@ -134,7 +154,11 @@ class DeadlineScheduler:
         """Give free slots to the waiters first in line among those that may start now:
         fewest calls running for their client, then earliest deadline."""
         self._waiting = [w for w in self._waiting if not w.turn.done()]  # drop the cancelled
-        while ready := [w for w in self._waiting if self._may_start(w.deadline)]:
+        while self.busy < self.slots:
+            share = self.share()
+            ready = [w for w in self._waiting if self._may_start(w.deadline, w.client, share)]
+            if not ready:
+                return
             first = min(ready, key=lambda w: (self.running[w.client], w.deadline, w.arrival))
             self._waiting.remove(first)
             self._start(first.client)

@@ -9,6 +9,7 @@ from python_backends.chunking import ChunkParams
 from python_backends.scheduler import (
     CAPACITY_WINDOW_S,
     PLAYER_LEAD_S,
+    RECENT_S,
     URGENT_S,
     CapacityMeter,
     DeadlineScheduler,
@@ -282,3 +283,78 @@ def test_one_slot_is_never_reserved():
         return await scheduler.run(float("inf"), lambda: asyncio.sleep(0, result="ran"))
 
     assert run(main()) == "ran"
+
+
+class Calls:
+    """Calls held until released one by one, on a scheduler with a settable clock."""
+
+    def __init__(self, slots: int) -> None:
+        self.clock = [100.0]
+        self.scheduler = DeadlineScheduler(slots, now=lambda: self.clock[0])
+        self.tasks: list[tuple[asyncio.Task, asyncio.Event]] = []
+
+    def start(self, client: str) -> asyncio.Event:
+        release = asyncio.Event()
+        task = asyncio.ensure_future(self.scheduler.for_client(client).run(0.0, release.wait))
+        self.tasks.append((task, release))
+        return release
+
+    async def end(self, release: asyncio.Event) -> None:
+        release.set()
+        await settle()
+
+    async def end_all(self) -> None:
+        for task, release in self.tasks:
+            release.set()
+            await task
+
+
+def test_a_client_active_lately_finds_its_share_of_the_slots_free():
+    """Calls are not preempted, so a client speaking one sentence after another would
+    wait for a greedy client's call each time. Its share of the slots is kept free for
+    RECENT_S after its last call instead; a client alone takes every slot."""
+
+    async def main():
+        calls = Calls(2)
+        scheduler = calls.scheduler
+        greedy = [calls.start("greedy") for _ in range(4)]
+        await settle()
+        seen = [dict(scheduler.running)]  # alone: both slots
+        normal = calls.start("normal")
+        await settle()
+        await calls.end(greedy[0])  # the freed slot goes to the newcomer
+        seen.append(dict(scheduler.running))
+        await calls.end(normal)  # its sentence is done; its share stays free
+        seen.append((dict(scheduler.running), scheduler.waiting))
+        normal = calls.start("normal")  # the next sentence starts at once
+        await settle()
+        seen.append(dict(scheduler.running))
+        await calls.end(normal)
+        calls.clock[0] += RECENT_S + 1  # the normal client has gone quiet
+        await calls.end(greedy[1])
+        seen.append(dict(scheduler.running))  # the greedy client has both slots again
+        await calls.end_all()
+        return seen
+
+    assert run(main()) == [
+        {"greedy": 2}, {"greedy": 1, "normal": 1}, ({"greedy": 1}, 2), {"greedy": 1, "normal": 1}, {"greedy": 2},
+    ]
+
+
+def test_anonymous_calls_keep_no_share_once_they_end():
+    """The gateway's readiness probe names no client: a probe every few seconds must not
+    halve a lone client's slots."""
+
+    async def main():
+        calls = Calls(2)
+        probe = calls.start("")
+        greedy = [calls.start("greedy") for _ in range(3)]
+        await settle()
+        during = dict(calls.scheduler.running)
+        await calls.end(probe)
+        after = dict(calls.scheduler.running)
+        await calls.end_all()
+        return during, after, greedy
+
+    during, after, _ = run(main())
+    assert during == {"": 1, "greedy": 1} and after == {"greedy": 2}
