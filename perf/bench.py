@@ -228,17 +228,39 @@ def rounds_for(level: int, args: argparse.Namespace) -> int:
     return max(args.rounds, math.ceil(args.min_streams / level))
 
 
-async def bench_system(system: System, args: argparse.Namespace) -> list[dict]:
-    rows = []
+def log_row(row: dict, label: str) -> None:
+    t, lsf = row["ttfp_ms"], row["lsf_ms"]
+    log(f"{row['system']} {row['workload']} {label}: TTFP p50 {t['p50']:.0f} p99 {t['p99']:.0f} ms, L_sf p99 "
+        f"{lsf['p99']:.0f} ms, {row['throughput_audio_s_per_s']:.1f} audio-s/s, {row['stalls']} stalls, "
+        f"{row['refused']} refused, {row['errors']} errors")
+
+
+async def bench_system(system: System, args: argparse.Namespace, capacity: dict | None) -> tuple[list[dict], list[dict]]:
+    """Rows at each level of --levels (per workload), then rows of listeners at each
+    multiple of C (`capacity`: its workload, C and the levels; None to skip them)."""
+    rows, capacity_rows = [], []
     for name in args.workloads:
         await run_level(system.connect, workload(name), 1, 1)  # warm-up, not counted
         for level in args.levels:
-            row = await measure(system, name, level, rounds_for(level, args), args.listen, args.level_seconds)
-            t = row["ttfp_ms"]
-            log(f"{system.name} {name} x{level}: TTFP p50 {t['p50']:.0f} p99 {t['p99']:.0f} ms, "
-                f"{row['throughput_audio_s_per_s']:.1f} audio-s/s, {row['stalls']} stalls, {row['errors']} errors")
-            rows.append(row)
-    return rows
+            rows.append(await measure(system, name, level, rounds_for(level, args), args.listen, args.level_seconds))
+            log_row(rows[-1], f"x{level}")
+    for of_c, level in (capacity or {}).get("levels", []):
+        row = await measure(system, capacity["workload"], level, 1, True, args.level_seconds)
+        capacity_rows.append(row | {"of_capacity": of_c})
+        log_row(row, f"{of_c:g} x C = {level} listeners")
+    return rows, capacity_rows
+
+
+def capacity_levels(args: argparse.Namespace, limit: dict[str, dict], floor: dict[str, dict]) -> dict | None:
+    """The references of DESIGN.md for the workload the capacity levels speak (paragraph
+    where run): C (the compute limit, audio-s/s), T_sent (ms), and the levels as
+    (multiple of C, listeners)."""
+    name = "paragraph" if "paragraph" in args.workloads else args.workloads[0]
+    if not args.capacity_levels or name not in limit:
+        return None
+    c = limit[name]["audio_s_per_s"]
+    return {"workload": name, "C": c, "t_sent_ms": floor[name]["t_sent_ms"],
+            "levels": [(of_c, max(1, round(of_c * c))) for of_c in args.capacity_levels]}
 
 
 def machine() -> dict:
@@ -276,19 +298,27 @@ def run(args: argparse.Namespace) -> dict:
     results = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(), "commit": commit(),
                "command": "python -m perf.bench " + " ".join(sys.argv[1:]), "levels": args.levels,
                "workloads": args.workloads, "mode": "listeners" if args.listen else "back to back",
-               "options": {k: getattr(args, k) for k in ("rounds", "min_streams", "level_seconds", "limit_seconds", "listen")},
+               "options": {k: getattr(args, k) for k in ("rounds", "min_streams", "level_seconds", "limit_seconds", "listen",
+                                                        "capacity_levels")},
                "limit": {}, "runs": []}
     limits = [measure_limit(texts, args.limit_seconds, "before the servers")] if args.limit_seconds > 0 else []
     if args.limit_seconds > 0:
         results["ttfp_floor"] = {name: ttfp_floor(text) for name, text in texts.items()}
         log(f"TTFP floor: {results['ttfp_floor']}")
+    capacity = capacity_levels(args, limits[0], results["ttfp_floor"]) if limits else None
+    if capacity:
+        log(f"references: C = {capacity['C']:.1f} audio-s/s, T_sent = {capacity['t_sent_ms']:.0f} ms; "
+            f"listeners at {capacity['levels']}")
+    results["capacity"], results["capacity_runs"] = capacity, []
     log_dir = Path(tempfile.mkdtemp(prefix="bench-"))
     systems = [lambda: ours(args.url, log_dir)]
     if not args.skip_peers:
         systems += [lambda: piper_http(log_dir), lambda: wyoming_piper(log_dir)]
     for start in systems:  # one at a time, so that no two compete for the cores
         with ExitStack() as stack:
-            results["runs"] += asyncio.run(bench_system(stack.enter_context(start()), args))
+            rows, capacity_rows = asyncio.run(bench_system(stack.enter_context(start()), args, capacity))
+            results["runs"] += rows
+            results["capacity_runs"] += capacity_rows
     if limits:
         limits.append(measure_limit(texts, args.limit_seconds, "after the servers"))
         results["limit_runs"], results["limit"] = limits, best_limit(limits)
@@ -301,6 +331,10 @@ def levels(text: str) -> list[int]:
     return [int(n) for n in text.split(",")]
 
 
+def multiples(text: str) -> list[float]:
+    return [float(n) for n in text.split(",") if n]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m perf.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="benchmark this gateway (ws://.../v1/stream) instead of starting one")
@@ -311,6 +345,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--level-seconds", type=float, default=60.0,
                         help="no client starts another utterance after this long into a level (each speaks once)")
     parser.add_argument("--limit-seconds", type=float, default=10.0, help="compute-limit run per workload (0 skips it)")
+    parser.add_argument("--capacity-levels", type=multiples, default=[0.75, 3.0],
+                        help="then listeners (real time, one paragraph each, started together) at these multiples of "
+                             "C, comma-separated; empty for none (default 0.75,3)")
     parser.add_argument("--listen", action="store_true", help="clients wait for their player to finish before speaking again")
     parser.add_argument("--skip-peers", action="store_true", help="no piper-http or wyoming-piper")
     parser.add_argument("--quick", action="store_true", help=f"smoke run: levels {QUICK_LEVELS} unless --levels, 1 round, 4 streams, 2 s limit")
@@ -318,6 +355,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.min_streams, args.limit_seconds = 1, 4, min(args.limit_seconds, 2.0)
+        args.capacity_levels = [f for f in args.capacity_levels if f < 1]
     args.levels = args.levels or list(QUICK_LEVELS if args.quick else LEVELS)
     return args
 

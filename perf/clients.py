@@ -52,7 +52,12 @@ class GatewayClient:
     async def speak(self, text: str) -> Stream:
         context = self.client.context()
         stream = Stream(await context.speak(text))
-        stream.arrivals = [(e.at, audio_end_s(e.frame, self.client.ready)) async for e in context.events() if e.frame]
+        try:
+            stream.arrivals = [(e.at, audio_end_s(e.frame, self.client.ready)) async for e in context.events() if e.frame]
+        except SpeechError as e:  # `server_busy` is a refusal, not a failure: timed from the speak
+            stream.error, stream.answered = e.code, time.perf_counter()
+            stream.retry_after_s = e.retry_after_ms / 1000 if e.retry_after_ms is not None else None
+            return stream
         if context.done is None:
             stream.error = "ended_without_done"
         return stream
@@ -147,12 +152,12 @@ async def speak_rounds(client: Client, text: str, rounds: int, listen: bool, unt
             break
         try:
             stream = await asyncio.wait_for(client.speak(text), STREAM_TIMEOUT_S)
-        except SpeechError as e:  # the server's error code: `server_busy` is a refusal, not a failure
-            stream = Stream(time.perf_counter(), error=e.code)
         except (TimeoutError, OSError, ValueError, aiohttp.ClientError, websockets.ConnectionClosed) as e:
             stream = Stream(time.perf_counter(), error=type(e).__name__)
         streams.append(stream)
-        if listen and stream.ok:
+        if listen and stream.retry_after_s is not None:  # a listener refused tries again when told
+            await asyncio.sleep(stream.retry_after_s)
+        elif listen and stream.ok:
             stalled_s = stalls(stream.arrivals, PLAYER_LEAD_S)[1] / 1000
             ends = stream.arrivals[0][0] + PLAYER_LEAD_S + stream.audio_s + stalled_s
             await asyncio.sleep(max(0.0, ends - time.perf_counter()))

@@ -10,6 +10,12 @@ GOAL_TTFP_P99_32_MS = 300
 GOAL_OF_LIMIT = 0.85
 GOAL_OVER_PEER = 1.15
 GOAL_GATEWAY_SHARE = 0.05
+# Issue 15's goals against the references of the same run (DESIGN.md): L_sf ÷ T_sent.
+GOAL_LSF_P50_1 = 0.15
+GOAL_LSF_P99_BELOW_C = 0.5  # at 0.75 × C listeners
+GOAL_LSF_P99_ABOVE_C = 1.0  # admitted streams at 3 × C
+GOAL_REFUSAL_MS = 250
+GOAL_ADMITTED_OF_C = 0.9
 
 
 def rows_of(results: dict, system: str, workload: str) -> list[dict]:
@@ -84,8 +90,38 @@ def cpu_goal(results: dict) -> list[dict]:
     return [goal("gateway CPU / Triton CPU, per audio second", round(share, 3), f"≤ {GOAL_GATEWAY_SHARE}", share <= GOAL_GATEWAY_SHARE)]
 
 
+def lsf_ratio(row: dict, q: str, t_sent_ms: float) -> float:
+    return round(row["lsf_ms"][q] / t_sent_ms, 2)
+
+
+def capacity_goals(results: dict) -> list[dict]:
+    """L_sf against T_sent at 1 client, and at the multiples of C: none stalls below C,
+    and above it the admitted do not stall, the refused hear so soon, and the admitted
+    keep the server near C."""
+    capacity = results.get("capacity")
+    if not capacity:
+        return []
+    workload, t_sent, c = capacity["workload"], capacity["t_sent_ms"], capacity["C"]
+    out = []
+    if (row := at_level(results, OURS, workload, 1)) and "lsf_ms" in row:
+        out.append(goal(f"{workload}: L_sf p50 at 1 client / T_sent", lsf_ratio(row, "p50", t_sent), f"≤ {GOAL_LSF_P50_1}",
+                        lsf_ratio(row, "p50", t_sent) <= GOAL_LSF_P50_1))
+    for row in (r for r in results.get("capacity_runs", []) if r["system"] == OURS):
+        at = f"{workload}: {row['of_capacity']:g} × C listeners"
+        target = GOAL_LSF_P99_BELOW_C if row["of_capacity"] < 1 else GOAL_LSF_P99_ABOVE_C
+        out.append(goal(f"{at}: L_sf p99 / T_sent", lsf_ratio(row, "p99", t_sent), f"≤ {target}",
+                        lsf_ratio(row, "p99", t_sent) <= target))
+        out.append(goal(f"{at}: underruns", row["stalls"], "0", row["stalls"] == 0 and row["errors"] == 0))
+        if row["of_capacity"] > 1:
+            refusal = row["refusal_ms"]["max"]
+            out.append(goal(f"{at}: slowest refusal (ms)", refusal, f"≤ {GOAL_REFUSAL_MS}", refusal <= GOAL_REFUSAL_MS))
+            admitted = round(row["throughput_audio_s_per_s"] / c, 2)
+            out.append(goal(f"{at}: admitted throughput / C", admitted, f"≥ {GOAL_ADMITTED_OF_C}", admitted >= GOAL_ADMITTED_OF_C))
+    return out
+
+
 def goals(results: dict) -> list[dict]:
     out = []
     for workload in results["workloads"]:
         out += level_goals(results, workload) + throughput_goals(results, workload)
-    return out + cpu_goal(results)
+    return out + capacity_goals(results) + cpu_goal(results)

@@ -23,6 +23,8 @@ class Stream:
     sent: float
     arrivals: list[tuple[float, float]] = field(default_factory=list)  # (arrival s, audio end s)
     error: str | None = None
+    answered: float | None = None  # when the error arrived, where known
+    retry_after_s: float | None = None  # what a refusal said to wait
 
     @property
     def ok(self) -> bool:
@@ -43,6 +45,11 @@ class Stream:
         in media time. A player that starts this long after the request never stalls."""
         starts = [0.0] + [end for _, end in self.arrivals[:-1]]
         return max(at - self.sent - start for (at, _), start in zip(self.arrivals, starts))
+
+    @property
+    def refusal_s(self) -> float | None:
+        """Request sent → refused (`server_busy`), where it was."""
+        return self.answered - self.sent if self.error == SERVER_BUSY and self.answered is not None else None
 
     @property
     def rtf(self) -> float:
@@ -71,8 +78,14 @@ def throughput(streams: Sequence[Stream]) -> float:
     return sum(s.audio_s for s in done) / wall
 
 
+def _ms(values_s: Sequence[float], quantiles: Sequence[int]) -> dict[str, float]:
+    ms = [v * 1000 for v in values_s]
+    return {f"p{q}": round(percentile(ms, q), 1) for q in quantiles} | {"max": round(max(ms, default=math.nan), 1)}
+
+
 def summarize(streams: Sequence[Stream], lead_s: float = PLAYER_LEAD_S) -> dict:
-    """One concurrency level: TTFP and RTF percentiles, throughput, underruns, errors."""
+    """One concurrency level: TTFP, L_sf and RTF percentiles, throughput, underruns,
+    refusals (and how soon they came), errors."""
     done = [s for s in streams if s.ok]
     refused = sum(s.error == SERVER_BUSY for s in streams)
     ttfp_ms = [s.ttfp_s * 1000 for s in done]
@@ -83,7 +96,9 @@ def summarize(streams: Sequence[Stream], lead_s: float = PLAYER_LEAD_S) -> dict:
         "refused": refused,  # told `server_busy`: admission at capacity, not a failure
         "errors": len(streams) - len(done) - refused,
         "audio_s": round(sum(s.audio_s for s in done), 2),
-        "ttfp_ms": {f"p{q}": round(percentile(ttfp_ms, q), 1) for q in (50, 90, 99)} | {"max": round(max(ttfp_ms, default=math.nan), 1)},
+        "ttfp_ms": _ms([s.ttfp_s for s in done], (50, 90, 99)),
+        "lsf_ms": _ms([s.stall_free_start_s for s in done], (50, 99)),
+        "refusal_ms": _ms([t for s in streams if (t := s.refusal_s) is not None], (50, 99)),
         "rtf": {"p50": round(percentile(rtf, 50), 4), "p90": round(percentile(rtf, 90), 4), "max": round(max(rtf, default=math.nan), 4)},
         "throughput_audio_s_per_s": round(throughput(streams), 2),
         "stalls": sum(count for count, _ in underruns),

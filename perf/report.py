@@ -42,7 +42,7 @@ def limit_share(row: dict, limit: dict) -> str:
 
 
 def table(results: dict) -> str:
-    head = ("| system | workload | clients | streams | TTFP p50 / p90 / p99 ms | RTF p50 / max | throughput audio-s/s "
+    head = ("| system | workload | clients | streams | TTFP p50 / p90 / p99 ms | L_sf p50 / p99 ms | RTF p50 / max | throughput audio-s/s "
             "| % of limit: wall / CPU | stalls (streams) | stalled ms | server-side TTFP mean ms: Triton / gateway | server CPU, cores | client CPU, cores | others' CPU, cores | refused (busy) | errors |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in sorted(results["runs"], key=lambda r: (r["system"] != OURS, r["system"], r["workload"], r["level"])):
@@ -50,12 +50,43 @@ def table(results: dict) -> str:
         t = r["ttfp_ms"]
         lines.append(
             f"| {r['system']} | {r['workload']} | {r['level']} | {r['streams']} | {t['p50']:.0f} / {t['p90']:.0f} / {t['p99']:.0f} "
-            f"| {r['rtf']['p50']:.3f} / {r['rtf']['max']:.3f} | {r['throughput_audio_s_per_s']:.1f} | {share} "
+            f"| {lsf_cell(r)} | {r['rtf']['p50']:.3f} / {r['rtf']['max']:.3f} | {r['throughput_audio_s_per_s']:.1f} | {share} "
             f"| {r['stalls']} ({r['streams_stalled']}) | {r['stalled_ms']:.0f} | {times_cell(r.get('server_times', {}))} | {cpu_cell(r['cpu'])} "
             f"| {r['cpu']['client']['cores']:.2f} | {r['cpu']['others']['cores']:.2f} | {r.get('refused', 0)} "
             f"| {r['errors']} |"
         )
     return "\n".join(lines)
+
+
+def lsf_cell(row: dict) -> str:
+    lsf = row.get("lsf_ms")
+    return f"{lsf['p50']:.0f} / {lsf['p99']:.0f}" if lsf else "–"
+
+
+def capacity_table(results: dict) -> str:
+    """Listeners at multiples of C, every system: L_sf as a ratio to T_sent, stalls,
+    refusals and how soon they came, admitted throughput as a ratio to C."""
+    capacity = results.get("capacity")
+    if not capacity or not results.get("capacity_runs"):
+        return ""
+    t_sent, c = capacity["t_sent_ms"], capacity["C"]
+    head = ("| system | × C | listeners | admitted | refused | refusal p50 / max ms | L_sf p50 / p99 ms "
+            "| L_sf p50 / p99 ÷ T_sent | stalls (streams) | stalled ms | admitted throughput ÷ C | errors |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in sorted(results["capacity_runs"], key=lambda r: (r["system"] != OURS, r["system"], r["of_capacity"])):
+        lsf, ref = r["lsf_ms"], r["refusal_ms"]
+        refusal = f"{ref['p50']:.0f} / {ref['max']:.0f}" if r["refused"] else "–"
+        lines.append(
+            f"| {r['system']} | {r['of_capacity']:g} | {r['level']} | {r['streams'] - r['refused'] - r['errors']} "
+            f"| {r['refused']} | {refusal} | {lsf['p50']:.0f} / {lsf['p99']:.0f} "
+            f"| {lsf['p50'] / t_sent:.2f} / {lsf['p99'] / t_sent:.2f} | {r['stalls']} ({r['streams_stalled']}) "
+            f"| {r['stalled_ms']:.0f} | {r['throughput_audio_s_per_s'] / c:.2f} | {r['errors']} |"
+        )
+    return (
+        f"## Listeners at multiples of capacity\n\nEach client listens to one {capacity['workload']} in real time; all start "
+        f"together. References measured in this run (DESIGN.md): C = **{c:.1f} audio-s/s** (the compute limit), "
+        f"T_sent = **{t_sent:.0f} ms** (the first sentence synthesized whole on one thread).\n\n" + "\n".join(lines) + "\n\n"
+    )
 
 
 def limit_line(name: str, limit: dict, runs: list[dict]) -> str:
@@ -83,7 +114,7 @@ def markdown(results: dict) -> str:
         f"starting 50 ms after the first audio, in real time; CPU in cores (CPU s ÷ wall s), gw = gateway, "
         f"tr = tritonserver + its Python backend stubs; client = this benchmark; others = the rest of the machine "
         f"meanwhile.\n\n"
-        f"{table(results)}\n\n{limits}\n\n## Goals\n\n{checks}\n\n{section(results)}"
+        f"{table(results)}\n\n{limits}\n\n{capacity_table(results)}## Goals\n\n{checks}\n\n{section(results)}"
     )
 
 

@@ -5,6 +5,7 @@ session's gateway."""
 import asyncio
 import io
 import json
+import math
 import wave
 
 import pytest
@@ -232,7 +233,11 @@ def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):
     limit_cpu = results["limit"]["short"]["cpu_ms_per_audio_s"]
     assert 0 < limit_cpu["acoustic"] < limit_cpu["vocoder"]  # the vocoder is most of the work
     floor = results["ttfp_floor"]["short"]
-    assert 0 < floor["pieces_ms"] < floor["whole_ms"]  # the first packet waits for less than the whole first sentence
+    assert 0 < floor["pieces_ms"] < floor["whole_ms"] < floor["t_sent_ms"]  # a first packet waits for less than a sentence
+    [listeners] = results["capacity_runs"]
+    assert listeners["of_capacity"] == 0.75 and listeners["level"] == round(0.75 * results["capacity"]["C"])
+    assert listeners["errors"] == 0 and 0 < listeners["lsf_ms"]["p50"] <= listeners["lsf_ms"]["p99"]
+    assert "## Listeners at multiples of capacity" in (tmp_path / "bench.md").read_text()
     stages = results["runs"][-1]["triton_stages_cpu_s"]
     assert set(stages) == {"tritonserver", "tts", "acoustic", "vocoder"} and stages["vocoder"] > 0
     assert {g["goal"] for g in results["goals"]} >= {"short: TTFP p50 at 1 client (ms)", "short: saturated throughput / compute limit"}
@@ -245,3 +250,55 @@ def test_streams_refused_as_busy_are_counted_apart_from_errors():
                Stream(0.0, error="synthesis_failed")]
     row = summarize(streams)
     assert (row["streams"], row["refused"], row["errors"]) == (3, 1, 1)
+
+
+def test_refusals_are_timed_from_the_request_and_l_sf_is_summarized():
+    refused = [Stream(1.0, error="server_busy", answered=1.0 + ms / 1000) for ms in (20, 40, 300)]
+    late = steady(sent=0.0, first=0.1, n=10, every=0.2)  # 20 ms frames every 200 ms: it falls behind
+    row = summarize([steady(sent=0.0, first=0.05, n=10, every=0.01), late, *refused])
+    assert row["refusal_ms"] == {"p50": 40.0, "p99": pytest.approx(294.8), "max": 300.0}
+    assert row["lsf_ms"]["max"] == pytest.approx(late.stall_free_start_s * 1000, abs=0.1)
+    assert row["lsf_ms"]["p50"] > 50
+
+
+def capacity_row(system: str, of_c: float, level: int, refused: int, lsf_p99: float, throughput_: float, stalls: int = 0):
+    return run_row(system, level, 60.0, 90.0, throughput_, stalls=stalls) | {
+        "of_capacity": of_c, "streams": level, "refused": refused,
+        "lsf_ms": {"p50": lsf_p99 / 2, "p99": lsf_p99, "max": lsf_p99},
+        "refusal_ms": {"p50": 30.0, "p99": 90.0, "max": 100.0} if refused else {"p50": math.nan, "p99": math.nan, "max": math.nan},
+    }
+
+
+def test_listeners_at_multiples_of_c_are_checked_against_t_sent_and_c(results):
+    results["capacity"] = {"workload": "paragraph", "C": 40.0, "t_sent_ms": 200.0, "levels": [(0.75, 30), (3.0, 120)]}
+    results["runs"][0]["lsf_ms"] = {"p50": 28.0, "p99": 50.0, "max": 60.0}
+    results["capacity_runs"] = [
+        capacity_row("speechstream", 0.75, 30, 0, 90.0, 28.0),
+        capacity_row("speechstream", 3.0, 120, 84, 150.0, 34.0),
+        capacity_row("piper-http", 3.0, 120, 0, 40_000.0, 30.0, stalls=500),
+    ]
+    checks = {g["goal"]: g for g in goals(results)}
+    assert checks["paragraph: L_sf p50 at 1 client / T_sent"]["value"] == 0.14
+    assert checks["paragraph: 0.75 × C listeners: L_sf p99 / T_sent"] == {
+        "goal": "paragraph: 0.75 × C listeners: L_sf p99 / T_sent", "value": 0.45, "target": "≤ 0.5", "met": True}
+    assert checks["paragraph: 3 × C listeners: L_sf p99 / T_sent"]["met"]  # 0.75 ≤ 1.0
+    assert checks["paragraph: 3 × C listeners: slowest refusal (ms)"]["met"]
+    admitted = checks["paragraph: 3 × C listeners: admitted throughput / C"]
+    assert (admitted["value"], admitted["met"]) == (0.85, False)
+    assert not any("piper-http" in name for name in checks)  # the peers are reported, not held to our goals
+    results["goals"] = goals(results)
+    text = markdown(results)
+    assert "C = **40.0 audio-s/s**" in text and "T_sent = **200 ms**" in text
+    rows = [line for line in text.splitlines() if line.startswith("| speechstream | 3 |") or line.startswith("| piper-http | 3 |")]
+    assert rows[0] == "| speechstream | 3 | 120 | 36 | 84 | 30 / 100 | 75 / 150 | 0.38 / 0.75 | 0 (0) | 0 | 0.85 | 0 |"
+    assert rows[1].startswith("| piper-http | 3 | 120 | 120 | 0 | – | 20000 / 40000 | 100.00 / 200.00 | 500 (24) |")
+
+
+def test_capacity_levels_are_listeners_at_multiples_of_the_compute_limit():
+    args = bench.parse_args(["--capacity-levels", "0.75,3"])
+    floor = {"paragraph": {"t_sent_ms": 180.0}, "short": {"t_sent_ms": 90.0}}
+    limit = {"short": {"audio_s_per_s": 10.0}, "paragraph": {"audio_s_per_s": 21.4}}
+    assert bench.capacity_levels(args, limit, floor) == {
+        "workload": "paragraph", "C": 21.4, "t_sent_ms": 180.0, "levels": [(0.75, 16), (3.0, 64)]}
+    assert bench.capacity_levels(bench.parse_args(["--capacity-levels", ""]), limit, floor) is None
+    assert bench.parse_args(["--quick"]).capacity_levels == [0.75]  # a smoke run stays below capacity
