@@ -2,8 +2,12 @@
 container's bytes come out as soon as the muxer has them, so a body can stream.
 
 Formats are named as OpenAI's speech API names them: `pcm` (raw s16le mono), `wav`,
-`flac` and `opus` (Opus in Ogg). Opus packets are muxed as they are, never re-encoded;
-WAV and FLAC are encoded from s16le PCM frames. PyAV (FFmpeg) writes the containers.
+`flac`, `opus` (Opus in Ogg), `mp3` and `aac` (AAC in ADTS). Opus packets are muxed as
+they are, never re-encoded, one Ogg page per packet so that a body streams as fast as
+PCM; the others are encoded from s16le PCM frames. PyAV (FFmpeg) writes the containers
+and encodes mp3 (LAME) and aac (FFmpeg's own encoder): it is already here for the
+containers, so the two formats cost no new dependency. Their encoders hold about 70 ms
+(mp3) and 100 ms (aac) of audio before their first frame: the codecs' own look-ahead.
 """
 
 from __future__ import annotations
@@ -14,9 +18,19 @@ from fractions import Fraction
 import av
 import numpy as np
 
-CONTENT_TYPES = {"pcm": "audio/pcm", "wav": "audio/wav", "flac": "audio/flac", "opus": "audio/ogg"}
+CONTENT_TYPES = {
+    "pcm": "audio/pcm", "wav": "audio/wav", "flac": "audio/flac", "opus": "audio/ogg", "mp3": "audio/mpeg",
+    "aac": "audio/aac",
+}
 # The gateway frame format each container is fed with.
-FRAME_FORMATS = {"pcm": "pcm_s16le", "wav": "pcm_s16le", "flac": "pcm_s16le", "opus": "opus"}
+FRAME_FORMATS = {fmt: "opus" if fmt == "opus" else "pcm_s16le" for fmt in CONTENT_TYPES}
+_MUXERS = {"opus": "ogg", "aac": "adts"}
+_CODECS = {"wav": "pcm_s16le", "mp3": "libmp3lame"}
+# Mono speech at 24 kHz: transparent enough at these rates, a quarter of OpenAI's 160 kb/s mp3.
+LOSSY_BIT_RATE = 64_000
+# The Ogg muxer holds a page until it spans 1 s by default; a page per 20 ms packet
+# (about 14 bytes more each) lets an Ogg Opus body start as soon as a raw one would.
+OGG_PAGE_US = 20_000
 
 
 class _Sink(io.RawIOBase):
@@ -53,10 +67,12 @@ class ContainerWriter:
         self._file = file
         self._container = None
         if fmt != "pcm":
-            self._container = av.open(file or self._sink, "w", format={"opus": "ogg"}.get(fmt, fmt))
-            codec = {"wav": "pcm_s16le"}.get(fmt, fmt)
-            self._stream = self._container.add_stream(codec, rate=rate)
+            options = {"page_duration": str(OGG_PAGE_US)} if fmt == "opus" else {}
+            self._container = av.open(file or self._sink, "w", format=_MUXERS.get(fmt, fmt), options=options)
+            self._stream = self._container.add_stream(_CODECS.get(fmt, fmt), rate=rate)
             self._stream.layout = "mono"
+            if fmt in ("mp3", "aac"):
+                self._stream.bit_rate = LOSSY_BIT_RATE
             self._stream.time_base = Fraction(1, rate)
 
     def push(self, payload: bytes, sample_offset: int) -> bytes:

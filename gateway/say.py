@@ -30,7 +30,7 @@ from .containers import FRAME_FORMATS, ContainerWriter
 
 RATE = 48000
 FRAME_MS = 20
-SUFFIXES = {".ogg": "opus", ".opus": "opus", ".wav": "wav", ".flac": "flac", ".pcm": "pcm", ".raw": "pcm"}
+SUFFIXES = {".ogg": "opus", ".opus": "opus", ".wav": "wav", ".flac": "flac", ".pcm": "pcm", ".raw": "pcm", ".mp3": "mp3", ".aac": "aac"}
 
 
 class FileWriter:

@@ -22,8 +22,8 @@ from .protocol import OPENAI_VOICES, ProtocolError, is_unicode, resolve_voice, v
 # OpenAI's speech model names, listed by GET /v1/models; any name is accepted.
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 STREAM_FORMATS = ("audio", "sse")
-DEFAULT_FORMAT = "wav"  # OpenAI's default is mp3, which this server does not make
-RATES = {"pcm": 24000, "wav": 24000, "flac": 24000, "opus": 48000}  # OpenAI's pcm is 24 kHz
+DEFAULT_FORMAT = "mp3"  # as OpenAI's: clients that name no format expect it
+RATES = {"pcm": 24000, "wav": 24000, "flac": 24000, "opus": 48000, "mp3": 24000, "aac": 24000}  # OpenAI's pcm is 24 kHz
 FRAME_MS = 20
 _SPEED = next(p for p in VOICE_PARAMS if p.name == LENGTH_SCALE)  # speed = 1 / length_scale
 
