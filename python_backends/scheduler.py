@@ -51,9 +51,10 @@ CAPACITY_WINDOW_S = 30.0
 
 
 class Scheduler(Protocol):
-    """What a stream needs of a scheduler: run a call when its turn comes."""
+    """What a stream needs of a scheduler: run a call when its turn comes; or, with
+    `borrow`, at once where its turn has not come (see DeadlineScheduler.run)."""
 
-    async def run(self, deadline: float, work: Callable[[], Awaitable[T]]) -> T: ...
+    async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T: ...
 
 
 @dataclass
@@ -92,10 +93,21 @@ class DeadlineScheduler:
         """This scheduler as one client's calls see it."""
         return ClientScheduler(self, client)
 
-    async def run(self, deadline: float, work: Callable[[], Awaitable[T]], client: str = "") -> T:
+    async def run(
+        self, deadline: float, work: Callable[[], Awaitable[T]], client: str = "", borrow: bool = False
+    ) -> T:
         """Wait for a slot, then run `work()` holding it. Once started, the work runs to
         its end and holds the slot until then even if the caller is cancelled: Triton
-        cannot take back a request it was sent, so the instance stays busy anyway."""
+        cannot take back a request it was sent, so the instance stays busy anyway.
+
+        `borrow`: the caller's own stream holds a slot for work that overlaps this call
+        (a first sentence's flow still running while its head is vocoded). Where no slot
+        is free for it now, the call runs at once on that slot rather than wait for
+        another: so a stream's first packet keeps the overlap an idle machine gives it,
+        even when its client's share is a single slot. At most one such call runs per
+        slot held, so the cores are oversubscribed by no more than the slots."""
+        if borrow and (self._waiting or not self._may_start(deadline, client, self.share())):
+            return await work()
         await self._acquire(deadline, client)
         started = self._now()
         try:
@@ -172,8 +184,8 @@ class ClientScheduler:
     scheduler: DeadlineScheduler
     client: str
 
-    async def run(self, deadline: float, work: Callable[[], Awaitable[T]]) -> T:
-        return await self.scheduler.run(deadline, work, self.client)
+    async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T:
+        return await self.scheduler.run(deadline, work, self.client, borrow)
 
 
 class CapacityMeter:

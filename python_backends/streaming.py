@@ -82,6 +82,10 @@ class Latent:
     def frames(self) -> int:
         return self.array.shape[1]
 
+    @property
+    def complete(self) -> bool:
+        return self.filled == self.frames
+
     def extend(self, piece: np.ndarray) -> None:
         """The next frames, after those filled so far."""
         end = self.filled + piece.shape[1]
@@ -298,11 +302,12 @@ async def vocode_chunk(
     stages: Stages, scheduler: Scheduler, latent: Latent, chunk: Chunk, deadline: float, pad: bool
 ) -> np.ndarray:
     """Vocode the chunk's window (zero-padded to its bucket if `pad`), once its frames
-    are in, and cut the context off."""
+    are in, and cut the context off. A window that is in while the rest of its sentence
+    is still being read (a first sentence's head) borrows the reading's slot."""
     frames = await latent.until(chunk.window_end)
     window = np.zeros((frames.shape[0], bucket_frames(chunk.window_frames) if pad else chunk.window_frames), np.float32)
     window[:, : chunk.window_frames] = frames[:, chunk.window_start : chunk.window_end]
-    pcm = await scheduler.run(deadline, lambda: stages.vocode(window))
+    pcm = await scheduler.run(deadline, lambda: stages.vocode(window), borrow=not latent.complete)
     first = chunk.lead_frames * SAMPLES_PER_FRAME
     return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]
 

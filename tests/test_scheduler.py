@@ -358,3 +358,39 @@ def test_anonymous_calls_keep_no_share_once_they_end():
 
     during, after, _ = run(main())
     assert during == {"": 1, "greedy": 1} and after == {"greedy": 2}
+
+
+def test_a_call_that_borrows_runs_at_once_only_where_it_would_wait():
+    """A first sentence's head is vocoded while the rest of its flow runs on the stream's
+    slot: beside a greedy client the normal client's share is that one slot, so the call
+    borrows it rather than wait for the flow to end; where a slot is free, it takes it."""
+
+    async def main():
+        calls = Calls(2)
+        scheduler = calls.scheduler
+        greedy = [calls.start("greedy") for _ in range(3)]
+        await settle()
+        reading = calls.start("normal")  # the normal client's flow, waiting for a slot
+        await settle()
+        await calls.end(greedy[0])  # and given the one freed: greedy has one running, one waiting
+        normal = scheduler.for_client("normal")
+        borrowed = await normal.run(0.0, lambda: asyncio.sleep(0, result=(dict(scheduler.running), scheduler.busy)),
+                                    borrow=True)
+        waited = asyncio.ensure_future(normal.run(0.0, lambda: asyncio.sleep(0, result="ran")))
+        await settle()
+        still_waiting = not waited.done()
+        await calls.end(reading)
+        await calls.end_all()
+        return borrowed, still_waiting, await waited
+
+    borrowed, still_waiting, waited = run(main())
+    assert borrowed == ({"greedy": 1, "normal": 1}, 2)  # ran at once, holding no slot of its own
+    assert still_waiting and waited == "ran"  # the same call without borrowing waits for a slot
+
+
+def test_a_call_that_borrows_takes_a_free_slot_like_any_other():
+    async def main():
+        scheduler = DeadlineScheduler(2)
+        return await scheduler.run(0.0, lambda: asyncio.sleep(0, result=scheduler.busy), "normal", borrow=True)
+
+    assert run(main()) == 1

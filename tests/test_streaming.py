@@ -178,7 +178,7 @@ class Recording:
     def __init__(self):
         self.deadlines = []
 
-    async def run(self, deadline, work):
+    async def run(self, deadline, work, borrow=False):
         self.deadlines.append(deadline)
         return await work()
 
