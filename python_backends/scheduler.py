@@ -16,14 +16,13 @@ deadlines, so one client with many streams would starve a newcomer. So a free sl
 first to the client (an opaque name the gateway gives each request: its address) with
 the fewest calls running, and only then to the earliest deadline among its calls.
 
-Calls are not preempted, so that alone still makes a newcomer wait for a greedy client's
-call to end. So while several clients have been active lately (within RECENT_S), each
+That alone still makes a newcomer wait for a greedy client's call to end. So while several clients have been active lately (within RECENT_S), each
 may hold only its share of the slots (slots // clients, at least one), and the client
 that comes back finds its share free; a client alone may hold them all. Anonymous calls
 (no client named: the gateway's readiness probe, direct Triton users) count only while
 they run or wait, so a probe every few seconds does not halve a lone client's slots.
 
-Pure asyncio, no Triton: the tts model owns one scheduler per stage.
+Pure asyncio, no Triton: the tts model owns one scheduler for both stages.
 """
 
 from __future__ import annotations
@@ -223,8 +222,7 @@ class CapacityMeter:
 class Streams:
     """Requests being served now, by client: the load that sizes a stream's first chunk."""
 
-    def __init__(self, slots: int) -> None:
-        self.slots = slots
+    def __init__(self) -> None:
         self.by_client: Counter[str] = Counter()
 
     @contextlib.contextmanager
@@ -237,10 +235,11 @@ class Streams:
             if not self.by_client[client]:
                 del self.by_client[client]
 
-    def over_share(self, client: str) -> bool:
-        """Whether `client` has more streams than its fair share of the slots: then its
-        first chunks wait for a slot anyway, and are better sized for throughput."""
-        return self.by_client[client] > max(1, self.slots // len(self.by_client))
+    def over_share(self, client: str, share: int) -> bool:
+        """Whether `client` has more streams than `share`, its share of the slots
+        (DeadlineScheduler.share): then its first chunks wait for a slot anyway, and are
+        better sized for throughput."""
+        return self.by_client[client] > share
 
 
 @dataclass

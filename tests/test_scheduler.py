@@ -102,14 +102,21 @@ def test_the_scheduler_counts_the_time_its_calls_hold_a_slot():
 
 
 def test_a_client_is_loaded_past_its_fair_share_of_the_slots():
-    streams = Streams(slots=4)
+    scheduler, streams = DeadlineScheduler(4), Streams()
+
+    def called(client):
+        run(scheduler.for_client(client).run(0.0, lambda: asyncio.sleep(0)))
+        return scheduler.share()
+
     with streams.serving("greedy"), streams.serving("greedy"), streams.serving("greedy"):
-        assert not streams.over_share("greedy")  # alone, all 4 slots are its share
+        share = called("greedy")
+        assert share == 4 and not streams.over_share("greedy", share)  # alone, all 4 slots are its share
         with streams.serving("normal"):
-            assert streams.over_share("greedy")  # 3 streams > 2 slots each for 2 clients
-            assert not streams.over_share("normal")
+            share = called("normal")
+            assert share == 2 and streams.over_share("greedy", share)  # 3 streams > 2 slots each for 2 clients
+            assert not streams.over_share("normal", share)
         with streams.serving("greedy"), streams.serving("greedy"):
-            assert streams.over_share("greedy")  # 5 > 4
+            assert streams.over_share("greedy", 4)  # 5 > 4
     assert streams.by_client == {}
 
 

@@ -47,7 +47,7 @@ class TritonPythonModel:
         self.pad_to_buckets = p.get("pad_to_buckets", "false") == "true"
         self.rate = c.VOICE_SAMPLE_RATES[p.get("voice", c.DEFAULT_VOICE)]
         self.metric_family, self.active = gauge(c.TTS_ACTIVE_METRIC, "tts requests being synthesized now")
-        self.streams = Streams(self.slots.slots)
+        self.streams = Streams()
 
     async def execute(self, requests):
         await asyncio.gather(*(self._serve(request) for request in requests))
@@ -59,7 +59,7 @@ class TritonPythonModel:
         try:
             with self.streams.serving(client):
                 tts = read_tts_request(request_inputs(request, c.TTS_MODEL), self.max_text_chars)
-                loaded = self.streams.over_share(client)
+                loaded = self.streams.over_share(client, self.slots.share())
                 chunking, head = sized_for_load(tts.chunking, tts.chunking_asked, loaded)
                 chunks = synthesize(
                     tts.sentences, tts.voice, self.stages, chunking=chunking, head=head,
