@@ -1,7 +1,6 @@
 """The split graphs, and the tts engine over them in process (no Triton)."""
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -10,15 +9,15 @@ import pytest
 
 from perf.workloads import workload
 from python_backends import contract as c
-from python_backends.chunking import sized_for_load
 from python_backends.contract import VOCODER_BUCKETS
 from python_backends.engines import AcousticEngine, VocoderEngine
-from python_backends.requests import VoiceParams, read_chunk_params, read_tts_request, read_voice_params
+from python_backends.requests import VoiceParams, read_chunk_params
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
-from python_backends.streaming import Latent, LatentSentence, stream_pcm, synthesize
+from python_backends.streaming import Latent, LatentSentence, stream_pcm
 from python_backends.text import split_sentences
 from python_backends.voice import embedded_voice_files, load_voice, sample_rate
 from tests.audio import snr_db
+from tests.engine_stages import EngineStages, stream_request, strings
 
 
 @pytest.fixture(scope="module")
@@ -96,24 +95,6 @@ def latents(acoustic, text, seed=1):
     return [acoustic.synthesize(s, params) for s in split_sentences(text)]
 
 
-class EngineStages:
-    """Stages over the in-process engines, as the acoustic and vocoder models run them;
-    `calls` logs each vocoder window's frames."""
-
-    def __init__(self, acoustic, vocoder):
-        self.acoustic, self.vocoder, self.calls = acoustic, vocoder, []
-        self.workers = ThreadPoolExecutor(2)
-
-    def acoustic_pieces(self, text, voice, head):
-        params = read_voice_params(voice, self.acoustic.default_params())
-        return self.acoustic.pieces(text, params, head, self.workers)
-
-    async def vocode(self, window):
-        self.calls.append(window.shape[1])
-        loop = asyncio.get_running_loop()
-        return (await loop.run_in_executor(self.workers, self.vocoder.vocode, window[None]))[0]
-
-
 def test_a_sentence_comes_in_a_head_and_the_rest_the_head_with_its_timing(acoustic):
     params = replace(acoustic.default_params(), seed=3)
     sentence = split_sentences(workload("short"))[0]
@@ -132,25 +113,8 @@ def test_a_sentence_comes_in_a_head_and_the_rest_the_head_with_its_timing(acoust
 
 
 def synthesize_all(stages, inputs, cancel_after=None, pad_to_buckets=False):
-    """The chunks of a tts request of `inputs`, synthesized by `stages` as the tts model does."""
-    request = read_tts_request(inputs, c.MAX_TEXT_CHARS)
-    chunking, head = sized_for_load(request.chunking, request.chunking_asked, loaded=False)
-
-    async def collect():
-        out = []
-        async for chunk in synthesize(
-            request.sentences, request.voice, stages, scheduler=DeadlineScheduler(2), chunking=chunking, head=head,
-            clock=PlaybackClock(sample_rate()), pad_to_buckets=pad_to_buckets,
-            is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after,
-        ):
-            out.append(chunk)
-        return out
-
-    return asyncio.run(collect())
-
-
-def strings(*values):
-    return np.array([v.encode() for v in values], dtype=object)
+    """The chunks of a tts request of `inputs`, unloaded."""
+    return asyncio.run(stream_request(stages, inputs, cancel_after=cancel_after, pad_to_buckets=pad_to_buckets))
 
 
 def test_synthesized_text_matches_whole_sentence_vocoding(acoustic, vocoder):
