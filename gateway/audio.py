@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import opuslib
 import soxr
@@ -15,6 +17,14 @@ OPUS_COMPLEXITY = {48000: 5}
 
 
 RESAMPLE_SLICE = 4096  # source samples per call into the resampler
+
+
+@functools.cache
+def pre_skip(fmt: str, rate: int) -> int:
+    """Samples at `rate` a decoder's output starts with before the stream's own audio:
+    the Opus encoder's look-ahead (312 at 48 kHz, 6.5 ms), which a player drops to align
+    exactly (Ogg Opus states it as pre-skip); none for PCM."""
+    return opuslib.Encoder(rate, 1, opuslib.APPLICATION_AUDIO).lookahead if fmt == "opus" else 0
 
 
 class FrameEncoder:

@@ -30,7 +30,7 @@ from python_backends import contract as c
 from python_backends.text import Sentence
 
 from . import protocol as p
-from .audio import FrameEncoder
+from .audio import FrameEncoder, pre_skip
 from .segmenter import Segmenter, batches
 from .settings import Settings
 
@@ -323,7 +323,7 @@ class Session:
         cfg = self.config
         return Send(p.encode(
             "ready", session_id=self.id, format=cfg.format, sample_rate=cfg.sample_rate,
-            channels=1, frame_ms=cfg.frame_ms, voices=list(VOICES),
+            channels=1, frame_ms=cfg.frame_ms, pre_skip=pre_skip(cfg.format, cfg.sample_rate), voices=list(VOICES),
         ))
 
     def _error(

@@ -3,7 +3,7 @@ import opuslib
 import pytest
 import soxr
 
-from gateway.audio import FrameEncoder
+from gateway.audio import FrameEncoder, pre_skip
 
 SOURCE = 22050
 
@@ -50,9 +50,15 @@ def test_opus_frames_decode_to_the_signal(rate):
     reference = soxr.resample(signal, SOURCE, rate)
     assert abs(decoded.size - reference.size) <= frame  # duration within one frame
     lag = int(np.argmax(np.correlate(decoded[: rate // 2], reference[: rate // 4], "valid")))
+    # what `ready` tells clients to drop, to a sample (the resampler's phase at 24 kHz)
+    assert abs(lag - pre_skip("opus", rate)) <= 1 and pre_skip("opus", rate) == round(0.0065 * rate)
     aligned = decoded[lag : lag + reference.size]
     n = min(aligned.size, reference.size)
     assert np.corrcoef(aligned[:n], reference[:n])[0, 1] >= 0.99
+
+
+def test_pcm_has_no_pre_skip():
+    assert pre_skip("pcm_s16le", 48000) == 0
 
 
 def test_finish_always_yields_a_last_frame():
