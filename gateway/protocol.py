@@ -39,6 +39,7 @@ class Config:
     sample_rate: int = c.DEFAULT_SAMPLE_RATE
     frame_ms: int = c.DEFAULT_FRAME_MS
     timestamps: bool = False
+    queue: bool = False  # at capacity, wait in the admission queue rather than be refused
     # Extension of v1: Piper's voice parameters and a seed, by their lower-case tensor
     # names (length_scale, noise_scale, noise_w, seed), passed to Triton as they are.
     voice_params: tuple[tuple[str, float | int], ...] = ()
@@ -102,7 +103,10 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
     frame_ms = _field(message, "frame_ms", int, c.DEFAULT_FRAME_MS)
     if frame_ms not in c.FRAME_MS:
         raise ProtocolError(c.INVALID_FIELD, f"frame_ms {frame_ms} is not one of {c.FRAME_MS}")
-    return Config(voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), voice_params(message))
+    return Config(
+        voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), _field(message, "queue", bool, False),
+        voice_params(message),
+    )
 
 
 def voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:

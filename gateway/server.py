@@ -50,6 +50,7 @@ def application(gateway: Gateway) -> web.Application:
 async def serve_forever(settings: Settings) -> None:
     gateway = Gateway(settings)
     watch = asyncio.create_task(gateway.synthesizer.watch(HEALTH_INTERVAL_S, settings.probe_interval_s))
+    admit_queued = asyncio.create_task(gateway.admit_queued())
     # aiohttp's keepalive timeout runs from the connection's start until a request's head
     # is read, and between requests: the bound on slow and silent clients.
     runner = web.AppRunner(application(gateway), access_log=None, keepalive_timeout=settings.header_timeout_s)
@@ -62,6 +63,7 @@ async def serve_forever(settings: Settings) -> None:
         await asyncio.Event().wait()
     finally:
         watch.cancel()
+        admit_queued.cancel()
         listener.close()
         await runner.cleanup()
 

@@ -3,6 +3,7 @@ over them, the live sessions, and the metrics read from them."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from aiohttp import web
 from python_backends import contract as c
 
 from .access import KeyFailures, log_refusal
+from .admission import AdmissionQueue
 from .backends import Backends
 from .metrics import Metrics
 from .protocol import ProtocolError
@@ -23,6 +25,8 @@ from .synthesis import Synthesizer
 STREAM_RETRY_MS = 1000
 # A hint for a client refused for want of capacity: a stream ends every few seconds.
 BUSY_RETRY_MS = 2000
+# How often the admission queue is offered the capacity that streams ending freed.
+QUEUE_INTERVAL_S = 0.1
 
 
 class Gateway:
@@ -33,6 +37,7 @@ class Gateway:
         self.key_failures = KeyFailures(settings.max_key_failures)
         self.sessions: dict[Session, str] = {}  # each open session, and its client's address
         self.http_streams: Counter[str] = Counter()  # HTTP speech requests in flight, by address
+        self.queue = AdmissionQueue(settings.admission_queue)  # streams waiting for capacity
         self.metrics = Metrics(
             connections=lambda: len(self.sessions),
             contexts=lambda: sum(len(s.contexts) for s in self.sessions),
@@ -42,10 +47,11 @@ class Gateway:
         self.synthesizer = Synthesizer(self.backends, settings.stage_timeout_s, self.metrics.triton_first_response)
 
     def streams_by_client(self) -> Counter[str]:
-        """Open contexts on all connections and HTTP speech requests, by client address."""
+        """Open contexts on all connections (not those queued) and HTTP speech requests,
+        by client address."""
         streams = Counter(self.http_streams)
         for session, address in self.sessions.items():
-            streams[address] += len(session.contexts)
+            streams[address] += session.streams
         return +streams  # without the addresses at 0
 
     def stream_refusal(self, client: str) -> ProtocolError | None:
@@ -64,6 +70,13 @@ class Gateway:
             return ProtocolError(c.SERVER_BUSY, "the server is at capacity; try again shortly",
                                  retry_after_ms=BUSY_RETRY_MS)
         return None
+
+    async def admit_queued(self, interval_s: float = QUEUE_INTERVAL_S) -> None:
+        """For ever: admit the queued streams that the capacity now allows, in order."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if self.queue:
+                self.queue.pump(lambda client: self.stream_refusal(client) is None)
 
     @contextlib.contextmanager
     def http_stream(self, client: str) -> Iterator[None]:

@@ -57,6 +57,36 @@ class Limits:
         return cls(settings.max_text_chars, settings.max_contexts, settings.max_message_bytes)
 
 
+class Admission(Protocol):
+    """The gateway's word on a new stream (a context opening)."""
+
+    def refusal(self) -> p.ProtocolError | None:
+        """Why the stream may not start now, or None."""
+        ...
+
+    def wait(self, context_id: str) -> int | None:
+        """Queue the context for capacity: its position, or None when the queue is full.
+        The gateway later calls Session.admitted or Session.moved for it."""
+        ...
+
+    def leave(self, context_id: str) -> None:
+        """The queued context gave up its place."""
+        ...
+
+
+class AdmitAll:
+    """An Admission for a session on its own: every stream starts at once."""
+
+    def refusal(self) -> p.ProtocolError | None:
+        return None
+
+    def wait(self, context_id: str) -> int | None:
+        return None
+
+    def leave(self, context_id: str) -> None:
+        pass
+
+
 class Observer(Protocol):
     """Where a session reports what the gateway's metrics count."""
 
@@ -111,6 +141,7 @@ class Context:
     job: Job | None = None  # the synthesis in flight
     seq: int = 0
     ready_at: float | None = None  # when text arrived while the context was idle
+    queued: bool = False  # waiting in the admission queue: it speaks once admitted
 
     @property
     def busy(self) -> bool:
@@ -126,11 +157,11 @@ class Session:
 
     def __init__(
         self, limits: Limits, observer: Observer, clock: Callable[[], float] = time.monotonic,
-        session_id: str | None = None, admit: Callable[[], p.ProtocolError | None] = lambda: None,
+        session_id: str | None = None, admission: Admission | None = None,
     ) -> None:
         self.limits = limits
         self.observer = observer
-        self.admit = admit  # asked before a context opens: the gateway's refusal, if any
+        self.admission = admission or AdmitAll()  # asked before a context opens
         self.clock = clock
         self.id = session_id or uuid.uuid4().hex[:12]
         self.config = p.Config(VOICES[0])
@@ -146,6 +177,11 @@ class Session:
     def busy(self) -> bool:
         """Whether any context has text to speak: the connection is not idle."""
         return any(context.busy for context in self.contexts.values())
+
+    @property
+    def streams(self) -> int:
+        """Contexts open and admitted: those that count against capacity."""
+        return sum(not context.queued for context in self.contexts.values())
 
     def start(self) -> list[Action]:
         return [self._ready()]
@@ -205,28 +241,49 @@ class Session:
             )
         actions: list[Action] = []
         if context is None:
-            context = self._open(message.context_id)
-            actions.append(Send(p.encode("audio_start", context_id=context.id, stream=context.stream)))
+            context, actions = self._open(message.context_id)
         sentences = context.segmenter.append(message.text)
         if message.type == "speak":
             return actions + self._submit(context, *sentences, *context.segmenter.flush(), Mark.CLOSE)
         return actions + self._submit(context, *sentences)
 
-    def _open(self, context_id: str) -> Context:
+    def _open(self, context_id: str) -> tuple[Context, list[Action]]:
+        """A new context, and its first words: `audio_start`, or `queued` where the
+        client asked to wait for capacity rather than be refused it."""
         if len(self.contexts) >= self.limits.max_contexts:
             raise p.ProtocolError(c.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts", context_id)
-        if refusal := self.admit():
+        position = None
+        if refusal := self.admission.refusal():
             refusal.context_id = context_id
-            raise refusal
+            if refusal.code != c.SERVER_BUSY or not self.config.queue:
+                raise refusal
+            if (position := self.admission.wait(context_id)) is None:
+                refusal.message += "; the admission queue is full too"
+                raise refusal
         self._streams = self._streams % 0xFFFF + 1
         cfg = self.config
         encoder = FrameEncoder(self.voice_rate, cfg.sample_rate, cfg.frame_ms, cfg.format)
-        context = Context(context_id, self._streams, encoder)
+        context = Context(context_id, self._streams, encoder, queued=position is not None)
         self.contexts[context_id] = context
-        return context
+        if context.queued:
+            return context, [self._queued(context, position)]
+        return context, [self._audio_start(context)]
+
+    def admitted(self, context_id: str) -> list[Action]:
+        """The queued context's turn came: it starts speaking."""
+        context = self.contexts.get(context_id)
+        if context is None or not context.queued:
+            return []
+        context.queued = False
+        return [self._audio_start(context)] + self._advance(context)
+
+    def moved(self, context_id: str, position: int) -> list[Action]:
+        """The queued context moved up to `position`."""
+        context = self.contexts.get(context_id)
+        return [self._queued(context, position)] if context is not None and context.queued else []
 
     def _cancel(self, context: Context) -> list[Action]:
-        del self.contexts[context.id]
+        self._remove(context)
         stop = [Stop(context.job.id)] if context.job is not None else []
         return stop + [Send(p.encode("cancelled", context_id=context.id))]
 
@@ -241,7 +298,7 @@ class Session:
     def _advance(self, context: Context) -> list[Action]:
         """Deliver the marks at the head of the queue, then start the next job, if idle."""
         actions: list[Action] = []
-        while context.job is None and context.queue:
+        while context.job is None and context.queue and not context.queued:
             if isinstance(context.queue[0], Mark):
                 actions += self._deliver_mark(context, context.queue.popleft())
                 continue
@@ -312,10 +369,16 @@ class Session:
         return [self._error(c.IDLE_TIMEOUT, f"no message for {seconds:g} s"), Close(1000, "idle timeout")]
 
     def abort(self) -> list[Action]:
-        """The connection is gone: stop every job."""
+        """The connection is gone: stop every job, give up every place in the queue."""
         jobs = [context.job.id for context in self.contexts.values() if context.job is not None]
-        self.contexts.clear()
+        for context in list(self.contexts.values()):
+            self._remove(context)
         return [Stop(job_id) for job_id in jobs]
+
+    def _remove(self, context: Context) -> None:
+        del self.contexts[context.id]
+        if context.queued:
+            self.admission.leave(context.id)
 
     # Messages
 
@@ -325,6 +388,12 @@ class Session:
             "ready", session_id=self.id, format=cfg.format, sample_rate=cfg.sample_rate,
             channels=1, frame_ms=cfg.frame_ms, pre_skip=pre_skip(cfg.format, cfg.sample_rate), voices=list(VOICES),
         ))
+
+    def _audio_start(self, context: Context) -> Send:
+        return Send(p.encode("audio_start", context_id=context.id, stream=context.stream))
+
+    def _queued(self, context: Context, position: int) -> Send:
+        return Send(p.encode("queued", context_id=context.id, position=position))
 
     def _error(
         self, code: str, message: str, context_id: str | None = None, retry_after_ms: int | None = None

@@ -36,6 +36,10 @@ class Settings:
         0.9, "a new stream is admitted only while the streams open are fewer than this fraction of the "
         "real-time streams Triton measures it sustains; past it 'server_busy' / HTTP 429 (0: admit all)"
     )
+    admission_queue: int = _setting(
+        64, "streams that may wait for capacity (a client's config 'queue': true) instead of 'server_busy'; "
+        "past it they are refused as the others"
+    )
     max_connections: int = _setting(
         1000, "open connections (HTTP and WebSocket) in all; past it a new one gets 503 and is closed (0 for no cap)"
     )

@@ -10,6 +10,7 @@ reader.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from contextlib import aclosing
@@ -20,6 +21,8 @@ from aiohttp import WSMsgType, web
 from python_backends import contract as c
 
 from .access import Refusal, log_refusal, refused_origin, unauthorized
+from .admission import Waiter
+from .protocol import ProtocolError
 from .service import GATEWAY, Gateway
 from .session import Action, Close, Job, Send, Session, Stop, Synthesize
 from .synthesis import SynthesisFailed
@@ -69,7 +72,8 @@ def limit_buffers(request: web.Request, size: int) -> None:
 
 
 class Connection:
-    """One WebSocket: its session, and a task per synthesis job in flight."""
+    """One WebSocket: its session, and a task per synthesis job in flight. It is also the
+    session's Admission: the gateway's refusal, and its queue."""
 
     def __init__(
         self, ws: web.WebSocketResponse, gateway: Gateway, client: str, transport: asyncio.Transport
@@ -78,8 +82,36 @@ class Connection:
         self.gateway = gateway
         self.client = client
         self.transport = transport
-        self.session = Session(gateway.limits, gateway.metrics, admit=lambda: gateway.stream_refusal(client))
+        self.session = Session(gateway.limits, gateway.metrics, admission=self)
         self.jobs: dict[int, asyncio.Task] = {}
+        self.queue_turns: set[asyncio.Task] = set()  # carrying out what the admission queue's turns said
+        self.in_order = asyncio.Lock()  # so that those go out in the order of the turns
+
+    def refusal(self) -> ProtocolError | None:
+        return self.gateway.stream_refusal(self.client)
+
+    def wait(self, context_id: str) -> int | None:
+        return self.gateway.queue.join(Waiter(
+            (self, context_id), self.client,
+            admitted=lambda: self.later(self.session.admitted(context_id)),
+            moved=lambda position: self.later(self.session.moved(context_id, position)),
+        ))
+
+    def leave(self, context_id: str) -> None:
+        self.gateway.queue.leave((self, context_id))
+
+    def later(self, actions: list[Action]) -> None:
+        """Carry out `actions`, which the queue's turn produced outside this connection's
+        own flow, in a task of their own."""
+
+        async def act() -> None:
+            async with self.in_order:
+                with contextlib.suppress(ConnectionClosed):
+                    await self.act(actions)
+
+        task = asyncio.create_task(act())
+        self.queue_turns.add(task)
+        task.add_done_callback(self.queue_turns.discard)
 
     async def run(self) -> None:
         try:

@@ -81,3 +81,32 @@ def test_streams_past_the_measured_capacity_are_told_busy_and_later_ones_are_adm
     assert all(retry > 0 for code, retry in outcomes if code == c.SERVER_BUSY)
     assert again  # capacity freed: admitted and spoken
     assert status == 429 and error["error"]["code"] == c.SERVER_BUSY and int(retry_after) > 0
+
+
+def test_at_capacity_streams_that_asked_to_queue_wait_their_turn_and_all_speak(admitting):
+    url = f"ws://127.0.0.1:{admitting.port}{c.PROTOCOL_PATH}"
+
+    async def run():
+        client = await SpeechClient.connect(url, format="pcm_s16le", queue=True)
+        try:
+            async for _ in client.speak("Warm up, and let the server measure itself."):
+                pass
+            contexts = [client.context() for _ in range(4)]
+            for context in contexts:
+                await context.speak(workload("short"))
+            return await asyncio.gather(*(said(ctx) for ctx in contexts))
+        finally:
+            await client.close()
+
+    async def said(context):
+        """What the context heard, in order: message types with the positions told, "audio" for frames."""
+        return [("audio", None) if e.kind is None else (e.kind, e.message.get("position")) async for e in context.events()]
+
+    heard = asyncio.run(run())
+    assert all(kinds[-1] == ("done", None) for kinds in heard)  # none refused: every one spoke
+    queued = [kinds for kinds in heard if kinds[0][0] == "queued"]
+    assert queued  # past a tenth of the capacity, some waited
+    for kinds in queued:
+        positions = [position for kind, position in kinds if kind == "queued"]
+        assert positions == sorted(set(positions), reverse=True)  # only ever moved up
+        assert [kind for kind, _ in kinds].index("audio") == len(positions)  # audio only once admitted

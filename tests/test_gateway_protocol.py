@@ -18,6 +18,13 @@ def test_config_defaults_and_values():
     assert c == p.Config("en_US-joe-medium", "pcm_s16le", 16000, 40, True)
 
 
+def test_config_queue_is_a_boolean_off_by_default():
+    assert parse('{"type":"config","queue":true}').queue and not parse('{"type":"config"}').queue
+    with pytest.raises(p.ProtocolError) as refused:
+        parse('{"type":"config","queue":"yes"}')
+    assert refused.value.code == c.INVALID_FIELD and "queue" in refused.value.message
+
+
 def test_openai_voice_names_speak_with_the_default_voice():
     assert parse('{"type": "config", "voice": "alloy"}').voice == VOICES[0]
     assert parse('{"type": "config", "voice": "nova"}') == p.Config(VOICES[0])

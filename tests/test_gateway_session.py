@@ -206,18 +206,78 @@ def test_abort_stops_every_job_in_flight():
     assert set(s.abort()) == {Stop(a.id), Stop(b.id)} and s.contexts == {}
 
 
+class Admission:
+    """The gateway's side of admission, played by the test: `refusal` says what `said`
+    holds; the queue has `room` places and logs who waits and who leaves."""
+
+    def __init__(self, refusal=None, room=0):
+        self.said, self.room, self.waiting, self.left = refusal, room, [], []
+
+    def refusal(self):
+        return self.said
+
+    def wait(self, context_id):
+        if len(self.waiting) >= self.room:
+            return None
+        self.waiting.append(context_id)
+        return len(self.waiting)
+
+    def leave(self, context_id):
+        self.waiting.remove(context_id)
+        self.left.append(context_id)
+
+
+def busy():
+    return p.ProtocolError(c.SERVER_BUSY, "the server is at capacity; try again shortly", retry_after_ms=2000)
+
+
 def test_a_context_the_gateway_does_not_admit_gets_its_error_with_a_retry_hint():
-    open_elsewhere = [2]  # the address's streams on its other connections
-
-    def admit():
-        if open_elsewhere[0] >= 2:
-            return p.ProtocolError(c.TOO_MANY_STREAMS, "at most 2 streams at once per client", retry_after_ms=1000)
-        return None
-
-    s = Session(Limits(), Recorder(), admit=admit)
+    admission = Admission(p.ProtocolError(c.TOO_MANY_STREAMS, "at most 2 streams at once per client", retry_after_ms=1000))
+    s = Session(Limits(), Recorder(), admission=admission)
     (error,) = messages(send(s, type="speak", context_id="a", text="Hello."))
     assert error == {"type": "error", "context_id": "a", "code": c.TOO_MANY_STREAMS,
                      "message": "at most 2 streams at once per client", "retry_after_ms": 1000}
     assert s.contexts == {}
-    open_elsewhere[0] = 1
+    admission.said = None
     assert jobs(send(s, type="speak", context_id="a", text="Hello."))
+
+
+def test_at_capacity_a_client_that_asked_to_queue_waits_its_turn_told_its_position():
+    admission = Admission(busy(), room=2)
+    s = Session(Limits(), Recorder(), admission=admission)
+    send(s, type="config", queue=True)
+    assert messages(send(s, type="speak", context_id="a", text="One. Two.")) == [
+        {"type": "queued", "context_id": "a", "position": 1}]
+    assert messages(send(s, type="text", context_id="b", text="Three.")) == [
+        {"type": "queued", "context_id": "b", "position": 2}]
+    assert s.streams == 0 and s.busy  # waiting does not count against capacity, nor is it idle
+    assert not jobs(send(s, type="flush", context_id="b"))
+    assert messages(s.moved("b", 1)) == [{"type": "queued", "context_id": "b", "position": 1}]
+    admitted = s.admitted("a")
+    assert [m["type"] for m in messages(admitted)] == ["audio_start"] and jobs(admitted)
+    assert s.streams == 1 and s.admitted("a") == [] and s.moved("a", 1) == []
+    assert messages(send(s, type="cancel", context_id="b")) == [{"type": "cancelled", "context_id": "b"}]
+    assert admission.left == ["b"] and admission.waiting == ["a"]  # a's place is the gateway's to drop
+
+
+def test_a_full_queue_or_a_client_that_did_not_ask_gets_server_busy():
+    admission = Admission(busy(), room=1)
+    s = Session(Limits(), Recorder(), admission=admission)
+    (error,) = messages(send(s, type="speak", context_id="a", text="Hello."))
+    assert error["code"] == c.SERVER_BUSY and admission.waiting == []
+    send(s, type="config", queue=True)
+    assert messages(send(s, type="speak", context_id="a", text="Hello."))[0]["type"] == "queued"
+    (error,) = messages(send(s, type="speak", context_id="b", text="Hello."))
+    assert error["code"] == c.SERVER_BUSY and error["retry_after_ms"] == 2000 and "queue is full" in error["message"]
+    assert list(s.contexts) == ["a"]
+
+
+def test_other_refusals_are_not_queued_and_a_lost_connection_gives_up_its_places():
+    admission = Admission(p.ProtocolError(c.TOO_MANY_STREAMS, "at most 2", retry_after_ms=1000), room=4)
+    s = Session(Limits(), Recorder(), admission=admission)
+    send(s, type="config", queue=True)
+    assert messages(send(s, type="speak", context_id="a", text="Hello."))[0]["code"] == c.TOO_MANY_STREAMS
+    admission.said = busy()
+    send(s, type="speak", context_id="a", text="Hello.")
+    send(s, type="speak", context_id="b", text="Hello.")
+    assert s.abort() == [] and sorted(admission.left) == ["a", "b"]

@@ -1,0 +1,52 @@
+"""The admission queue, sans I/O: order, positions, leaving, and its bound."""
+
+from gateway.admission import AdmissionQueue, Waiter
+
+
+class Log:
+    def __init__(self):
+        self.events = []
+
+    def waiter(self, key, client="a"):
+        return Waiter(key, client, lambda: self.events.append((key, "admitted")),
+                      lambda position: self.events.append((key, position)))
+
+
+def test_waiters_are_told_their_place_and_the_queue_is_bounded():
+    log, queue = Log(), AdmissionQueue(2)
+    assert queue.join(log.waiter("x")) == 1 and queue.join(log.waiter("y")) == 2
+    assert queue.join(log.waiter("z")) is None and len(queue) == 2
+    assert log.events == []  # a joiner hears its position from the join itself
+
+
+def test_pump_admits_in_order_while_admissible_and_moves_the_rest_up():
+    log, queue = Log(), AdmissionQueue(4)
+    for key in "wxyz":
+        queue.join(log.waiter(key))
+    room = [2]
+
+    def admissible(client):
+        room[0] -= 1
+        return room[0] >= 0
+
+    assert queue.pump(admissible) == 2
+    assert log.events == [("w", "admitted"), ("x", "admitted"), ("y", 1), ("z", 2)]
+    assert queue.pump(lambda client: False) == 0 and len(log.events) == 4  # nobody moved: nobody told
+
+
+def test_a_client_at_its_share_is_passed_over_for_one_below_it():
+    log, queue = Log(), AdmissionQueue(4)
+    queue.join(log.waiter("g1", "greedy"))
+    queue.join(log.waiter("n1", "normal"))
+    assert queue.pump(lambda client: client == "normal") == 1
+    assert log.events == [("n1", "admitted")]  # g1 keeps position 1
+
+
+def test_leaving_moves_those_behind_up():
+    log, queue = Log(), AdmissionQueue(4)
+    for key in "xyz":
+        queue.join(log.waiter(key))
+    queue.leave("x")
+    assert log.events == [("y", 1), ("z", 2)] and len(queue) == 2
+    queue.leave("absent")
+    assert len(log.events) == 2
