@@ -254,12 +254,14 @@ async def bench_system(system: System, args: argparse.Namespace, capacity: dict 
 def capacity_levels(args: argparse.Namespace, limit: dict[str, dict], floor: dict[str, dict]) -> dict | None:
     """The references of DESIGN.md for the workload the capacity levels speak (paragraph
     where run): C (the compute limit, audio-s/s), T_sent (ms), and the levels as
-    (multiple of C, listeners)."""
+    (multiple of C, listeners); and the least compute of a first packet (ms on a core)
+    and the cores, which bound how soon the last of streams started together can start."""
     name = "paragraph" if "paragraph" in args.workloads else args.workloads[0]
     if not args.capacity_levels or name not in limit:
         return None
     c = limit[name]["audio_s_per_s"]
     return {"workload": name, "C": c, "t_sent_ms": floor[name]["t_sent_ms"],
+            "first_packet_ms": floor[name]["pieces_ms"], "cores": limit[name]["cores"],
             "levels": [(of_c, max(1, round(of_c * c))) for of_c in args.capacity_levels]}
 
 

@@ -270,7 +270,8 @@ def capacity_row(system: str, of_c: float, level: int, refused: int, lsf_p99: fl
 
 
 def test_listeners_at_multiples_of_c_are_checked_against_t_sent_and_c(results):
-    results["capacity"] = {"workload": "paragraph", "C": 40.0, "t_sent_ms": 200.0, "levels": [(0.75, 30), (3.0, 120)]}
+    results["capacity"] = {"workload": "paragraph", "C": 40.0, "t_sent_ms": 200.0, "first_packet_ms": 50.0, "cores": 2,
+                           "levels": [(0.75, 30), (3.0, 120)]}
     results["runs"][0]["lsf_ms"] = {"p50": 28.0, "p99": 50.0, "max": 60.0}
     results["capacity_runs"] = [
         capacity_row("speechstream", 0.75, 30, 0, 90.0, 28.0),
@@ -290,15 +291,17 @@ def test_listeners_at_multiples_of_c_are_checked_against_t_sent_and_c(results):
     text = markdown(results)
     assert "C = **40.0 audio-s/s**" in text and "T_sent = **200 ms**" in text
     rows = [line for line in text.splitlines() if line.startswith("| speechstream | 3 |") or line.startswith("| piper-http | 3 |")]
-    assert rows[0] == "| speechstream | 3 | 120 | 36 | 84 | 30 / 100 | 75 / 150 | 0.38 / 0.75 | 0 (0) | 0 | 0.85 | 0 |"
-    assert rows[1].startswith("| piper-http | 3 | 120 | 120 | 0 | – | 20000 / 40000 | 100.00 / 200.00 | 500 (24) |")
+    # the start floor: 36 admitted first packets of 50 ms on 2 cores, 900 ms, 4.5 × T_sent
+    assert rows[0] == "| speechstream | 3 | 120 | 36 | 84 | 30 / 100 | 75 / 150 | 0.38 / 0.75 | 4.50 | 0 (0) | 0 | 0.85 | 0 |"
+    assert rows[1].startswith("| piper-http | 3 | 120 | 120 | 0 | – | 20000 / 40000 | 100.00 / 200.00 | 15.00 | 500 (24) |")
 
 
 def test_capacity_levels_are_listeners_at_multiples_of_the_compute_limit():
     args = bench.parse_args(["--capacity-levels", "0.75,3"])
-    floor = {"paragraph": {"t_sent_ms": 180.0}, "short": {"t_sent_ms": 90.0}}
-    limit = {"short": {"audio_s_per_s": 10.0}, "paragraph": {"audio_s_per_s": 21.4}}
+    floor = {"paragraph": {"t_sent_ms": 180.0, "pieces_ms": 50.0}, "short": {"t_sent_ms": 90.0, "pieces_ms": 40.0}}
+    limit = {"short": {"audio_s_per_s": 10.0, "cores": 2}, "paragraph": {"audio_s_per_s": 21.4, "cores": 2}}
     assert bench.capacity_levels(args, limit, floor) == {
-        "workload": "paragraph", "C": 21.4, "t_sent_ms": 180.0, "levels": [(0.75, 16), (3.0, 64)]}
+        "workload": "paragraph", "C": 21.4, "t_sent_ms": 180.0, "first_packet_ms": 50.0, "cores": 2,
+        "levels": [(0.75, 16), (3.0, 64)]}
     assert bench.capacity_levels(bench.parse_args(["--capacity-levels", ""]), limit, floor) is None
     assert bench.parse_args(["--quick"]).capacity_levels == [0.75]  # a smoke run stays below capacity
