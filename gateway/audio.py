@@ -1,10 +1,11 @@
 """The audio path, sans I/O: voice-rate float PCM → streaming resampling → fixed frames
-→ Opus packets (or s16le PCM), one payload per frame."""
+→ Opus packets, s16le PCM, or G.711 μ-law / A-law bytes, one payload per frame."""
 
 from __future__ import annotations
 
 import functools
 
+import av
 import numpy as np
 import opuslib
 import soxr
@@ -27,6 +28,17 @@ def pre_skip(fmt: str, rate: int) -> int:
     return opuslib.Encoder(rate, 1, opuslib.APPLICATION_AUDIO).lookahead if fmt == "opus" else 0
 
 
+G711_CODECS = {"mulaw": "pcm_mulaw", "alaw": "pcm_alaw"}  # FFmpeg's, through PyAV
+
+
+def g711_encoder(fmt: str, rate: int) -> av.AudioCodecContext:
+    """FFmpeg's G.711 encoder for `fmt`: a byte per sample, a packet per frame given."""
+    codec = av.CodecContext.create(G711_CODECS[fmt], "w")
+    codec.sample_rate, codec.format, codec.layout = rate, "s16", "mono"
+    codec.open()
+    return codec
+
+
 class FrameEncoder:
     """Turns a stream of PCM chunks into equal frames of `frame_ms` at `rate`.
 
@@ -44,6 +56,7 @@ class FrameEncoder:
         self._opus = opuslib.Encoder(rate, 1, opuslib.APPLICATION_AUDIO) if fmt == "opus" else None
         if self._opus is not None:
             self._opus.complexity = OPUS_COMPLEXITY.get(rate, 10)
+        self._g711 = g711_encoder(fmt, rate) if fmt in G711_CODECS else None
         self._pending = np.empty(0, dtype=np.float32)
         self.frames = 0  # frames produced so far; frame k starts at sample k · frame_samples
         self.padding = 0  # silence samples the last `finish` added
@@ -100,5 +113,11 @@ class FrameEncoder:
         return payloads
 
     def _encode(self, frame: np.ndarray) -> bytes:
-        pcm16 = (np.clip(frame, -1.0, 1.0) * 32767).astype("<i2").tobytes()
-        return pcm16 if self._opus is None else self._opus.encode(pcm16, self.frame_samples)
+        pcm16 = (np.clip(frame, -1.0, 1.0) * 32767).astype("<i2")
+        if self._opus is not None:
+            return self._opus.encode(pcm16.tobytes(), self.frame_samples)
+        if self._g711 is not None:
+            samples = av.AudioFrame.from_ndarray(pcm16[None], format="s16", layout="mono")
+            samples.sample_rate = self.rate
+            return b"".join(bytes(packet) for packet in self._g711.encode(samples))
+        return pcm16.tobytes()

@@ -32,6 +32,8 @@ from typing import Any, Protocol
 import websockets
 import websockets.sync.client
 
+from python_backends import contract as c
+
 from . import protocol as p
 
 # A context ends, for a client, with its `done`, its `cancelled`, or an `error` naming it.
@@ -132,8 +134,8 @@ def audio_end_s(frame: p.AudioFrame, ready: dict) -> float:
     """Where the frame's audio ends, in seconds from its context's first sample, given the
     connection's `ready`: a PCM frame's length is in its payload, an Opus packet holds frame_ms."""
     rate = ready["sample_rate"]
-    if ready["format"] == "pcm_s16le":
-        samples = len(frame.payload) // (2 * ready["channels"])
+    if (size := c.BYTES_PER_SAMPLE.get(ready["format"])) is not None:
+        samples = len(frame.payload) // (size * ready["channels"])
     else:
         samples = rate * ready["frame_ms"] // 1000
     return (frame.sample_offset + samples) / rate

@@ -97,9 +97,12 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
     fmt = _field(message, "format", str, c.DEFAULT_FORMAT)
     if fmt not in c.FORMATS:
         raise ProtocolError(c.UNSUPPORTED_FORMAT, f"unsupported format '{fmt}'; use one of {', '.join(c.FORMATS)}")
-    rate = _field(message, "sample_rate", int, c.DEFAULT_SAMPLE_RATE)
+    telephony = fmt in c.TELEPHONY_FORMATS
+    rate = _field(message, "sample_rate", int, c.TELEPHONY_SAMPLE_RATE if telephony else c.DEFAULT_SAMPLE_RATE)
     if rate not in c.SAMPLE_RATES:
         raise ProtocolError(c.INVALID_FIELD, f"sample_rate {rate} is not one of {c.SAMPLE_RATES}")
+    if telephony and rate != c.TELEPHONY_SAMPLE_RATE:
+        raise ProtocolError(c.INVALID_FIELD, f"{fmt} is {c.TELEPHONY_SAMPLE_RATE} Hz only, not {rate}")
     frame_ms = _field(message, "frame_ms", int, c.DEFAULT_FRAME_MS)
     if frame_ms not in c.FRAME_MS:
         raise ProtocolError(c.INVALID_FIELD, f"frame_ms {frame_ms} is not one of {c.FRAME_MS}")

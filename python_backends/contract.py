@@ -185,8 +185,12 @@ def model_outputs(model: str) -> list[dict]:
 
 # Client protocol v1 (the WebSocket at PROTOCOL_PATH): what a client may ask for.
 PROTOCOL_PATH = "/v1/stream"
-FORMATS = ("opus", "pcm_s16le")
-SAMPLE_RATES = (48000, 24000, 16000)
+FORMATS = ("opus", "pcm_s16le", "mulaw", "alaw")
+SAMPLE_RATES = (48000, 24000, 16000, 8000)
+# G.711, what telephony media streams carry: 8 kHz only, a byte per sample.
+TELEPHONY_FORMATS, TELEPHONY_SAMPLE_RATE = ("mulaw", "alaw"), 8000
+# Bytes per sample of the formats whose frames are raw samples (an Opus packet's vary).
+BYTES_PER_SAMPLE = {"pcm_s16le": 2, "mulaw": 1, "alaw": 1}
 FRAME_MS = (10, 20, 40, 60)  # Opus packet durations a client may ask for
 DEFAULT_FORMAT, DEFAULT_SAMPLE_RATE, DEFAULT_FRAME_MS = "opus", 48000, 20
 MAX_CONTEXT_ID = 64

@@ -5,6 +5,7 @@ import random
 import socket
 import time
 
+import av
 import numpy as np
 import opuslib
 import psutil
@@ -101,6 +102,31 @@ def test_speak_gives_opus_matching_tritons_pcm(gateway, triton):
     assert abs(decoded.size - reference.size) <= 960
     assert 0 <= decoded.size * 1000 / 48000 - done["audio_ms"] <= 20  # the last frame is padded
     assert aligned_correlation(decoded, reference, max_lag=960) >= 0.99
+
+
+@pytest.mark.parametrize("fmt", ["mulaw", "alaw"])
+def test_telephony_gets_8_khz_g711_matching_tritons_pcm(gateway, triton, fmt):
+    text, seed = workload("short"), 5
+
+    async def run():
+        async with connection(gateway) as ws:
+            client = Recorder(ws)
+            await client.until("ready")
+            await client.send(type="config", format=fmt, seed=seed)
+            ready = await client.until("ready")
+            await client.send(type="speak", context_id="c1", text=text)
+            return ready, client.audio("c1") if await client.until("done", "c1") else None
+
+    ready, frames = asyncio.run(run())
+    assert (ready["format"], ready["sample_rate"], ready["pre_skip"]) == (fmt, 8000, 0)
+    assert [f.sample_offset for f in frames] == [i * 160 for i in range(len(frames))]
+    decoder = av.CodecContext.create({"mulaw": "pcm_mulaw", "alaw": "pcm_alaw"}[fmt], "r")
+    decoder.sample_rate, decoder.layout = 8000, "mono"
+    decoded = np.concatenate([x.to_ndarray()[0] for f in frames for x in decoder.decode(av.Packet(f.payload))]) / 32768
+    pcm = np.concatenate([r.get(c.PCM) for r in stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text, c.SEED: np.int64(seed)})])
+    reference = soxr.resample(pcm, sample_rate(), 8000)
+    assert abs(decoded.size - reference.size) <= 160
+    assert aligned_correlation(decoded, reference, max_lag=8) >= 0.98  # sample-aligned, within G.711's companding
 
 
 def test_text_deltas_give_the_same_audio_and_start_before_the_last_delta(gateway):

@@ -1,3 +1,4 @@
+import av
 import numpy as np
 import opuslib
 import pytest
@@ -79,3 +80,17 @@ def test_finish_mid_stream_delivers_everything_and_goes_on():
     audio = np.concatenate([np.frombuffer(p, "<i2") for p in first]).astype(np.float32) / 32767
     whole = soxr.resample(tone(0.31), SOURCE, 48000)
     assert np.max(np.abs(audio[: whole.size] - whole)) < 1e-3  # nothing of the first part held back
+
+
+@pytest.mark.parametrize("fmt", ["mulaw", "alaw"])
+def test_telephony_frames_are_g711_bytes_that_decode_to_the_signal_at_8_khz(fmt):
+    signal = tone(1.0)
+    enc, payloads = encode(signal, 8000, fmt)
+    assert all(len(p) == 160 for p in payloads)  # 20 ms at 8 kHz, a byte per sample
+    decoder = av.CodecContext.create({"mulaw": "pcm_mulaw", "alaw": "pcm_alaw"}[fmt], "r")
+    decoder.sample_rate, decoder.layout = 8000, "mono"
+    decoded = np.concatenate([f.to_ndarray()[0] for p in payloads for f in decoder.decode(av.Packet(p))]) / 32768
+    reference = soxr.resample(signal, SOURCE, 8000)
+    assert decoded.size == enc.samples and pre_skip(fmt, 8000) == 0
+    noise = decoded[: reference.size] - reference
+    assert 10 * np.log10(np.sum(reference**2) / np.sum(noise**2)) > 30  # G.711's companding, sample-aligned

@@ -88,3 +88,11 @@ def test_audio_frame_header_round_trips():
     assert len(frame) == 12 + 4 and frame[:2] == b"\x01\x01"
     assert p.parse_audio_frame(frame) == p.AudioFrame(3, 70000, 2**31 + 5, True, b"opus")
     assert not p.parse_audio_frame(p.audio_frame(1, 0, 0, b"", last=False)).last
+
+
+def test_telephony_formats_are_8_khz_only():
+    assert (parse('{"type":"config","format":"mulaw"}').sample_rate, parse('{"type":"config","format":"alaw"}').sample_rate) == (8000, 8000)
+    with pytest.raises(p.ProtocolError) as refused:
+        parse('{"type":"config","format":"mulaw","sample_rate":16000}')
+    assert refused.value.code == c.INVALID_FIELD and "8000 Hz only" in refused.value.message
+    assert parse('{"type":"config","format":"pcm_s16le","sample_rate":8000}').sample_rate == 8000
