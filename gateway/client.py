@@ -169,13 +169,16 @@ class Context:
         await self.client.ws.send(json.dumps({"type": kind, "context_id": self.id, **fields}))
         return sent
 
-    async def speak(self, text: str) -> float:
-        """All of the text at once; the context ends after it."""
-        return await self._send("speak", text=text)
+    async def speak(self, text: str, **voice: Any) -> float:
+        """All of the text at once; the context ends after it. `voice`: on the message
+        that opens the context, its own voice and voice parameters (voice="nova",
+        length_scale=0.9, ...) over the connection's config."""
+        return await self._send("speak", text=text, **voice)
 
-    async def text(self, delta: str) -> float:
-        """Append text; sentences are spoken as soon as they are complete."""
-        return await self._send("text", text=delta)
+    async def text(self, delta: str, **voice: Any) -> float:
+        """Append text; sentences are spoken as soon as they are complete. `voice` as
+        for `speak`."""
+        return await self._send("text", text=delta, **voice)
 
     async def flush(self) -> float:
         return await self._send("flush")

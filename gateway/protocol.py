@@ -52,6 +52,10 @@ class ContextMessage:
     type: str
     context_id: str
     text: str = field(default="")
+    # speak and text only: the voice and voice parameters of the context they open, over
+    # the connection's config (None and () keep the config's)
+    voice: str | None = None
+    voice_params: tuple[tuple[str, float | int], ...] = ()
 
 
 CONTEXT_TYPES = ("speak", "text", "flush", "close", "cancel")
@@ -90,10 +94,20 @@ def resolve_voice(name: str, voices: tuple[str, ...]) -> str | None:
     return voices[0] if name in OPENAI_VOICES else None
 
 
-def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
-    asked = _field(message, "voice", str, voices[0])
+def parse_voice(message: dict, voices: tuple[str, ...], default: str | None) -> str | None:
+    """The voice a message's `voice` names (`default` without one), or UNKNOWN_VOICE."""
+    asked = _field(message, "voice", str, default)
+    if asked is None:
+        return None
     if (voice := resolve_voice(asked, voices)) is None:
-        raise ProtocolError(c.UNKNOWN_VOICE, f"unknown voice '{asked}'; available: {', '.join(voices + OPENAI_VOICES)}")
+        raise ProtocolError(
+            c.UNKNOWN_VOICE, f"unknown voice '{asked}'; available: {', '.join(voices + OPENAI_VOICES)}", _context(message)
+        )
+    return voice
+
+
+def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
+    voice = parse_voice(message, voices, voices[0])
     fmt = _field(message, "format", str, c.DEFAULT_FORMAT)
     if fmt not in c.FORMATS:
         raise ProtocolError(c.UNSUPPORTED_FORMAT, f"unsupported format '{fmt}'; use one of {', '.join(c.FORMATS)}")
@@ -122,12 +136,14 @@ def voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:
         if value is None:
             continue
         if not param.minimum <= value <= param.maximum:
-            raise ProtocolError(c.INVALID_FIELD, f"{key} {value} is out of range [{param.minimum}, {param.maximum}]")
+            raise ProtocolError(
+                c.INVALID_FIELD, f"{key} {value} is out of range [{param.minimum}, {param.maximum}]", _context(message)
+            )
         values.append((param.name, value))
     return tuple(values)
 
 
-def parse_context_message(message: dict, max_text_chars: int) -> ContextMessage:
+def parse_context_message(message: dict, max_text_chars: int, voices: tuple[str, ...]) -> ContextMessage:
     kind = message["type"]
     context_id = _field(message, "context_id", str, required=True)
     if not context_id or len(context_id) > c.MAX_CONTEXT_ID:
@@ -139,6 +155,7 @@ def parse_context_message(message: dict, max_text_chars: int) -> ContextMessage:
             raise ProtocolError(c.INVALID_FIELD, "text holds a lone surrogate (\\ud800-\\udfff escape)", context_id)
         if len(text) > max_text_chars:
             raise ProtocolError(c.TEXT_TOO_LONG, f"text has {len(text)} characters; the limit is {max_text_chars}", context_id)
+        return ContextMessage(kind, context_id, text, parse_voice(message, voices, None), voice_params(message))
     return ContextMessage(kind, context_id, text)
 
 
@@ -171,7 +188,7 @@ def parse_message(frame: str | bytes, voices: tuple[str, ...], max_text_chars: i
     if kind == "config":
         return parse_config(message, voices)
     if kind in CONTEXT_TYPES:
-        return parse_context_message(message, max_text_chars)
+        return parse_context_message(message, max_text_chars, voices)
     raise ProtocolError(c.UNKNOWN_TYPE, f"unknown message type '{kind}'", _context(message))
 
 

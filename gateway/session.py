@@ -134,6 +134,8 @@ Action = Send | Synthesize | Stop | Close
 class Context:
     id: str
     stream: int
+    voice: str
+    voice_params: tuple[tuple[str, float | int], ...]  # the config's, with the opening message's over them
     encoder: FrameEncoder
     segmenter: Segmenter = field(default_factory=Segmenter)
     queue: deque[Sentence | Mark] = field(default_factory=deque)
@@ -168,10 +170,6 @@ class Session:
         self.contexts: dict[str, Context] = {}
         self._streams = 0  # stream numbers given out; also: a context was opened
         self._jobs = 0
-
-    @property
-    def voice_rate(self) -> int:
-        return c.VOICE_SAMPLE_RATES[self.config.voice]
 
     @property
     def busy(self) -> bool:
@@ -232,6 +230,10 @@ class Session:
             raise p.ProtocolError(c.CONTEXT_EXISTS, f"context '{context.id}' is already open", context.id)
         if context is not None and context.closed:
             raise p.ProtocolError(c.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
+        if context is not None and (message.voice or message.voice_params):
+            raise p.ProtocolError(
+                c.INVALID_FIELD, f"context '{context.id}' is open: its voice and parameters are set when it opens", context.id
+            )
         waiting = 0 if context is None else context.waiting_chars
         if waiting + len(message.text) > self.limits.max_text_chars:
             raise p.ProtocolError(
@@ -241,15 +243,17 @@ class Session:
             )
         actions: list[Action] = []
         if context is None:
-            context, actions = self._open(message.context_id)
+            context, actions = self._open(message)
         sentences = context.segmenter.append(message.text)
         if message.type == "speak":
             return actions + self._submit(context, *sentences, *context.segmenter.flush(), Mark.CLOSE)
         return actions + self._submit(context, *sentences)
 
-    def _open(self, context_id: str) -> tuple[Context, list[Action]]:
-        """A new context, and its first words: `audio_start`, or `queued` where the
-        client asked to wait for capacity rather than be refused it."""
+    def _open(self, message: p.ContextMessage) -> tuple[Context, list[Action]]:
+        """A new context with the message's voice and parameters over the config's, and
+        its first words: `audio_start`, or `queued` where the client asked to wait for
+        capacity rather than be refused it."""
+        context_id = message.context_id
         if len(self.contexts) >= self.limits.max_contexts:
             raise p.ProtocolError(c.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts", context_id)
         position = None
@@ -262,8 +266,10 @@ class Session:
                 raise refusal
         self._streams = self._streams % 0xFFFF + 1
         cfg = self.config
-        encoder = FrameEncoder(self.voice_rate, cfg.sample_rate, cfg.frame_ms, cfg.format)
-        context = Context(context_id, self._streams, encoder, queued=position is not None)
+        voice = message.voice or cfg.voice
+        params = tuple((dict(cfg.voice_params) | dict(message.voice_params)).items())
+        encoder = FrameEncoder(c.VOICE_SAMPLE_RATES[voice], cfg.sample_rate, cfg.frame_ms, cfg.format)
+        context = Context(context_id, self._streams, voice, params, encoder, queued=position is not None)
         self.contexts[context_id] = context
         if context.queued:
             return context, [self._queued(context, position)]
@@ -309,7 +315,7 @@ class Session:
             context.queue.extendleft(reversed(run[len(batch) :]))
             self._jobs += 1
             start_ms = context.encoder.position_ms
-            context.job = Job(self._jobs, context.id, tuple(batch), self.config.voice_params, start_ms)
+            context.job = Job(self._jobs, context.id, tuple(batch), context.voice_params, start_ms)
             actions.append(Synthesize(context.job))
         return actions
 
@@ -336,7 +342,7 @@ class Session:
             return []  # cancelled meanwhile
         actions: list[Action] = []
         if self.config.timestamps and words:
-            actions.append(Send(self._timestamps(context.job, sentence_index, words)))
+            actions.append(Send(self._timestamps(context, sentence_index, words)))
         return actions + self._frames(context, context.encoder.push(pcm))
 
     def finished(self, job_id: int) -> list[Action]:
@@ -390,7 +396,10 @@ class Session:
         ))
 
     def _audio_start(self, context: Context) -> Send:
-        return Send(p.encode("audio_start", context_id=context.id, stream=context.stream))
+        return Send(p.encode(
+            "audio_start", context_id=context.id, stream=context.stream, voice=context.voice,
+            sample_rate=context.encoder.rate,
+        ))
 
     def _queued(self, context: Context, position: int) -> Send:
         return Send(p.encode("queued", context_id=context.id, position=position))
@@ -416,11 +425,12 @@ class Session:
         self.observer.audio(len(payloads) * encoder.frame_samples / encoder.rate)
         return actions
 
-    def _timestamps(self, job: Job, sentence_index: int, words: list[tuple[str, int, int]]) -> str:
+    def _timestamps(self, context: Context, sentence_index: int, words: list[tuple[str, int, int]]) -> str:
         """Word times in ms of the context's audio, and the sentence's span in its text."""
+        job = context.job
 
         def ms(sample: int) -> int:
-            return round(job.start_ms + sample * 1000 / self.voice_rate)
+            return round(job.start_ms + sample * 1000 / context.encoder.source_rate)
 
         sentence = job.sentences[sentence_index]
         return p.encode(

@@ -13,7 +13,7 @@ import pytest
 import soxr
 import websockets
 
-from gateway.client import Recorder, connection
+from gateway.client import Recorder, SpeechClient, connection
 from perf.servers import start_gateway, stop
 from perf.workloads import workload
 from python_backends import contract as c
@@ -127,6 +127,23 @@ def test_telephony_gets_8_khz_g711_matching_tritons_pcm(gateway, triton, fmt):
     reference = soxr.resample(pcm, sample_rate(), 8000)
     assert abs(decoded.size - reference.size) <= 160
     assert aligned_correlation(decoded, reference, max_lag=8) >= 0.98  # sample-aligned, within G.711's companding
+
+
+def test_contexts_on_one_socket_speak_with_their_own_voice_parameters(gateway):
+    text = workload("short")
+
+    async def run():
+        async with await SpeechClient.connect(gateway, format="pcm_s16le", length_scale=1.0) as client:
+            slow, fast = client.context(), client.context()
+            await slow.speak(text, length_scale=1.5, seed=3)
+            await fast.speak(text, voice="alloy", length_scale=0.75, seed=3)
+            for context in (slow, fast):
+                async for _ in context.events():
+                    pass
+            return slow.done["audio_ms"], fast.done["audio_ms"]
+
+    slow_ms, fast_ms = asyncio.run(run())
+    assert 1.5 < slow_ms / fast_ms < 2.3  # 1.5 / 0.75 = 2, less the frames rounding keeps; 1 if the config ruled
 
 
 def test_text_deltas_give_the_same_audio_and_start_before_the_last_delta(gateway):

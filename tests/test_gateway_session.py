@@ -82,7 +82,7 @@ def test_speak_runs_one_job_then_the_last_frame_is_flagged_and_done_gives_the_du
     s.start()
     actions = send(s, type="speak", context_id="a", text="Hello there. How are you?")
     (start,) = messages(actions)
-    assert start == {"type": "audio_start", "context_id": "a", "stream": 1}
+    assert start == {"type": "audio_start", "context_id": "a", "stream": 1, "voice": c.DEFAULT_VOICE, "sample_rate": 48000}
     (job,) = jobs(actions)
     assert [x.text for x in job.sentences] == ["Hello there.", "How are you?"]
     assert [(x.start, x.end) for x in job.sentences] == [(0, 12), (13, 25)]
@@ -281,3 +281,21 @@ def test_other_refusals_are_not_queued_and_a_lost_connection_gives_up_its_places
     send(s, type="speak", context_id="a", text="Hello.")
     send(s, type="speak", context_id="b", text="Hello.")
     assert s.abort() == [] and sorted(admission.left) == ["a", "b"]
+
+
+def test_each_context_may_open_with_its_own_voice_and_parameters_over_the_config():
+    s, _, _ = session()
+    send(s, type="config", length_scale=1.2, seed=7)
+    (plain,) = jobs(send(s, type="speak", context_id="a", text="One."))
+    actions = send(s, type="speak", context_id="b", text="Two.", voice="nova", length_scale=0.8, noise_w=0.1)
+    (own,) = jobs(actions)
+    assert dict(plain.voice_params) == {c.LENGTH_SCALE: 1.2, c.SEED: 7}
+    assert dict(own.voice_params) == {c.LENGTH_SCALE: 0.8, c.SEED: 7, c.NOISE_W: 0.1}  # its own over the config's
+    assert messages(actions)[0]["voice"] == c.DEFAULT_VOICE  # OpenAI's names speak with the default voice
+    send(s, type="text", context_id="t", text="Three", length_scale=2.0)
+    (error,) = messages(send(s, type="text", context_id="t", text=" more.", length_scale=1.0))
+    assert (error["code"], error["context_id"]) == (c.INVALID_FIELD, "t") and "when it opens" in error["message"]
+    (error,) = messages(send(s, type="speak", context_id="u", text="Hi.", voice="nobody"))
+    assert (error["code"], error["context_id"]) == (c.UNKNOWN_VOICE, "u") and "u" not in s.contexts
+    (error,) = messages(send(s, type="speak", context_id="v", text="Hi.", length_scale=9))
+    assert (error["code"], error["context_id"]) == (c.INVALID_FIELD, "v") and "out of range" in error["message"]
