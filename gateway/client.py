@@ -252,10 +252,11 @@ class SpeechClient:
         self._contexts[context.id] = context
         return context
 
-    async def speak(self, text: str) -> AsyncIterator[p.AudioFrame]:
-        """Speak `text` in a new context; yield its audio frames until `done`."""
+    async def speak(self, text: str, **voice: Any) -> AsyncIterator[p.AudioFrame]:
+        """Speak `text` in a new context (with its own `voice` and voice parameters, as
+        Context.speak); yield its audio frames until `done`."""
         context = self.context()
-        await context.speak(text)
+        await context.speak(text, **voice)
         async for frame in context.frames():
             yield frame
 

@@ -140,9 +140,11 @@ def test_contexts_on_one_socket_speak_with_their_own_voice_parameters(gateway):
             for context in (slow, fast):
                 async for _ in context.events():
                     pass
-            return slow.done["audio_ms"], fast.done["audio_ms"]
+            again = [frame async for frame in client.speak(text, length_scale=1.5, seed=3)]
+            return slow.done["audio_ms"], fast.done["audio_ms"], sum(len(f.payload) for f in again) // 2 * 1000 // 48000
 
-    slow_ms, fast_ms = asyncio.run(run())
+    slow_ms, fast_ms, again_ms = asyncio.run(run())
+    assert abs(again_ms - slow_ms) <= 20  # SpeechClient.speak passes them on too (20 ms: the padded last frame)
     assert 1.5 < slow_ms / fast_ms < 2.3  # 1.5 / 0.75 = 2, less the frames rounding keeps; 1 if the config ruled
 
 
