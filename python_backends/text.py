@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from .contract import MAX_SENTENCE_CHARS
 
 # Words that end in a period without ending the sentence (compared lower-case,
-# without the final period). Kept to titles and Latin short forms: wrongly joining two
-# sentences only costs a pause, wrongly splitting one breaks its intonation.
+# without the final period). Kept to titles, months and Latin short forms: wrongly
+# joining two sentences only costs a pause, wrongly splitting one breaks its intonation.
 ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof st sr jr mt ft no nos vs cf fig figs approx dept est gen gov "
-    "sen rep rev hon capt col lt sgt cmdr adm e.g i.e etc al ca inc ltd co corp".split()
+    "sen rep rev hon capt col lt sgt cmdr adm e.g i.e etc al ca inc ltd co corp "
+    "jan feb mar apr jun jul aug sep sept oct nov dec".split()
 )
 
 _END = re.compile(r"[.!?…]+[\"'”’)\]]*")

@@ -15,6 +15,11 @@ def test_keeps_abbreviations_initials_acronyms_and_decimals_together():
     assert texts(text) == ["Dr. Smith met J. R. Tolkien in the U.S. in 1950.", "It cost 3.50 dollars, e.g. a lot."]
 
 
+def test_month_abbreviations_do_not_end_a_sentence():
+    assert texts("We met on Jan. 5th in the city. See Fig. 3 and Sept. 21st, then Dec. 1.") == [
+        "We met on Jan. 5th in the city.", "See Fig. 3 and Sept. 21st, then Dec. 1."]
+
+
 def test_no_split_before_lower_case():
     assert texts("He said wait... and then left.") == ["He said wait... and then left."]
 
