@@ -13,6 +13,7 @@ import pytest
 import soxr
 import websockets
 
+from gateway.audio import G711_CODECS
 from gateway.client import Recorder, SpeechClient, connection
 from perf.servers import start_gateway, stop
 from perf.workloads import workload
@@ -120,7 +121,7 @@ def test_telephony_gets_8_khz_g711_matching_tritons_pcm(gateway, triton, fmt):
     ready, frames = asyncio.run(run())
     assert (ready["format"], ready["sample_rate"], ready["pre_skip"]) == (fmt, 8000, 0)
     assert [f.sample_offset for f in frames] == [i * 160 for i in range(len(frames))]
-    decoder = av.CodecContext.create({"mulaw": "pcm_mulaw", "alaw": "pcm_alaw"}[fmt], "r")
+    decoder = av.CodecContext.create(G711_CODECS[fmt], "r")
     decoder.sample_rate, decoder.layout = 8000, "mono"
     decoded = np.concatenate([x.to_ndarray()[0] for f in frames for x in decoder.decode(av.Packet(f.payload))]) / 32768
     pcm = np.concatenate([r.get(c.PCM) for r in stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text, c.SEED: np.int64(seed)})])

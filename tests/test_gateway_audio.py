@@ -4,7 +4,8 @@ import opuslib
 import pytest
 import soxr
 
-from gateway.audio import FrameEncoder, pre_skip
+from gateway.audio import G711_CODECS, FrameEncoder, pre_skip
+from python_backends import contract as c
 
 SOURCE = 22050
 
@@ -82,12 +83,13 @@ def test_finish_mid_stream_delivers_everything_and_goes_on():
     assert np.max(np.abs(audio[: whole.size] - whole)) < 1e-3  # nothing of the first part held back
 
 
-@pytest.mark.parametrize("fmt", ["mulaw", "alaw"])
+@pytest.mark.parametrize("fmt", c.TELEPHONY_FORMATS)
 def test_telephony_frames_are_g711_bytes_that_decode_to_the_signal_at_8_khz(fmt):
+    assert set(G711_CODECS) == set(c.TELEPHONY_FORMATS)  # an encoder for every format the protocol offers
     signal = tone(1.0)
     enc, payloads = encode(signal, 8000, fmt)
     assert all(len(p) == 160 for p in payloads)  # 20 ms at 8 kHz, a byte per sample
-    decoder = av.CodecContext.create({"mulaw": "pcm_mulaw", "alaw": "pcm_alaw"}[fmt], "r")
+    decoder = av.CodecContext.create(G711_CODECS[fmt], "r")
     decoder.sample_rate, decoder.layout = 8000, "mono"
     decoded = np.concatenate([f.to_ndarray()[0] for p in payloads for f in decoder.decode(av.Packet(p))]) / 32768
     reference = soxr.resample(signal, SOURCE, 8000)
