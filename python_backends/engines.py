@@ -18,7 +18,7 @@ from .phonemes import BOS, EOS, PAD, Espeak, phoneme_ids
 from .requests import VoiceParams
 from .streaming import LatentPiece
 from .text import Sentence, normalize
-from .timing import word_timings
+from .timing import stretch_durations, word_timings
 
 # The flow is convolutional: frames computed with this many frames of context on each
 # side match the whole sentence's flow, so a sentence's latent can be made in pieces, its
@@ -92,8 +92,10 @@ class AcousticEngine:
         same whether it came alone or within a longer text."""
         ids = self.ids(sentence)
         rng = np.random.default_rng(None if params.seed is None else [params.seed, zlib.crc32(sentence.text.encode())])
-        scales = np.array([params.noise_scale, params.length_scale, params.noise_w], dtype=np.float32)
-        mean, std, mask, durations = self._prior.run(
+        # Piper's durations at the voice's own rate, then stretched to the one asked for.
+        own_rate = self.voice.inference_defaults["length_scale"]
+        scales = np.array([params.noise_scale, own_rate, params.noise_w], dtype=np.float32)
+        means, log_stds, widths = self._prior.run(
             None,
             {
                 v.PHONEME_IDS_IN: ids[None, :],
@@ -102,9 +104,12 @@ class AcousticEngine:
                 v.DP_NOISE: rng.standard_normal((1, 2, ids.size), dtype=np.float32),
             },
         )
+        durations = stretch_durations(np.ceil(widths[0, 0]).astype(np.int32), params.length_scale / own_rate)
+        phoneme_of_frame = np.repeat(np.arange(ids.size), durations)
+        mean, std = means[:, :, phoneme_of_frame], np.exp(log_stds[:, :, phoneme_of_frame])
+        mask = np.ones((1, 1, phoneme_of_frame.size), dtype=np.float32)
         noise = rng.standard_normal(mean.shape, dtype=np.float32)
         sample = mean + noise * std * np.float32(params.noise_scale)
-        durations = durations[0, 0].astype(np.int32)
         words = word_timings(sentence.text, ids, durations, self._separators, self._pad)
         return SentencePrior(durations, words, sample, mask)
 

@@ -1,11 +1,13 @@
 """Voices: a Piper VITS model split into the graphs the stages run, cached on disk.
 
-The Piper graph is cut at three tensors, so that the stages can run apart and the
-random noise is drawn by us (seedable) instead of inside the graph:
+The Piper graph is cut so that the stages can run apart, the random noise is drawn by
+us (seedable) instead of inside the graph, and the phonemes' durations are ours to
+round (so that `speed` is exact):
 
-- ``prior``: phoneme ids → prior mean and std of the latent, mask, per-phoneme
-  durations; the duration predictor's noise is an input.
-- ``flow``: sampled prior latent and mask → decoder input z·mask (the latent frames).
+- ``prior``: phoneme ids → the prior's mean and log std per phoneme, and each phoneme's
+  duration in frames before rounding; the duration predictor's noise is an input.
+- ``flow``: sampled prior latent (per frame) and mask → decoder input z·mask (the
+  latent frames).
 - ``decoder``: latent frames → waveform (the vocoder; 256 samples per frame).
 """
 
@@ -27,20 +29,20 @@ log = logging.getLogger(__name__)
 # Tensor names inside Piper's exported VITS graph (piper `export_onnx`).
 PHONEME_IDS_IN, LENGTHS_IN, SCALES_IN = "input", "input_lengths", "scales"
 DP_NOISE = "/dp/RandomNormalLike_output_0"  # [1, 2, phonemes] duration predictor noise
-PRIOR_MEAN = "/Transpose_3_output_0"  # [1, channels, frames]
-PRIOR_STD = "/Exp_1_output_0"  # [1, channels, frames]
+PRIOR_MEAN = "/enc_p/Split_output_0"  # [1, channels, phonemes]
+PRIOR_LOG_STD = "/enc_p/Split_output_1"  # [1, channels, phonemes]
+WIDTHS = "/Mul_1_output_0"  # [1, 1, phonemes], frames per phoneme before Piper's ceil
 FRAME_MASK = "/Cast_2_output_0"  # [1, 1, frames]
-DURATIONS_OUT = "/Ceil_output_0"  # [1, 1, phonemes]
 PRIOR_SAMPLE = "/Add_output_0"  # mean + noise · std · noise_scale
 LATENT_OUT = "/Mul_7_output_0"  # [1, channels, frames], the decoder input
 AUDIO_OUT = "output"  # [batch, 1, 1, samples]
 
 GRAPHS = {
-    "prior": ([PHONEME_IDS_IN, LENGTHS_IN, SCALES_IN, DP_NOISE], [PRIOR_MEAN, PRIOR_STD, FRAME_MASK, DURATIONS_OUT]),
+    "prior": ([PHONEME_IDS_IN, LENGTHS_IN, SCALES_IN, DP_NOISE], [PRIOR_MEAN, PRIOR_LOG_STD, WIDTHS]),
     "flow": ([PRIOR_SAMPLE, FRAME_MASK], [LATENT_OUT]),
     "decoder": ([LATENT_OUT], [AUDIO_OUT]),
 }
-SPLIT_VERSION = "1"  # bump when GRAPHS changes, so caches are rebuilt
+SPLIT_VERSION = "2"  # bump when GRAPHS changes, so caches are rebuilt
 
 
 @dataclass(frozen=True)

@@ -82,11 +82,13 @@ def test_the_flow_in_pieces_matches_the_whole_sentence(acoustic):
     assert snr_db(whole, pieces) > 80  # without FLOW_CONTEXT: about 25 dB
 
 
-def test_length_scale_stretches_the_audio(acoustic):
+@pytest.mark.parametrize("length_scale", [0.25, 0.5, 0.9, 2.0, 4.0])
+def test_length_scale_stretches_the_audio_exactly(acoustic, length_scale):
     sentence = split_sentences("Rice is often served in round bowls.")[0]
-    slow = acoustic.synthesize(sentence, VoiceParams(2.0, 0.0, 0.0))
+    stretched = acoustic.synthesize(sentence, VoiceParams(length_scale, 0.0, 0.0))
     normal = acoustic.synthesize(sentence, VoiceParams(1.0, 0.0, 0.0))
-    assert 1.7 < slow.latent.shape[1] / normal.latent.shape[1] < 2.3
+    assert abs(stretched.latent.shape[1] - normal.latent.shape[1] * length_scale) <= 0.5
+    assert stretched.durations.sum() == stretched.latent.shape[1]
 
 
 def latents(acoustic, text, seed=1):
