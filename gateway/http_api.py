@@ -9,12 +9,14 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Mapping
 from http import HTTPStatus
 from pathlib import Path
 
 from aiohttp import web
 
 from python_backends import contract as c
+from python_backends.catalog import VoiceInfo
 from python_backends.text import split_sentences
 
 from .access import (
@@ -29,7 +31,6 @@ from .access import (
 from .protocol import OPENAI_VOICES
 from .segmenter import batches
 from .service import GATEWAY, Gateway
-from .session import VOICES
 from .settings import Settings
 from .speech_api import OPENAI_MODELS, ApiError, SpeechBody, SpeechRequest, parse_speech_request
 from .synthesis import SynthesisFailed, Synthesizer
@@ -55,7 +56,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     while the body streams."""
     gateway = request.app[GATEWAY]
     try:
-        speech_request = await read_speech_request(request, gateway.settings, gateway.key_failures)
+        speech_request = await read_speech_request(request, gateway.settings, gateway.key_failures, gateway.voices)
     except ApiError as e:
         return api_error(gateway, METRIC_CODES.get(e.status, c.INVALID_MESSAGE), e)
     client = request.remote or ""
@@ -75,8 +76,9 @@ async def stream_speech(
     failure before it is an error response; one after it cuts the body short (a truncated
     chunked body, which clients report)."""
     started = time.monotonic()
-    body = SpeechBody(speech_request, c.VOICE_SAMPLE_RATES[speech_request.voice])
-    async with contextlib.aclosing(synthesize(gateway.synthesizer, speech_request, client)) as chunks:
+    voice = gateway.voices[speech_request.voice]
+    body = SpeechBody(speech_request, voice.sample_rate)
+    async with contextlib.aclosing(synthesize(gateway.synthesizer, speech_request, voice, client)) as chunks:
         try:
             first = await anext(chunks)
         except SynthesisFailed as e:
@@ -100,18 +102,24 @@ async def stream_speech(
     return response
 
 
-async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest, client: str):
-    """The text's audio, cut into sentences once and sent in requests of whole sentences
-    (segmenter.batches): each request is synthesized to its end, so this bounds the work
-    for a client that stops reading."""
-    for batch in batches(split_sentences(speech_request.text, c.MAX_SENTENCE_CHARS)):
-        request = synthesizer.synthesize([s.text for s in batch], speech_request.voice_params, client)
+async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest, voice: VoiceInfo, client: str):
+    """The text's audio, cut into sentences once (off the event loop: up to 0.1 s for the
+    longest text) and sent in requests of whole sentences (segmenter.batches): each
+    request is synthesized to its end, so this bounds the work for a client that stops
+    reading."""
+    sentences = await asyncio.to_thread(
+        split_sentences, speech_request.text, c.MAX_SENTENCE_CHARS, voice.language_family
+    )
+    for batch in batches(sentences):
+        request = synthesizer.synthesize([s.text for s in batch], speech_request.voice_params, client, voice.name)
         async with contextlib.aclosing(request) as chunks:
             async for chunk in chunks:
                 yield chunk
 
 
-async def read_speech_request(request: web.Request, settings: Settings, key_failures: KeyFailures) -> SpeechRequest:
+async def read_speech_request(
+    request: web.Request, settings: Settings, key_failures: KeyFailures, voices: Mapping[str, VoiceInfo]
+) -> SpeechRequest:
     """The request, admitted and parsed, or the ApiError that refuses it. Only JSON bodies
     are taken: a browser sends a cross-origin `text/plain` POST without asking first."""
     if error := access_error(request, settings, key_failures):
@@ -131,7 +139,7 @@ async def read_speech_request(request: web.Request, settings: Settings, key_fail
         ) from None
     except web.RequestPayloadError as e:  # a bad Content-Encoding, a broken chunked body
         raise ApiError(f"the body cannot be read: {str(e).splitlines()[-1].strip()}") from None
-    return parse_speech_request(raw, VOICES, settings.max_text_chars)
+    return parse_speech_request(raw, voices, settings.max_text_chars)
 
 
 def api_error(gateway: Gateway, code: str, error: ApiError) -> web.Response:
@@ -187,15 +195,19 @@ async def voices(request: web.Request) -> web.Response:
     """GET /v1/voices: the voices, each with its sample rate."""
     if refusal := refused(request):
         return refusal
-    return json_response(HTTPStatus.OK, {"voices": [{"id": v, "sample_rate": c.VOICE_SAMPLE_RATES[v]} for v in VOICES]})
+    voices = request.app[GATEWAY].voices.values()
+    return json_response(HTTPStatus.OK, {"voices": [
+        {"id": v.name, "sample_rate": v.sample_rate, "language": v.language} for v in voices
+    ]})
 
 
 async def audio_voices(request: web.Request) -> web.Response:
     """GET /v1/audio/voices: the voices and OpenAI's names, each with the voice it speaks with."""
     if refusal := refused(request):
         return refusal
-    ours = [{"id": v, "name": v, "voice": v} for v in VOICES]
-    return json_response(HTTPStatus.OK, {"voices": ours + [{"id": v, "name": v, "voice": VOICES[0]}
+    names = tuple(request.app[GATEWAY].voices)
+    ours = [{"id": v, "name": v, "voice": v} for v in names]
+    return json_response(HTTPStatus.OK, {"voices": ours + [{"id": v, "name": v, "voice": names[0]}
                                                            for v in OPENAI_VOICES]})
 
 

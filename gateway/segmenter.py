@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from python_backends.contract import MAX_SENTENCE_CHARS
-from python_backends.text import Sentence, split_sentences
+from python_backends.text import DEFAULT_LANGUAGE, Sentence, split_sentences
 
 _PROBE = "X"  # a capital letter after the buffer: would a sentence start here?
 # Characters of whole sentences per `tts` request (about 30 s of speech): a request is
@@ -25,13 +25,14 @@ REQUEST_CHARS = 400
 
 
 class Segmenter:
-    """Cuts one context's text, given in pieces, into sentences with their spans in the
-    whole of it."""
+    """Cuts one context's text, given in pieces, into sentences (by the rules of its
+    voice's language) with their spans in the whole of it."""
 
-    def __init__(self, max_sentence_chars: int = MAX_SENTENCE_CHARS) -> None:
+    def __init__(self, max_sentence_chars: int = MAX_SENTENCE_CHARS, language: str = DEFAULT_LANGUAGE) -> None:
         self._buffer = ""
         self._offset = 0  # where the buffer starts in all the text appended so far
         self._max = max_sentence_chars
+        self._language = language
 
     @property
     def pending(self) -> str:
@@ -40,11 +41,11 @@ class Segmenter:
     def append(self, text: str) -> list[Sentence]:
         """Add a delta; return the sentences it completed, in order."""
         self._buffer += text
-        sentences = split_sentences(self._buffer, self._max)
+        sentences = self._split(self._buffer)
         if not sentences:
             return []
         complete = sentences[:-1]
-        if self._buffer[-1:].isspace() and split_sentences(self._buffer + _PROBE, self._max)[-1].text == _PROBE:
+        if self._buffer[-1:].isspace() and self._split(self._buffer + _PROBE)[-1].text == _PROBE:
             complete.append(sentences[-1])
         if not complete:
             return []
@@ -52,7 +53,10 @@ class Segmenter:
 
     def flush(self) -> list[Sentence]:
         """Everything buffered, as sentences; the buffer is emptied."""
-        return self._release(split_sentences(self._buffer, self._max), len(self._buffer))
+        return self._release(self._split(self._buffer), len(self._buffer))
+
+    def _split(self, text: str) -> list[Sentence]:
+        return split_sentences(text, self._max, self._language)
 
     def _release(self, sentences: list[Sentence], end: int) -> list[Sentence]:
         released = [Sentence(s.start + self._offset, s.end + self._offset, s.text) for s in sentences]

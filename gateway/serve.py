@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 
+from python_backends.catalog import VoiceError
 from python_backends.launcher import TritonServer
 
 from . import settings as s
@@ -23,7 +24,7 @@ log = logging.getLogger("speechstream.serve")
 
 
 async def run(args: argparse.Namespace) -> int:
-    triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port)
+    triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port, voices=args.voices)
     triton.start()
     stopping = threading.Event()
     supervisor = None
@@ -60,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-metrics-port", type=int, default=int(env("TRITON_METRICS_PORT", 8002)))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return asyncio.run(run(args))
+    try:
+        return asyncio.run(run(args))
+    except VoiceError as e:
+        log.error("%s", e)
+        return 2
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import resource
 from aiohttp import web
 
 from python_backends import contract as c
+from python_backends.catalog import VoiceError
 
 from . import http_api
 from . import settings as s
@@ -87,7 +88,11 @@ def main(argv: list[str] | None = None) -> None:
     s.add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(serve_forever(s.from_arguments(args)))
+    try:
+        asyncio.run(serve_forever(s.from_arguments(args)))
+    except VoiceError as e:
+        log.error("%s", e)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

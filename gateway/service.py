@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from aiohttp import web
 
 from python_backends import contract as c
+from python_backends.catalog import find_voices
 
 from .access import KeyFailures, log_refusal
 from .admission import AdmissionQueue
@@ -32,6 +33,7 @@ QUEUE_INTERVAL_S = 0.1
 class Gateway:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.voices = find_voices(settings.voices)  # VoiceError, saying what to fix, at start-up
         self.limits = Limits.of(settings)
         self.backends = Backends(settings.triton_urls)
         self.key_failures = KeyFailures(settings.max_key_failures)

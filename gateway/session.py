@@ -20,13 +20,14 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from python_backends import contract as c
+from python_backends.catalog import EMBEDDED_ONLY, VoiceInfo
 from python_backends.text import Sentence
 
 from . import protocol as p
@@ -35,9 +36,6 @@ from .segmenter import Segmenter, batches
 from .settings import Settings
 
 log = logging.getLogger("speechstream.gateway")
-
-VOICES = tuple(c.VOICE_SAMPLE_RATES)
-
 
 class Mark(enum.Enum):
     FLUSH = "flush"  # deliver every sample so far; the context goes on
@@ -97,11 +95,12 @@ class Observer(Protocol):
 
 @dataclass(frozen=True)
 class Job:
-    """One `tts` request: a context's next sentences, spoken with its voice parameters."""
+    """One `tts` request: a context's next sentences, spoken with its voice and parameters."""
 
     id: int
     context_id: str
     sentences: tuple[Sentence, ...]
+    voice: str
     voice_params: tuple[tuple[str, float | int], ...]
     start_ms: float  # where its audio starts in the context's audio, for timestamps
 
@@ -137,7 +136,7 @@ class Context:
     voice: str
     voice_params: tuple[tuple[str, float | int], ...]  # the config's, with the opening message's over them
     encoder: FrameEncoder
-    segmenter: Segmenter = field(default_factory=Segmenter)
+    segmenter: Segmenter
     queue: deque[Sentence | Mark] = field(default_factory=deque)
     closed: bool = False
     job: Job | None = None  # the synthesis in flight
@@ -160,13 +159,15 @@ class Session:
     def __init__(
         self, limits: Limits, observer: Observer, clock: Callable[[], float] = time.monotonic,
         session_id: str | None = None, admission: Admission | None = None,
+        voices: Mapping[str, VoiceInfo] = EMBEDDED_ONLY,
     ) -> None:
         self.limits = limits
         self.observer = observer
         self.admission = admission or AdmitAll()  # asked before a context opens
         self.clock = clock
         self.id = session_id or uuid.uuid4().hex[:12]
-        self.config = p.Config(VOICES[0])
+        self.voices = voices  # the default first
+        self.config = p.Config(next(iter(voices)))
         self.contexts: dict[str, Context] = {}
         self._streams = 0  # stream numbers given out; also: a context was opened
         self._jobs = 0
@@ -206,7 +207,7 @@ class Session:
             raise p.ProtocolError(
                 c.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.limits.max_message_bytes}"
             )
-        return p.parse_message(frame, VOICES, self.limits.max_text_chars)
+        return p.parse_message(frame, tuple(self.voices), self.limits.max_text_chars)
 
     def _handle(self, message: p.Config | p.ContextMessage) -> list[Action]:
         if isinstance(message, p.Config):
@@ -266,10 +267,11 @@ class Session:
                 raise refusal
         self._streams = self._streams % 0xFFFF + 1
         cfg = self.config
-        voice = message.voice or cfg.voice
+        voice = self.voices[message.voice or cfg.voice]
         params = tuple((dict(cfg.voice_params) | dict(message.voice_params)).items())
-        encoder = FrameEncoder(c.VOICE_SAMPLE_RATES[voice], cfg.sample_rate, cfg.frame_ms, cfg.format)
-        context = Context(context_id, self._streams, voice, params, encoder, queued=position is not None)
+        encoder = FrameEncoder(voice.sample_rate, cfg.sample_rate, cfg.frame_ms, cfg.format)
+        segmenter = Segmenter(language=voice.language_family)
+        context = Context(context_id, self._streams, voice.name, params, encoder, segmenter, queued=position is not None)
         self.contexts[context_id] = context
         if context.queued:
             return context, [self._queued(context, position)]
@@ -315,7 +317,7 @@ class Session:
             context.queue.extendleft(reversed(run[len(batch) :]))
             self._jobs += 1
             start_ms = context.encoder.position_ms
-            context.job = Job(self._jobs, context.id, tuple(batch), context.voice_params, start_ms)
+            context.job = Job(self._jobs, context.id, tuple(batch), context.voice, context.voice_params, start_ms)
             actions.append(Synthesize(context.job))
         return actions
 
@@ -392,7 +394,7 @@ class Session:
         cfg = self.config
         return Send(p.encode(
             "ready", session_id=self.id, format=cfg.format, sample_rate=cfg.sample_rate,
-            channels=1, frame_ms=cfg.frame_ms, pre_skip=pre_skip(cfg.format, cfg.sample_rate), voices=list(VOICES),
+            channels=1, frame_ms=cfg.frame_ms, pre_skip=pre_skip(cfg.format, cfg.sample_rate), voices=list(self.voices),
         ))
 
     def _audio_start(self, context: Context) -> Send:

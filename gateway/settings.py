@@ -11,6 +11,7 @@ import argparse
 import os
 from dataclasses import dataclass, field, fields
 
+from python_backends.catalog import VOICES_ENV
 from python_backends.contract import MAX_TEXT_CHARS
 
 
@@ -83,6 +84,10 @@ class Settings:
         "the minute (0 for no limit)"
     )
     allowed_origins: tuple[str, ...] = _setting((), "comma-separated browser Origins allowed; empty allows any")
+    voices: str | None = _setting(
+        None, "a directory of Piper voices (NAME.onnx beside NAME.onnx.json) served besides the embedded one; "
+        "Triton's models must be given the same (speechstream-serve gives it to both)", env=VOICES_ENV,
+    )
 
     @property
     def max_frame_bytes(self) -> int:

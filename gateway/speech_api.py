@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
 import numpy as np
 
+from python_backends.catalog import VoiceInfo
 from python_backends.contract import LENGTH_SCALE, VOICE_PARAMS
 
 from .audio import FrameEncoder
@@ -53,10 +55,11 @@ class SpeechRequest:
     speed: float
     stream_format: str
     extra_params: tuple[tuple[str, float | int], ...] = ()  # noise_scale, noise_w, seed
+    pace: float = 1.0  # the voice's own length_scale: speed 1
 
     @property
     def length_scale(self) -> float:
-        return 1 / self.speed
+        return self.pace / self.speed
 
     @property
     def frame_format(self) -> str:
@@ -87,7 +90,7 @@ def _string(body: dict, name: str, default: str | None = None) -> str:
     return value
 
 
-def parse_speech_request(raw: bytes, voices: tuple[str, ...], max_chars: int) -> SpeechRequest:
+def parse_speech_request(raw: bytes, voices: Mapping[str, VoiceInfo], max_chars: int) -> SpeechRequest:
     """The request in `raw` (a JSON body), or ApiError saying which field is wrong."""
     try:
         body = json.loads(raw)
@@ -104,8 +107,8 @@ def parse_speech_request(raw: bytes, voices: tuple[str, ...], max_chars: int) ->
     if len(text) > max_chars:
         raise ApiError(f"'input' has {len(text)} characters; the limit is {max_chars}", "input")
     asked = _string(body, "voice")
-    if (voice := resolve_voice(asked, voices)) is None:
-        raise ApiError(f"unknown voice '{asked}'; use one of {', '.join(voices + OPENAI_VOICES)}", "voice")
+    if (voice := resolve_voice(asked, tuple(voices))) is None:
+        raise ApiError(f"unknown voice '{asked}'; use one of {', '.join((*voices, *OPENAI_VOICES))}", "voice")
     fmt = _string(body, "response_format", DEFAULT_FORMAT)
     if fmt not in RATES:
         raise ApiError(f"response_format '{fmt}' is not supported; use one of {', '.join(RATES)}", "response_format")
@@ -116,7 +119,9 @@ def parse_speech_request(raw: bytes, voices: tuple[str, ...], max_chars: int) ->
     low, high = 1 / _SPEED.maximum, 1 / _SPEED.minimum
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
         raise ApiError(f"'speed' must be a number from {low:g} to {high:g}", "speed")
-    return SpeechRequest(text, voice, fmt, float(speed), stream_format, _extra_params(body))
+    return SpeechRequest(
+        text, voice, fmt, float(speed), stream_format, _extra_params(body), voices[voice].length_scale
+    )
 
 
 def _extra_params(body: dict) -> tuple[tuple[str, float | int], ...]:

@@ -68,10 +68,14 @@ def _input(name: str, array: np.ndarray) -> grpcclient.InferInput:
     return tensor
 
 
-def tts_request(sentences: Sequence[str], params: tuple[tuple[str, float | int], ...] = (), client: str = "") -> dict:
-    """A `tts` request for sentences already cut; `params` are (tensor name, value) pairs;
-    `client` names who asked, for the model's fair share."""
+def tts_request(
+    sentences: Sequence[str], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
+    voice: str = c.DEFAULT_VOICE,
+) -> dict:
+    """A `tts` request for sentences already cut, in `voice`; `params` are (tensor name,
+    value) pairs; `client` names who asked, for the model's fair share."""
     inputs = [_input(c.SENTENCES, np.array([s.encode() for s in sentences], dtype=object))]
+    inputs.append(_input(c.VOICE, np.array([voice.encode()], dtype=object)))
     inputs += [_input(name, np.array([value], dtype=_PARAM_TYPES[name])) for name, value in params]
     parameters = {"triton_enable_empty_final_response": True, c.CLIENT_PARAMETER: client}
     return {"model_name": c.TTS_MODEL, "inputs": inputs, "parameters": parameters}
@@ -131,13 +135,14 @@ class Synthesizer:
         self._first_response = first_response  # told each request's seconds to its first response
 
     async def synthesize(
-        self, sentences: Sequence[str], params: tuple[tuple[str, float | int], ...] = (), client: str = ""
+        self, sentences: Sequence[str], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
+        voice: str = c.DEFAULT_VOICE,
     ) -> AsyncIterator[TtsChunk]:
-        """The audio of `sentences`, chunk by chunk, for `client` (its address); SynthesisFailed
-        if it cannot come."""
+        """The audio of `sentences` in `voice`, chunk by chunk, for `client` (its address);
+        SynthesisFailed if it cannot come."""
         backend = self.backends.acquire()
         try:
-            request = tts_request(sentences, params, client)
+            request = tts_request(sentences, params, client, voice)
             # Closed at once when the reader stops (a cancel, a client gone): that ends the call.
             async with aclosing(_stream(backend.client, request, self.progress_s, self._first_response)) as chunks:
                 async for chunk in chunks:

@@ -82,7 +82,7 @@ class Connection:
         self.gateway = gateway
         self.client = client
         self.transport = transport
-        self.session = Session(gateway.limits, gateway.metrics, admission=self)
+        self.session = Session(gateway.limits, gateway.metrics, admission=self, voices=gateway.voices)
         self.jobs: dict[int, asyncio.Task] = {}
         self.queue_turns: set[asyncio.Task] = set()  # carrying out what the admission queue's turns said
         self.in_order = asyncio.Lock()  # so that those go out in the order of the turns
@@ -177,7 +177,7 @@ class Connection:
         try:
             texts = [s.text for s in job.sentences]
             # Closed at once when this task is cancelled (Stop), which cancels the request in Triton.
-            async with aclosing(self.gateway.synthesizer.synthesize(texts, job.voice_params, self.client)) as chunks:
+            async with aclosing(self.gateway.synthesizer.synthesize(texts, job.voice_params, self.client, job.voice)) as chunks:
                 async for chunk in chunks:
                     await self.act(session.audio(job.id, chunk.pcm, chunk.sentence_index, chunk.words), job.id)
             after = session.finished(job.id)

@@ -14,9 +14,9 @@ import statistics
 from perf.workloads import WORKLOADS, workload
 from python_backends import contract as c
 from python_backends.triton_client import stream
-from python_backends.voice import sample_rate
+from python_backends.catalog import EMBEDDED
 
-SAMPLE_RATE = sample_rate()
+SAMPLE_RATE = EMBEDDED.sample_rate
 
 
 def measure(url: str, text: str) -> tuple[float, float, float]:

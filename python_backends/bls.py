@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -23,14 +24,17 @@ class BlsStages:
         # The BLS response iterator blocks; each acoustic request parks a thread on it.
         self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="acoustic-wait")
 
+    def for_voice(self, name: str) -> VoiceStages:
+        return VoiceStages(self, name)
+
     async def acoustic_pieces(
-        self, text: str, voice: Mapping[str, np.ndarray], head: int
+        self, text: str, voice: Mapping[str, np.ndarray], head: int, voice_name: str
     ) -> AsyncIterator[LatentPiece]:
         """One acoustic request for one sentence, its responses as pieces. The response
         iterator is read to its end even when the reading stops early (a failure, the
         reader cancelled): one dropped unread deadlocks the 2.51 stub when the model
         unloads."""
-        inputs = [pb_utils.Tensor(c.TEXT, np.array([text.encode()], dtype=object))]
+        inputs = [pb_utils.Tensor(c.TEXT, np.array([text.encode()], dtype=object)), voice_tensor(voice_name, [1])]
         inputs += [pb_utils.Tensor(name, value) for name, value in voice.items()]
         if head:
             inputs.append(pb_utils.Tensor(c.HEAD_FRAMES, np.array([head], dtype=np.int32)))
@@ -53,10 +57,10 @@ class BlsStages:
             if not read_all:
                 await loop.run_in_executor(self._waiters, collections.deque, responses, 0)  # read to the end
 
-    async def vocode(self, window: np.ndarray) -> np.ndarray:
+    async def vocode(self, window: np.ndarray, voice_name: str) -> np.ndarray:
         vocoder = pb_utils.InferenceRequest(
             model_name=c.VOCODER_MODEL,
-            inputs=[pb_utils.Tensor(c.LATENT, window[None])],
+            inputs=[pb_utils.Tensor(c.LATENT, window[None]), voice_tensor(voice_name, [1, 1])],
             requested_output_names=[c.PCM],
         )
         r = await vocoder.async_exec()
@@ -66,6 +70,24 @@ class BlsStages:
 
     def close(self) -> None:
         self._waiters.shutdown(cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class VoiceStages:
+    """The Stages of one voice: BlsStages' requests, each naming the voice."""
+
+    bls: BlsStages
+    voice_name: str
+
+    def acoustic_pieces(self, text: str, voice: Mapping[str, np.ndarray], head: int) -> AsyncIterator[LatentPiece]:
+        return self.bls.acoustic_pieces(text, voice, head, self.voice_name)
+
+    def vocode(self, window: np.ndarray) -> Awaitable[np.ndarray]:
+        return self.bls.vocode(window, self.voice_name)
+
+
+def voice_tensor(name: str, shape: list[int]):
+    return pb_utils.Tensor(c.VOICE, np.array([name.encode()], dtype=object).reshape(shape))
 
 
 def latent_piece(response) -> LatentPiece:

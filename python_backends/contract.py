@@ -15,11 +15,9 @@ ACOUSTIC_MODEL = "acoustic"
 VOCODER_MODEL = "vocoder"
 TTS_MODEL = "tts"
 
-# The embedded default voice (Piper's en_US-joe-medium): the only voice so far.
+# The embedded default voice (Piper's en_US-joe-medium); others come from a voices
+# directory (python_backends.catalog).
 DEFAULT_VOICE = "en_US-joe-medium"
-# Each voice's output rate, so that processes which never load a voice (the gateway,
-# clients) know it; tests compare it with the voice's own config.
-VOICE_SAMPLE_RATES = {DEFAULT_VOICE: 22050}
 # A latent frame is this many samples at the voice's rate (11.6 ms at 22,050 Hz).
 SAMPLES_PER_FRAME = 256
 # A listener's player starts this long after the first audio arrives, then plays in
@@ -42,6 +40,8 @@ LENGTH_SCALE = "LENGTH_SCALE"
 NOISE_SCALE = "NOISE_SCALE"
 NOISE_W = "NOISE_W"
 SEED = "SEED"
+# Input of all three models: the voice's name (BYTES [1]; the default voice without it).
+VOICE = "VOICE"
 
 # Input of `acoustic`: send the sentence's first HEAD_FRAMES frames as a response of
 # their own, ahead of its other frames (0, the default: the sentence in one piece).
@@ -147,14 +147,15 @@ def _params(params: tuple[Param, ...]) -> list[dict]:
 
 def model_inputs(model: str) -> list[dict]:
     """Input declarations of `model`, as Triton's auto-complete config expects them."""
+    voice = [_tensor(VOICE, "TYPE_STRING", [1], optional=True)]
     if model == ACOUSTIC_MODEL:
-        return [_tensor(TEXT, "TYPE_STRING", [1])] + _params(VOICE_PARAMS) + _params((HEAD_PARAM,))
+        return [_tensor(TEXT, "TYPE_STRING", [1])] + voice + _params(VOICE_PARAMS) + _params((HEAD_PARAM,))
     if model == TTS_MODEL:
         text = [_tensor(TEXT, "TYPE_STRING", [1], optional=True)]
         sentences = [_tensor(SENTENCES, "TYPE_STRING", [-1], optional=True)]
-        return text + sentences + _params(VOICE_PARAMS) + _params(CHUNK_PARAMS)
+        return text + sentences + voice + _params(VOICE_PARAMS) + _params(CHUNK_PARAMS)
     if model == VOCODER_MODEL:
-        return [_tensor(LATENT, "TYPE_FP32", [-1, -1])]
+        return [_tensor(LATENT, "TYPE_FP32", [-1, -1])] + voice
     raise KeyError(model)
 
 

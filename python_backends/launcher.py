@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from .catalog import VOICES_ENV, VoiceError, find_voices
 from .voice import cache_dir, load_voice
 
 log = logging.getLogger("speechstream.triton")
@@ -63,14 +64,17 @@ def backend_directory() -> Path:
     return target
 
 
-def server_environment() -> dict[str, str]:
+def server_environment(voices: str | None = None) -> dict[str, str]:
     """The environment for tritonserver and its Python stubs.
 
     The stubs run the system's libpython in isolated mode, which ignores PYTHONPATH, so
     the model shims put SPEECHSTREAM_PYTHONPATH (the project and this environment's
-    packages) on sys.path themselves; the server needs the wheel's own libraries.
+    packages) on sys.path themselves; the server needs the wheel's own libraries. The
+    models find the voices directory in $SPEECHSTREAM_VOICES.
     """
     env = dict(os.environ)
+    if voices:
+        env[VOICES_ENV] = voices
     libs = pytriton_dir().parent / "nvidia_pytriton.libs"
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), env.get("LD_LIBRARY_PATH")]))
     paths = [str(PROJECT_ROOT)] + [p for p in sys.path if p.endswith("site-packages")]
@@ -104,6 +108,7 @@ class TritonServer:
     host: str = "127.0.0.1"
     model_repository: Path = MODEL_REPOSITORY
     log_verbose: int = 0
+    voices: str | None = None  # a directory of Piper voices, besides the embedded one
     process: subprocess.Popen | None = field(default=None, init=False)
     _stdout: object = field(default=None, init=False, repr=False)
     _stubs: list[psutil.Process] = field(default_factory=list, init=False, repr=False)
@@ -125,7 +130,8 @@ class TritonServer:
         ]
 
     def start(self, stdout=None) -> None:
-        load_voice()  # derive the graphs once here, not in three model processes at once
+        for voice in find_voices(self.voices).values():  # VoiceError, with what to fix, before Triton starts
+            load_voice(voice)  # derive the graphs once here, not in three model processes at once
         removed = remove_stale_regions()
         if removed:
             log.warning("removed %d shared-memory regions left by Triton processes that are gone", removed)
@@ -134,7 +140,7 @@ class TritonServer:
         # A session of its own: a signal Triton or a dying stub sends to its process group
         # does not reach the supervisor, which stops Triton itself.
         self.process = subprocess.Popen(
-            self.command(), env=server_environment(), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
+            self.command(), env=server_environment(self.voices), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def is_ready(self) -> bool:
@@ -285,6 +291,14 @@ def remove_stale_regions() -> int:
     return len(stale)
 
 
+def add_voices_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--voices", default=os.environ.get(VOICES_ENV),
+        help=f"a directory of Piper voices (NAME.onnx beside NAME.onnx.json) to serve besides the embedded one "
+             f"(env {VOICES_ENV})",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="speechstream-triton", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=os.environ.get("TRITON_HOST", "127.0.0.1"), help="address to bind (env TRITON_HOST)")
@@ -293,10 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRITON_METRICS_PORT", 8002)), help="env TRITON_METRICS_PORT")
     parser.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
     parser.add_argument("--log-verbose", type=int, default=0)
+    add_voices_argument(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-    server = TritonServer(args.http_port, args.grpc_port, args.metrics_port, args.host, args.model_repository, args.log_verbose)
+    server = TritonServer(
+        args.http_port, args.grpc_port, args.metrics_port, args.host, args.model_repository, args.log_verbose, args.voices
+    )
     stopping = threading.Event()
 
     def stop(signum, _frame):
@@ -305,7 +322,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    server.start()
+    try:
+        server.start()
+    except VoiceError as e:
+        log.error("%s", e)
+        return 2
     try:
         server.wait_ready()
     except (RuntimeError, TimeoutError) as e:

@@ -21,10 +21,12 @@ from .contract import (
     SEED,
     SENTENCES,
     TEXT,
+    VOICE,
     VOICE_PARAMS,
     InvalidRequest,
     Param,
 )
+from .catalog import EMBEDDED, EMBEDDED_ONLY, VoiceInfo
 from .text import Sentence, split_sentences
 
 
@@ -43,7 +45,8 @@ class TtsRequest:
     """A validated `tts` request."""
 
     sentences: tuple[Sentence, ...]  # each spoken as one sentence, in order
-    voice: dict[str, np.ndarray]  # the voice inputs present, range-checked, forwarded to acoustic as sent
+    voice_info: VoiceInfo
+    voice: dict[str, np.ndarray]  # the voice parameters present, range-checked, forwarded to acoustic as sent
     chunking: ChunkParams
     chunking_asked: bool  # the client chose INITIAL_CHUNK_FRAMES, so load does not resize it
 
@@ -70,15 +73,28 @@ def read_text(inputs: Mapping[str, np.ndarray], max_chars: int) -> str:
     return text
 
 
-def read_sentences(inputs: Mapping[str, np.ndarray], max_chars: int) -> tuple[Sentence, ...]:
-    """The sentences to speak: TEXT cut by split_sentences, spans in TEXT; or each element
+def read_voice(inputs: Mapping[str, np.ndarray], voices: Mapping[str, VoiceInfo]) -> VoiceInfo:
+    """The voice VOICE names, the default voice without it; one of `voices`."""
+    if VOICE not in inputs:
+        return EMBEDDED
+    raw = inputs[VOICE].reshape(-1)
+    name = _decode(VOICE, raw[0]) if raw.size == 1 else ""
+    if name not in voices:
+        raise InvalidRequest(f"{VOICE} must name one of this server's voices ({', '.join(voices)}), got {name!r}")
+    return voices[name]
+
+
+def read_sentences(
+    inputs: Mapping[str, np.ndarray], max_chars: int, language: str = EMBEDDED.language_family
+) -> tuple[Sentence, ...]:
+    """The sentences to speak: TEXT cut by split_sentences in `language`, spans in TEXT; or each element
     of SENTENCES as one sentence, never re-split, its span [0, its length). Exactly one
     of the two; each sentence UTF-8, not blank, at most MAX_SENTENCE_CHARS characters,
     and at most `max_chars` characters in all."""
     if (TEXT in inputs) == (SENTENCES in inputs):
         raise InvalidRequest(f"send exactly one of {TEXT} (the whole text) or {SENTENCES} (text cut into sentences)")
     if TEXT in inputs:
-        return tuple(split_sentences(read_text(inputs, max_chars), MAX_SENTENCE_CHARS))
+        return tuple(split_sentences(read_text(inputs, max_chars), MAX_SENTENCE_CHARS, language))
     raw = inputs[SENTENCES].reshape(-1)
     if raw.size == 0:
         raise InvalidRequest(f"{SENTENCES} is empty")
@@ -129,9 +145,13 @@ def read_chunk_params(inputs: Mapping[str, np.ndarray]) -> ChunkParams:
     return ChunkParams(v[INITIAL_CHUNK_FRAMES], v[CHUNK_FRAMES], v[LEFT_CONTEXT_FRAMES], v[RIGHT_CONTEXT_FRAMES])
 
 
-def read_tts_request(inputs: Mapping[str, np.ndarray], max_chars: int) -> TtsRequest:
-    """A `tts` request's sentences (read_sentences), voice and chunking, all checked."""
-    sentences = read_sentences(inputs, max_chars)
+def read_tts_request(
+    inputs: Mapping[str, np.ndarray], max_chars: int, voices: Mapping[str, VoiceInfo] = EMBEDDED_ONLY
+) -> TtsRequest:
+    """A `tts` request's voice, sentences (read_sentences), voice parameters and
+    chunking, all checked."""
+    info = read_voice(inputs, voices)
+    sentences = read_sentences(inputs, max_chars, info.language_family)
     read_params(inputs, VOICE_PARAMS)  # refused here, not by the acoustic stage mid-stream
     voice = {p.name: inputs[p.name] for p in VOICE_PARAMS if p.name in inputs}
-    return TtsRequest(sentences, voice, read_chunk_params(inputs), INITIAL_CHUNK_FRAMES in inputs)
+    return TtsRequest(sentences, info, voice, read_chunk_params(inputs), INITIAL_CHUNK_FRAMES in inputs)

@@ -53,9 +53,14 @@ def response(outputs: dict[str, np.ndarray]):
     return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
 
 
+def error(message: str):
+    """A response that is an error the client sees as is."""
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+
+
 def send_error(sender, message: str) -> None:
     """Finish a decoupled request with an error the client sees as is."""
-    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), flags=FINAL)
+    sender.send(error(message), flags=FINAL)
 
 
 def gauge(name: str, description: str):

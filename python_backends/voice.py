@@ -17,11 +17,12 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .contract import DEFAULT_VOICE
+from .catalog import EMBEDDED, VoiceError, VoiceInfo
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,12 @@ def _split(model: Path, target: Path) -> None:
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    for graph, (inputs, outputs) in GRAPHS.items():
-        onnx.utils.extract_model(str(model), str(staging / f"{graph}.onnx"), inputs, outputs)
+    try:
+        for graph, (inputs, outputs) in GRAPHS.items():
+            onnx.utils.extract_model(str(model), str(staging / f"{graph}.onnx"), inputs, outputs)
+    except BaseException:
+        shutil.rmtree(staging)
+        raise
     try:
         staging.rename(target)
     except OSError:  # another process finished first; its graphs are the same
@@ -104,28 +109,24 @@ def _split(model: Path, target: Path) -> None:
         staging.rmdir()
 
 
-def _embedded(name: str) -> tuple[Path, Path]:
-    """Model and config of voice `name`; only the embedded default voice exists."""
-    if name != DEFAULT_VOICE:
-        raise ValueError(f"unknown voice {name!r}; the embedded voice is {DEFAULT_VOICE!r}")
-    return embedded_voice_files()
+def voice_files(info: VoiceInfo) -> tuple[Path, Path]:
+    """A voice's model and config: from its directory, or the embedded voice's wheel."""
+    if info.model is None:
+        return embedded_voice_files()
+    return info.model, info.model.with_name(info.model.name + ".json")
 
 
-def _config(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def sample_rate(name: str = DEFAULT_VOICE) -> int:
-    """The output rate of voice `name`, from its config alone (no graphs derived)."""
-    return int(_config(_embedded(name)[1])["audio"]["sample_rate"])
-
-
-def load_voice(name: str = DEFAULT_VOICE) -> Voice:
-    """Load voice `name`, deriving its graphs into the cache on first use."""
-    model, config = _embedded(name)
-    target = cache_dir() / "voices" / f"{name}-{_digest(model)}-v{SPLIT_VERSION}"
+def load_voice(info: VoiceInfo = EMBEDDED) -> Voice:
+    """Load a voice, deriving its graphs into the cache on first use; VoiceError if its
+    model is not a Piper VITS export with the tensors the stages are cut at."""
+    model, config = voice_files(info)
+    target = cache_dir() / "voices" / f"{info.name}-{_digest(model)}-v{SPLIT_VERSION}"
     if not target.exists():
-        log.info("deriving stage graphs of voice %s from %s into %s", name, model, target)
-        _split(model, target)
+        log.info("deriving stage graphs of voice %s from %s into %s", info.name, model, target)
+        try:
+            _split(model, target)
+        except Exception as e:  # onnx raises plain exceptions for a tensor it cannot find
+            raise VoiceError(f"voice {info.name}: {model} cannot be cut into stages; is it a Piper VITS export? "
+                             f"({e})") from None
     graphs = {graph: target / f"{graph}.onnx" for graph in GRAPHS}
-    return Voice(name, _config(config), graphs)
+    return Voice(info.name, json.loads(config.read_text(encoding="utf-8")), graphs)

@@ -11,7 +11,7 @@ from python_backends.chunking import sized_for_load
 from python_backends.requests import read_tts_request, read_voice_params
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
 from python_backends.streaming import PcmChunk, synthesize
-from python_backends.voice import sample_rate
+from python_backends.catalog import EMBEDDED
 
 
 class EngineStages:
@@ -46,7 +46,7 @@ async def stream_request(
     out = []
     async for chunk in synthesize(
         request.sentences, request.voice, stages, scheduler=scheduler or DeadlineScheduler(2), chunking=chunking,
-        head=head, clock=PlaybackClock(sample_rate()), pad_to_buckets=pad_to_buckets,
+        head=head, clock=PlaybackClock(EMBEDDED.sample_rate), pad_to_buckets=pad_to_buckets,
         is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after,
     ):
         out.append(chunk)

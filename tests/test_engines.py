@@ -15,7 +15,8 @@ from python_backends.requests import VoiceParams, read_chunk_params
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
 from python_backends.streaming import Latent, LatentSentence, stream_pcm
 from python_backends.text import split_sentences
-from python_backends.voice import embedded_voice_files, load_voice, sample_rate
+from python_backends.catalog import EMBEDDED, voice_info
+from python_backends.voice import embedded_voice_files, load_voice
 from tests.audio import snr_db
 from tests.engine_stages import EngineStages, stream_request, strings
 
@@ -35,8 +36,9 @@ def vocoder(voice):
     return VocoderEngine(voice)
 
 
-def test_the_contract_knows_the_voices_sample_rate(voice):
-    assert c.VOICE_SAMPLE_RATES[voice.name] == voice.sample_rate == sample_rate(voice.name)
+def test_the_catalog_knows_the_embedded_voice_as_its_wheel_describes_it(voice):
+    assert voice_info(voice.name, voice.config) == EMBEDDED
+    assert voice.sample_rate == EMBEDDED.sample_rate and voice.espeak_voice == EMBEDDED.espeak
 
 
 def test_split_graphs_equal_the_whole_piper_model_without_noise(acoustic, vocoder):

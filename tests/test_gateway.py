@@ -19,7 +19,7 @@ from perf.servers import start_gateway, stop
 from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.triton_client import inference_count, stream
-from python_backends.voice import sample_rate
+from python_backends.catalog import EMBEDDED
 
 from .test_triton_faults import active_tts_requests
 
@@ -99,7 +99,7 @@ def test_speak_gives_opus_matching_tritons_pcm(gateway, triton):
     assert [f.last for f in frames] == [False] * (len(frames) - 1) + [True]
     decoded = decode_opus(frames, 48000)
     pcm = np.concatenate([r.get(c.PCM) for r in stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text, c.SEED: np.int64(seed)})])
-    reference = soxr.resample(pcm, sample_rate(), 48000)
+    reference = soxr.resample(pcm, EMBEDDED.sample_rate, 48000)
     assert abs(decoded.size - reference.size) <= 960
     assert 0 <= decoded.size * 1000 / 48000 - done["audio_ms"] <= 20  # the last frame is padded
     assert aligned_correlation(decoded, reference, max_lag=960) >= 0.99
@@ -125,7 +125,7 @@ def test_telephony_gets_8_khz_g711_matching_tritons_pcm(gateway, triton, fmt):
     decoder.sample_rate, decoder.layout = 8000, "mono"
     decoded = np.concatenate([x.to_ndarray()[0] for f in frames for x in decoder.decode(av.Packet(f.payload))]) / 32768
     pcm = np.concatenate([r.get(c.PCM) for r in stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text, c.SEED: np.int64(seed)})])
-    reference = soxr.resample(pcm, sample_rate(), 8000)
+    reference = soxr.resample(pcm, EMBEDDED.sample_rate, 8000)
     assert abs(decoded.size - reference.size) <= 160
     assert aligned_correlation(decoded, reference, max_lag=8) >= 0.98  # sample-aligned, within G.711's companding
 

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.client import Recorder, connection
 from python_backends import contract as c
-from python_backends.voice import DEFAULT_VOICE, sample_rate
+from python_backends.catalog import EMBEDDED
 
 pytestmark = pytest.mark.triton
 
@@ -63,4 +63,4 @@ def test_counters_move_as_requests_are_served(gateway):
 
 def test_voices(gateway):
     with urllib.request.urlopen(http(gateway) + "/v1/voices", timeout=5) as r:
-        assert json.loads(r.read()) == {"voices": [{"id": DEFAULT_VOICE, "sample_rate": sample_rate()}]}
+        assert json.loads(r.read()) == {"voices": [{"id": EMBEDDED.name, "sample_rate": EMBEDDED.sample_rate, "language": "en_US"}]}

@@ -10,8 +10,9 @@ from gateway import protocol as p
 from gateway.segmenter import REQUEST_CHARS
 from gateway.session import Close, Job, Limits, Send, Session, Stop, Synthesize
 from python_backends import contract as c
+from python_backends.catalog import EMBEDDED
 
-RATE = c.VOICE_SAMPLE_RATES[c.DEFAULT_VOICE]
+RATE = EMBEDDED.sample_rate
 
 
 class Recorder:

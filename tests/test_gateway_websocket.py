@@ -16,6 +16,7 @@ from gateway.session import Synthesize
 from gateway.settings import Settings
 from gateway.websocket import Connection, JobUnwanted
 from python_backends import contract as c
+from python_backends.catalog import EMBEDDED
 
 
 class SlowSocket:
@@ -43,7 +44,7 @@ def test_frames_waiting_on_a_slow_client_stop_at_the_cancel():
         actions = session.receive(json.dumps({"type": "speak", "context_id": "a", "text": "Hello there."}))
         job = next(a.job for a in actions if isinstance(a, Synthesize))
         await connection.act([a for a in actions if not isinstance(a, Synthesize)])  # no Triton here
-        pcm = np.zeros(c.VOICE_SAMPLE_RATES[c.DEFAULT_VOICE], np.float32)  # a second: 50 frames
+        pcm = np.zeros(EMBEDDED.sample_rate, np.float32)  # a second: 50 frames
         sending = asyncio.create_task(connection.act(session.audio(job.id, pcm, 0, []), job.id))
         await asyncio.sleep(0)  # the first frame is written and waits
         await connection.act(session.receive(json.dumps({"type": "cancel", "context_id": "a"})))

@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 
 from gateway.protocol import OPENAI_VOICES
+from python_backends.catalog import EMBEDDED_ONLY
+from python_backends.contract import DEFAULT_VOICE
 from gateway.speech_api import ApiError, SpeechBody, parse_speech_request, sse_delta, sse_done
 from python_backends.contract import LENGTH_SCALE, NOISE_W, SEED
 
-VOICES = ("en_US-joe-medium",)
+VOICES = EMBEDDED_ONLY
 
 
 def parse(**body):
@@ -19,7 +21,7 @@ def parse(**body):
 
 def test_an_openai_request_with_defaults():
     r = parse(model="tts-1", input="Hello there.", voice="alloy")
-    assert (r.text, r.voice, r.response_format, r.speed, r.stream_format) == ("Hello there.", VOICES[0], "mp3", 1.0, "audio")
+    assert (r.text, r.voice, r.response_format, r.speed, r.stream_format) == ("Hello there.", DEFAULT_VOICE, "mp3", 1.0, "audio")
     assert (r.frame_format, r.sample_rate, r.content_type) == ("pcm_s16le", 24000, "audio/mpeg")
 
 
@@ -29,7 +31,7 @@ def test_an_openai_request_with_defaults():
     ("opus", "opus", 48000, "audio/ogg"),
 ])
 def test_formats(fmt, frames, rate, content_type):
-    r = parse(model="m", input="Hi.", voice=VOICES[0], response_format=fmt, speed=2, stream_format="sse")
+    r = parse(model="m", input="Hi.", voice=DEFAULT_VOICE, response_format=fmt, speed=2, stream_format="sse")
     assert (r.frame_format, r.sample_rate, r.length_scale) == (frames, rate, 0.5)
     assert r.content_type == "text/event-stream"
     assert parse(model="m", input="Hi.", voice="nova", response_format=fmt).content_type == content_type

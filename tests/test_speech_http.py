@@ -64,6 +64,15 @@ def test_the_openai_sdk_streams_each_format_to_a_file_of_the_spoken_length(gatew
     assert low <= decoded_seconds(path, fmt) * 1000 - spoken_ms <= (120 if fmt in ("mp3", "aac") else 20)
 
 
+@pytest.mark.parametrize("speed", [0.5, 4.0])
+def test_speed_divides_the_duration(gateway, spoken_ms, speed):
+    body = client(gateway).audio.speech.create(
+        model="tts-1", voice="alloy", input=TEXT, response_format="pcm", speed=speed, extra_body={"seed": SEED},
+    ).content
+    ms = len(body) / 2 / 24
+    assert abs(ms - spoken_ms / speed) <= 0.05 * spoken_ms / speed  # was 2.1 x shorter at speed 4
+
+
 def test_the_body_streams_while_the_audio_is_made(gateway):
     sent = time.monotonic()
     arrivals = []

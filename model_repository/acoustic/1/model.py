@@ -14,10 +14,11 @@ from contextlib import aclosing
 
 from python_backends import contract as c
 from python_backends.engines import AcousticEngine
-from python_backends.requests import read_params, read_text, read_voice_params
+from python_backends.catalog import configured_voices
+from python_backends.requests import read_params, read_text, read_voice, read_voice_params
 from python_backends.streaming import acoustic_outputs
 from python_backends.triton_glue import FINAL, declare, log_error, parameters, request_inputs, response, send_error
-from python_backends.voice import DEFAULT_VOICE, load_voice
+from python_backends.voice import load_voice
 
 
 class TritonPythonModel:
@@ -27,7 +28,8 @@ class TritonPythonModel:
 
     def initialize(self, args):
         p = parameters(args)
-        self.engine = AcousticEngine(load_voice(p.get("voice", DEFAULT_VOICE)))
+        self.voices = configured_voices()
+        self.engines = {name: AcousticEngine(load_voice(info)) for name, info in self.voices.items()}
         # Sentences of all streams share these workers in arrival order, so a new
         # stream's first sentence waits for at most one job (a prior or a flow) per worker.
         self.workers = ThreadPoolExecutor(int(p.get("workers", "2")), thread_name_prefix="acoustic")
@@ -40,9 +42,10 @@ class TritonPythonModel:
         try:
             inputs = request_inputs(request, c.ACOUSTIC_MODEL)
             text = read_text(inputs, c.MAX_SENTENCE_CHARS)
-            params = read_voice_params(inputs, self.engine.default_params())
+            engine = self.engines[read_voice(inputs, self.voices).name]
+            params = read_voice_params(inputs, engine.default_params())
             head = read_params(inputs, (c.HEAD_PARAM,))[c.HEAD_FRAMES]
-            async with aclosing(self.engine.pieces(text, params, head, self.workers)) as pieces:
+            async with aclosing(engine.pieces(text, params, head, self.workers)) as pieces:
                 async for piece in pieces:
                     if request.is_cancelled():
                         break

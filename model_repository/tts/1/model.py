@@ -12,6 +12,7 @@ import asyncio
 
 from python_backends import contract as c
 from python_backends.bls import BlsStages
+from python_backends.catalog import configured_voices
 from python_backends.chunking import sized_for_load
 from python_backends.requests import read_tts_request
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock, Streams
@@ -45,7 +46,7 @@ class TritonPythonModel:
         # them is a stream's work far ahead of its need.
         self.slots = DeadlineScheduler(int(p.get("slots", "0")) or os.cpu_count() or 1)
         self.pad_to_buckets = p.get("pad_to_buckets", "false") == "true"
-        self.rate = c.VOICE_SAMPLE_RATES[p.get("voice", c.DEFAULT_VOICE)]
+        self.voices = configured_voices()
         self.metric_family, self.active = gauge(c.TTS_ACTIVE_METRIC, "tts requests being synthesized now")
         self.streams = Streams()
 
@@ -58,16 +59,17 @@ class TritonPythonModel:
         self.active.increment(1)
         try:
             with self.streams.serving(client):
-                tts = read_tts_request(request_inputs(request, c.TTS_MODEL), self.max_text_chars)
+                tts = read_tts_request(request_inputs(request, c.TTS_MODEL), self.max_text_chars, self.voices)
+                rate = tts.voice_info.sample_rate
                 loaded = self.streams.over_share(client, self.slots.share())
                 chunking, head = sized_for_load(tts.chunking, tts.chunking_asked, loaded)
                 chunks = synthesize(
-                    tts.sentences, tts.voice, self.stages, chunking=chunking, head=head,
-                    scheduler=self.slots.for_client(client), clock=PlaybackClock(self.rate),
+                    tts.sentences, tts.voice, self.stages.for_voice(tts.voice_info.name), chunking=chunking,
+                    head=head, scheduler=self.slots.for_client(client), clock=PlaybackClock(rate),
                     is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets,
                 )
                 async for chunk in chunks:
-                    self.slots.capacity.made(chunk.pcm.size / self.rate)
+                    self.slots.capacity.made(chunk.pcm.size / rate)
                     sender.send(response(tts_outputs(chunk, self.slots.capacity.streams)))
             sender.send(flags=FINAL)
         except (c.InvalidRequest, c.StageError) as e:

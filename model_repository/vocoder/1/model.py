@@ -11,9 +11,10 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from python_backends import contract as c
+from python_backends.catalog import configured_voices
 from python_backends.engines import VocoderEngine
-from python_backends.triton_glue import declare, parameters, response
-from python_backends.voice import DEFAULT_VOICE, load_voice
+from python_backends.triton_glue import declare, error, parameters, response
+from python_backends.voice import load_voice
 
 
 class TritonPythonModel:
@@ -23,15 +24,25 @@ class TritonPythonModel:
 
     def initialize(self, args):
         p = parameters(args)
-        self.engine = VocoderEngine(load_voice(p.get("voice", DEFAULT_VOICE)), threads=int(p.get("threads", "1")))
+        threads = int(p.get("threads", "1"))
+        self.engines = {name: VocoderEngine(load_voice(info), threads) for name, info in configured_voices().items()}
 
     def execute(self, requests):
-        # The dynamic batcher may join windows of different lengths: one run per length.
+        # The dynamic batcher may join windows of different voices and lengths: one run each.
         latents = [pb_utils.get_input_tensor_by_name(r, c.LATENT).as_numpy() for r in requests]
+        voices = [voice_of(r) for r in requests]
         pcm = [None] * len(latents)
-        for shape in {x.shape for x in latents}:
-            same = [i for i, x in enumerate(latents) if x.shape == shape]
-            audio = self.engine.vocode(np.concatenate([latents[i] for i in same]))
+        for voice, shape in set(zip(voices, (x.shape for x in latents))):
+            if voice not in self.engines:
+                continue
+            same = [i for i, x in enumerate(latents) if x.shape == shape and voices[i] == voice]
+            audio = self.engines[voice].vocode(np.concatenate([latents[i] for i in same]))
             for row, i in enumerate(same):
                 pcm[i] = audio[row : row + 1]
-        return [response({c.PCM: x}) for x in pcm]
+        return [error(f"unknown voice {v!r}") if x is None else response({c.PCM: x}) for v, x in zip(voices, pcm)]
+
+
+def voice_of(request) -> str:
+    """The window's voice: its VOICE input, else the default."""
+    tensor = pb_utils.get_input_tensor_by_name(request, c.VOICE)
+    return c.DEFAULT_VOICE if tensor is None else tensor.as_numpy().reshape(-1)[0].decode()

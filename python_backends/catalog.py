@@ -1,0 +1,90 @@
+"""The voices a server speaks: the embedded default voice, and every Piper voice (a
+`NAME.onnx` beside its `NAME.onnx.json`) in a voices directory.
+
+Only the voices' JSON configs are read here, no model, so the gateway and the Triton
+models list the same voices from the same files: the directory is given to both
+(`--voices DIR`, passed on as $SPEECHSTREAM_VOICES).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from .contract import DEFAULT_VOICE
+
+VOICES_ENV = "SPEECHSTREAM_VOICES"
+
+
+class VoiceError(ValueError):
+    """A voices directory the server cannot speak from; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    """What every process needs to know of a voice, without loading it."""
+
+    name: str
+    sample_rate: int
+    language: str  # Piper's language code, e.g. "en_US"
+    espeak: str  # espeak-ng's voice for the phonemes, e.g. "en-us"
+    length_scale: float  # the voice's own pace: speed 1
+    model: Path | None = None  # None: the embedded voice, whose files come in its wheel
+
+    @property
+    def language_family(self) -> str:
+        """ISO 639-1 code of the language ("en"): which sentence rules cut its text."""
+        return self.language.replace("-", "_").split("_")[0].lower()
+
+
+# The embedded voice's facts, so that processes without its wheel (the gateway, clients)
+# know them; a test compares them with the wheel's config.
+EMBEDDED = VoiceInfo(DEFAULT_VOICE, 22050, "en_US", "en-us", 1.0)
+EMBEDDED_ONLY = MappingProxyType({EMBEDDED.name: EMBEDDED})
+
+
+def voice_info(name: str, config: dict, model: Path | None = None) -> VoiceInfo:
+    """A voice's facts from its Piper config; VoiceError naming what is missing."""
+    try:
+        language = config.get("language", {}).get("code") or config["espeak"]["voice"]
+        info = VoiceInfo(
+            name, int(config["audio"]["sample_rate"]), language, config["espeak"]["voice"],
+            float(config.get("inference", {}).get("length_scale", 1.0)), model,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise VoiceError(f"voice {name}: its config lacks or garbles {e} (a Piper .onnx.json has audio.sample_rate "
+                         "and espeak.voice)") from None
+    if config.get("num_speakers", 1) > 1:
+        raise VoiceError(f"voice {name}: has {config['num_speakers']} speakers; multi-speaker voices are not served yet")
+    return info
+
+
+def find_voices(directory: str | Path | None) -> dict[str, VoiceInfo]:
+    """The embedded voice (the default, first), then the voices in `directory` by name."""
+    voices = dict(EMBEDDED_ONLY)
+    if not directory:
+        return voices
+    root = Path(directory)
+    if not root.is_dir():
+        raise VoiceError(f"voices directory {root} is not a directory")
+    for model in sorted(root.glob("*.onnx")):
+        config = model.with_name(model.name + ".json")
+        if not config.is_file():
+            raise VoiceError(f"voice {model}: no {config.name} beside it (every Piper voice comes with one)")
+        name = model.name.removesuffix(".onnx")
+        if name in voices:
+            raise VoiceError(f"voice {model}: the name {name} is taken by the embedded voice")
+        try:
+            parsed = json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise VoiceError(f"voice {name}: cannot read {config}: {e}") from None
+        voices[name] = voice_info(name, parsed, model)
+    return voices
+
+
+def configured_voices() -> dict[str, VoiceInfo]:
+    """The voices of $SPEECHSTREAM_VOICES (the embedded one alone when unset)."""
+    return find_voices(os.environ.get(VOICES_ENV))
