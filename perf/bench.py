@@ -41,6 +41,7 @@ from urllib.parse import urlparse
 import psutil
 
 from perf.clients import Connect, GatewayClient, PiperHttpClient, WyomingClient, run_level
+from perf.formats import measure_formats
 from perf.goals import OURS, goals
 from perf.limit import compute_limit, ttfp_floor
 from perf.metrics import summarize
@@ -70,12 +71,18 @@ class System:
     connect: Connect
     groups: Callable[[], Groups]
     metrics: Callable[[], dict[str, float]] = dict  # the server's Prometheus samples, if it has them
+    http_url: str | None = None  # its OpenAI speech API (http://host:port/v1), if it has one
 
 
 SERVER_TIMES = {  # the gateway's own view of where a first packet's time went
     "triton_first_response_ms_mean": "speechstream_triton_first_response_seconds",
     "gateway_ttfp_ms_mean": "speechstream_ttfp_seconds",
 }
+
+
+def api_base(url: str) -> str:
+    """The OpenAI speech API beside the gateway's WebSocket (ws://host:port/v1/stream)."""
+    return url.replace("ws://", "http://", 1).replace("wss://", "https://", 1).rsplit("/v1/", 1)[0] + "/v1"
 
 
 def gateway_metrics(url: str) -> Callable[[], dict[str, float]]:
@@ -131,14 +138,16 @@ def found_groups(url: str) -> Groups:
 def ours(url: str | None, log_dir: Path) -> Iterator[System]:
     """Our gateway at `url`, or our own Triton + gateway, stopped afterwards."""
     if url:
-        yield System(OURS, lambda: GatewayClient.connect(url), lambda: found_groups(url), gateway_metrics(url))
+        yield System(OURS, lambda: GatewayClient.connect(url), lambda: found_groups(url), gateway_metrics(url),
+                     api_base(url))
         return
     servers = Servers(log_dir)
     try:
         log(f"starting tritonserver and the gateway (logs in {log_dir})")
         servers.start()
         groups = lambda: {"gateway": [psutil.Process(servers.gateway.pid)], "triton": servers.triton_tree()}  # noqa: E731
-        yield System(OURS, lambda: GatewayClient.connect(servers.url), groups, gateway_metrics(servers.url))
+        yield System(OURS, lambda: GatewayClient.connect(servers.url), groups, gateway_metrics(servers.url),
+                     api_base(servers.url))
     finally:
         log("stopping tritonserver and the gateway")
         servers.stop()
@@ -318,9 +327,16 @@ def run(args: argparse.Namespace) -> dict:
         systems += [lambda: piper_http(log_dir), lambda: wyoming_piper(log_dir)]
     for start in systems:  # one at a time, so that no two compete for the cores
         with ExitStack() as stack:
-            rows, capacity_rows = asyncio.run(bench_system(stack.enter_context(start()), args, capacity))
+            system = stack.enter_context(start())
+            rows, capacity_rows = asyncio.run(bench_system(system, args, capacity))
             results["runs"] += rows
             results["capacity_runs"] += capacity_rows
+            if system.http_url and args.format_rounds:
+                results["formats"] = asyncio.run(
+                    measure_formats(system.http_url, workload(args.workloads[0]), args.format_rounds)
+                )
+                log("first audio per HTTP format (p50 ms): " + ", ".join(
+                    f"{fmt} {f['p50_ms']:.0f}" for fmt, f in results["formats"].items()))
     if limits:
         limits.append(measure_limit(texts, args.limit_seconds, "after the servers"))
         results["limit_runs"], results["limit"] = limits, best_limit(limits)
@@ -351,12 +367,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="then listeners (real time, one paragraph each, started together) at these multiples of "
                              "C, comma-separated; empty for none (default 0.75,3)")
     parser.add_argument("--listen", action="store_true", help="clients wait for their player to finish before speaking again")
+    parser.add_argument("--format-rounds", type=int, default=10,
+                        help="requests per HTTP response_format for the first-audio table (0 skips it)")
     parser.add_argument("--skip-peers", action="store_true", help="no piper-http or wyoming-piper")
-    parser.add_argument("--quick", action="store_true", help=f"smoke run: levels {QUICK_LEVELS} unless --levels, 1 round, 4 streams, 2 s limit")
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: levels {QUICK_LEVELS} unless --levels, 1 round, 4 streams, 2 s limit, 2 format rounds")
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory for bench.json, bench.md and the plots")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.min_streams, args.limit_seconds = 1, 4, min(args.limit_seconds, 2.0)
+        args.format_rounds = min(args.format_rounds, 2)
         args.capacity_levels = [f for f in args.capacity_levels if f < 1]
     args.levels = args.levels or list(QUICK_LEVELS if args.quick else LEVELS)
     return args

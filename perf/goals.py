@@ -16,6 +16,9 @@ GOAL_LSF_P99_BELOW_C = 0.5  # at 0.75 × C listeners
 GOAL_LSF_P99_ABOVE_C = 1.0  # admitted streams at 3 × C
 GOAL_REFUSAL_MS = 250
 GOAL_ADMITTED_OF_C = 0.9
+# Issue 16's: first audio of these HTTP formats at most this much later than pcm's, at 1 client.
+GOAL_FORMAT_OVER_PCM_MS = 30
+FORMATS_WITH_GOAL = ("mp3", "opus")
 
 
 def rows_of(results: dict, system: str, workload: str) -> list[dict]:
@@ -120,8 +123,16 @@ def capacity_goals(results: dict) -> list[dict]:
     return out
 
 
+def format_goals(results: dict) -> list[dict]:
+    """mp3 and Ogg Opus first audio against pcm's, where perf.formats ran."""
+    formats = results.get("formats") or {}
+    return [goal(f"HTTP {fmt}: first audio - pcm's, p50 at 1 client (ms)", round(formats[fmt]["vs_pcm_ms"], 1),
+                 f"≤ {GOAL_FORMAT_OVER_PCM_MS}", formats[fmt]["vs_pcm_ms"] <= GOAL_FORMAT_OVER_PCM_MS)
+            for fmt in FORMATS_WITH_GOAL if fmt in formats]
+
+
 def goals(results: dict) -> list[dict]:
     out = []
     for workload in results["workloads"]:
         out += level_goals(results, workload) + throughput_goals(results, workload)
-    return out + capacity_goals(results) + cpu_goal(results)
+    return out + capacity_goals(results) + cpu_goal(results) + format_goals(results)

@@ -126,8 +126,43 @@ def markdown(results: dict) -> str:
         f"starting 50 ms after the first audio, in real time; CPU in cores (CPU s ÷ wall s), gw = gateway, "
         f"tr = tritonserver + its Python backend stubs; client = this benchmark; others = the rest of the machine "
         f"meanwhile.\n\n"
-        f"{table(results)}\n\n{limits}\n\n{capacity_table(results)}## Goals\n\n{checks}\n\n{section(results)}"
+        f"{table(results)}\n\n{limits}\n\n{capacity_table(results)}{formats_table(results)}## Goals\n\n{checks}\n\n{section(results)}"
     )
+
+
+def formats_table(results: dict) -> str:
+    """First audio of the HTTP API per response format at 1 client (perf.formats)."""
+    formats = results.get("formats")
+    if not formats:
+        return ""
+    rows = "\n".join(f"| {fmt} | {f['p50_ms']:.0f} | {f['min_ms']:.0f} – {f['max_ms']:.0f} | {f['vs_pcm_ms']:+.0f} | "
+                     f"{f['p50_ms'] / formats['pcm']['p50_ms']:.2f} |" for fmt, f in formats.items())
+    return (
+        f"## First audio per HTTP format\n\n`POST /v1/audio/speech`, one request at a time, "
+        f"{next(iter(formats.values()))['rounds']} per format, formats interleaved: request sent → the byte its first "
+        f"audio needs (Ogg: the end of the first page with audio; WAV, FLAC: the first byte after the header; mp3: "
+        f"the first frame).\n\n| format | p50 ms | min – max ms | − pcm ms | ÷ pcm |\n|---|---|---|---|---|\n{rows}\n\n"
+    )
+
+
+def plot_formats(results: dict, path: Path) -> None:
+    """First audio per HTTP format: median bars, min-max whiskers, pcm's median as a line."""
+    formats = results.get("formats")
+    if not formats:
+        return
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    names = list(formats)
+    p50 = [formats[f]["p50_ms"] for f in names]
+    spread = [[p - formats[f]["min_ms"] for f, p in zip(names, p50)], [formats[f]["max_ms"] - p for f, p in zip(names, p50)]]
+    ax.bar(names, p50, yerr=spread, capsize=4, color=[f"C{i}" for i in range(len(names))])
+    ax.axhline(formats["pcm"]["p50_ms"], color="k", linewidth=0.8, linestyle="--", label="pcm p50")
+    ax.set_ylabel("first audio (ms)")
+    ax.set_title("HTTP first audio per response_format, 1 client")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def systems_in(results: dict) -> list[str]:
@@ -207,11 +242,12 @@ def plot_throughput(results: dict, path: Path) -> None:
 
 
 def write_report(results: dict, out: Path) -> str:
-    """bench.md, ttfp.png and throughput.png in `out`; the Markdown."""
+    """bench.md, ttfp.png, throughput.png and formats.png (where formats ran) in `out`; the Markdown."""
     text = markdown(results)
     (out / "bench.md").write_text(text)
     plot_ttfp(results, out / "ttfp.png")
     plot_throughput(results, out / "throughput.png")
+    plot_formats(results, out / "formats.png")
     return text
 
 

@@ -181,6 +181,17 @@ def test_markdown_has_a_row_per_system_workload_and_level_and_the_goal_lines(res
     assert "| 90 / 44 % |" in rows[1]  # 36 of 40 audio-s/s; 8.8 of 20 audio-s per CPU-s
 
 
+def test_http_formats_are_checked_against_pcm_s_first_audio(results):
+    results["formats"] = {fmt: {"p50_ms": 60.0 + extra, "min_ms": 50.0, "max_ms": 90.0 + extra, "vs_pcm_ms": extra,
+                                "rounds": 10} for fmt, extra in (("pcm", 0.0), ("opus", 12.0), ("mp3", 45.0))}
+    checks = {g["goal"]: g for g in goals(results)}
+    assert checks["HTTP opus: first audio - pcm's, p50 at 1 client (ms)"]["met"]
+    assert not checks["HTTP mp3: first audio - pcm's, p50 at 1 client (ms)"]["met"]
+    results["goals"] = goals(results)
+    text = markdown(results)
+    assert "| mp3 | 105 | 50 – 135 | +45 | 1.75 |" in text and "| pcm | 60 | 50 – 90 | +0 | 1.00 |" in text
+
+
 def test_where_the_time_goes_splits_a_first_packet_and_the_cpu_by_stage(results):
     results["ttfp_floor"] = {"paragraph": {"acoustic": 100.0, "prior": 40.0, "head_flow": 15.0, "first_window": 20.0,
                                            "head_frames": 32, "window_frames": 16, "whole_ms": 120.0, "pieces_ms": 75.0}}
@@ -241,7 +252,11 @@ def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):
     stages = results["runs"][-1]["triton_stages_cpu_s"]
     assert set(stages) == {"tritonserver", "tts", "acoustic", "vocoder"} and stages["vocoder"] > 0
     assert {g["goal"] for g in results["goals"]} >= {"short: TTFP p50 at 1 client (ms)", "short: saturated throughput / compute limit"}
-    for name in ("bench.md", "ttfp.png", "throughput.png"):
+    formats = results["formats"]
+    assert set(formats) == {"pcm", "wav", "flac", "opus", "mp3", "aac"} and formats["pcm"]["vs_pcm_ms"] == 0
+    assert all(0 < f["min_ms"] <= f["p50_ms"] <= f["max_ms"] < 10_000 and f["rounds"] == 2 for f in formats.values())
+    assert "## First audio per HTTP format" in (tmp_path / "bench.md").read_text()
+    for name in ("bench.md", "ttfp.png", "throughput.png", "formats.png"):
         assert (tmp_path / name).stat().st_size > 0
 
 
