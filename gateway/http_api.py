@@ -9,7 +9,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from http import HTTPStatus
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from .segmenter import batches
 from .service import GATEWAY, Gateway
 from .settings import Settings
 from .speech_api import OPENAI_MODELS, ApiError, SpeechBody, SpeechRequest, parse_speech_request
-from .synthesis import SynthesisFailed, Synthesizer
+from .synthesis import SynthesisFailed, Synthesizer, TtsChunk
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -83,6 +83,8 @@ async def stream_speech(
             first = await anext(chunks)
         except SynthesisFailed as e:
             return api_error(gateway, e.code, ApiError(e.message, status=FAILURE_STATUS[e.code]))
+        if not speech_request.stream:
+            return await whole_speech(gateway, speech_request, body, first, chunks)
         response = web.StreamResponse(headers={"Content-Type": speech_request.content_type})
         await response.prepare(request)
         await response.write(body.push(first.pcm))
@@ -100,6 +102,22 @@ async def stream_speech(
             gateway.metrics.audio(body.audio_s)
     await response.write_eof()
     return response
+
+
+async def whole_speech(
+    gateway: Gateway, speech_request: SpeechRequest, body: SpeechBody, first: TtsChunk, chunks: AsyncIterator[TtsChunk]
+) -> web.Response:
+    """The body of a request with `stream` false: all of it, then sent at once with its
+    length; a failure midway is an error response, since nothing was sent yet."""
+    body.push(first.pcm)
+    try:
+        async for chunk in chunks:
+            body.push(chunk.pcm)
+    except SynthesisFailed as e:
+        return api_error(gateway, e.code, ApiError(e.message, status=FAILURE_STATUS[e.code]))
+    data = body.finish()
+    gateway.metrics.audio(body.audio_s)
+    return web.Response(body=data, headers={"Content-Type": speech_request.content_type})
 
 
 async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest, voice: VoiceInfo, client: str):

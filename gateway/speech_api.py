@@ -6,6 +6,7 @@ and the server-sent events of `stream_format: "sse"`). The HTTP shell is in serv
 from __future__ import annotations
 
 import base64
+import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class SpeechRequest:
     stream_format: str
     extra_params: tuple[tuple[str, float | int], ...] = ()  # noise_scale, noise_w, seed
     pace: float = 1.0  # the voice's own length_scale: speed 1
+    stream: bool = True  # False: the whole body at once, with exact sizes in WAV and FLAC headers
 
     @property
     def length_scale(self) -> float:
@@ -115,12 +117,17 @@ def parse_speech_request(raw: bytes, voices: Mapping[str, VoiceInfo], max_chars:
     stream_format = _string(body, "stream_format", "audio")
     if stream_format not in STREAM_FORMATS:
         raise ApiError(f"stream_format must be one of {', '.join(STREAM_FORMATS)}", "stream_format")
+    stream = body.get("stream", True)
+    if not isinstance(stream, bool):
+        raise ApiError("'stream' must be true or false", "stream")
+    if not stream and stream_format == "sse":
+        raise ApiError("'stream': false needs stream_format 'audio'", "stream")
     speed = body.get("speed", 1.0)
     low, high = 1 / _SPEED.maximum, 1 / _SPEED.minimum
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
         raise ApiError(f"'speed' must be a number from {low:g} to {high:g}", "speed")
     return SpeechRequest(
-        text, voice, fmt, float(speed), stream_format, _extra_params(body), voices[voice].length_scale
+        text, voice, fmt, float(speed), stream_format, _extra_params(body), voices[voice].length_scale, stream
     )
 
 
@@ -138,11 +145,15 @@ def _extra_params(body: dict) -> tuple[tuple[str, float | int], ...]:
 
 class SpeechBody:
     """The response body of one request: voice-rate PCM in, body bytes out as soon as
-    the container has them (frames encoded, muxed, and wrapped in events for SSE)."""
+    the container has them (frames encoded, muxed, and wrapped in events for SSE); or,
+    for a request with `stream` false, all of it from `finish`, its headers complete."""
 
     def __init__(self, request: SpeechRequest, source_rate: int) -> None:
         self._encoder = FrameEncoder(source_rate, request.sample_rate, FRAME_MS, request.frame_format)
-        self._writer = ContainerWriter(request.response_format, request.sample_rate, self._encoder.frame_samples)
+        self._whole = None if request.stream else io.BytesIO()  # seekable: the muxer completes its header
+        self._writer = ContainerWriter(
+            request.response_format, request.sample_rate, self._encoder.frame_samples, self._whole
+        )
         self._sse = request.stream_format == "sse"
         self._rate = request.sample_rate
 
@@ -157,6 +168,8 @@ class SpeechBody:
     def finish(self) -> bytes:
         """The body's last bytes: the padded last frame, the container's trailer, `done`."""
         data = self._wrap(self._mux(self._encoder.finish()) + self._writer.finish())
+        if self._whole is not None:
+            return self._whole.getvalue()
         return data + sse_done() if self._sse else data
 
     def _mux(self, payloads: list[bytes]) -> bytes:

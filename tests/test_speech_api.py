@@ -1,6 +1,7 @@
 import base64
 import io
 import json
+import wave
 
 import av
 import numpy as np
@@ -52,6 +53,8 @@ def test_formats(fmt, frames, rate, content_type):
     ({"model": 3, "input": "Hi.", "voice": "alloy"}, "model"),
     ({"model": "m", "input": "Hi.", "voice": "alloy", "seed": -1}, "seed"),
     ({"model": "m", "input": "Hi.", "voice": "alloy", "noise_w": "loud"}, "noise_w"),
+    ({"model": "m", "input": "Hi.", "voice": "alloy", "stream": "no"}, "stream"),
+    ({"model": "m", "input": "Hi.", "voice": "alloy", "stream": False, "stream_format": "sse"}, "stream"),
 ])
 def test_bad_requests_name_their_field(body, param):
     with pytest.raises(ApiError) as e:
@@ -102,6 +105,28 @@ def test_a_speech_body_streams_a_container_of_the_pushed_length(fmt):
     # Padded to whole 20 ms frames; Opus drops its 6.5 ms pre-skip; mp3 and aac decode
     # with their encoders' delay and last frame (within 0.12 s).
     assert 1.0 - 0.007 <= seconds <= (1.12 if fmt in ("mp3", "aac") else 1.02)
+
+
+def flac_total_samples(data: bytes) -> int:
+    """STREAMINFO's total_samples (0: unknown), 36 bits after rate, channels and depth."""
+    assert data[:4] == b"fLaC" and data[4] & 0x7F == 0  # the first block is STREAMINFO
+    return int.from_bytes(data[8 + 10 : 8 + 18], "big") & ((1 << 36) - 1)
+
+
+def test_a_body_not_streamed_comes_whole_from_finish_with_exact_sizes():
+    streamed, _ = speech_body("flac")
+    assert flac_total_samples(streamed) == 0  # unknown while streaming
+    for fmt in ("wav", "flac"):
+        body = SpeechBody(parse(model="m", input="Hi.", voice="alloy", response_format=fmt, stream=False), 22050)
+        tone = np.sin(np.arange(22050) / 22050 * 2 * np.pi * 440).astype(np.float32) * 0.3
+        assert body.push(tone) == b""
+        data = body.finish()
+        samples = 24000  # a second at 24 kHz, whole 20 ms frames
+        if fmt == "wav":
+            with wave.open(io.BytesIO(data)) as w:
+                assert w.getnframes() == samples and len(w.readframes(samples + 1)) == samples * 2
+        else:
+            assert flac_total_samples(data) == samples
 
 
 def test_an_sse_body_wraps_the_container_in_deltas_then_done():

@@ -2,9 +2,11 @@
 `openai` package: streamed bodies in every format, SSE, errors, API key, disconnects."""
 
 import base64
+import io
 import json
 import time
 import urllib.request
+import wave
 
 import av
 import httpx2
@@ -17,6 +19,7 @@ from perf.servers import start_gateway, stop, triton_metrics
 from perf.workloads import workload
 from python_backends import contract as c
 from python_backends.triton_client import inference_count
+from tests.test_speech_api import flac_total_samples
 
 pytestmark = pytest.mark.triton
 
@@ -62,6 +65,23 @@ def test_the_openai_sdk_streams_each_format_to_a_file_of_the_spoken_length(gatew
     # mp3 and aac decode with their encoders' delay and last frame.
     low = -7 if fmt == "opus" else 0
     assert low <= decoded_seconds(path, fmt) * 1000 - spoken_ms <= (120 if fmt in ("mp3", "aac") else 20)
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac"])
+def test_a_body_asked_for_whole_has_its_length_and_exact_sizes(gateway, spoken_ms, fmt):
+    response = client(gateway).audio.speech.with_raw_response.create(
+        model="tts-1", voice="alloy", input=TEXT, response_format=fmt, extra_body={"seed": SEED, "stream": False},
+    )
+    data = response.content
+    assert int(response.headers["content-length"]) == len(data)
+    with av.open(io.BytesIO(data)) as container:
+        decoded = sum(f.samples for f in container.decode(audio=0))
+    assert 0 <= decoded / 24 - spoken_ms <= 20
+    if fmt == "wav":
+        with wave.open(io.BytesIO(data)) as w:
+            assert w.getnframes() == decoded
+    else:
+        assert flac_total_samples(data) == decoded
 
 
 @pytest.mark.parametrize("speed", [0.5, 4.0])
