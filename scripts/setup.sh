@@ -45,4 +45,15 @@ if [ "${1:-}" = "--tests" ]; then
     "$LOCUST_VENV/bin/python" -m pip install -q -r perf/locust-requirements.txt
     echo "$want" > "$LOCUST_VENV/.installed"
   fi
+
+  # LiveKit Agents' and Pipecat's OpenAI TTS clients, in an environment of their own
+  # (see tests/agents-requirements.txt).
+  AGENTS_VENV=${AGENTS_VENV:-.venv-agents}
+  [ -x "$AGENTS_VENV/bin/python" ] || "$PYTHON" -m venv "$AGENTS_VENV"
+  want=$(sha256sum tests/agents-requirements.txt | cut -d' ' -f1)
+  if [ "$(cat "$AGENTS_VENV/.installed" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing LiveKit Agents and Pipecat into $AGENTS_VENV" >&2
+    "$AGENTS_VENV/bin/python" -m pip install -q -r tests/agents-requirements.txt
+    echo "$want" > "$AGENTS_VENV/.installed"
+  fi
 fi
