@@ -51,11 +51,13 @@ def decoded_seconds(path, fmt: str) -> float:
     return sum(f.samples for f in frames) / frames[0].sample_rate
 
 
-@pytest.mark.parametrize("fmt", ["pcm", "wav", "flac", "opus", "mp3", "aac"])
+@pytest.mark.parametrize("fmt", ["pcm", "wav", "flac", "opus", "mp3", "aac", None])
 def test_the_openai_sdk_streams_each_format_to_a_file_of_the_spoken_length(gateway, spoken_ms, tmp_path, fmt):
+    asked = {} if fmt is None else {"response_format": fmt}  # None: the SDK's default, which sends none
+    fmt = fmt or "mp3"  # the server's default, as OpenAI's
     path = tmp_path / f"speech.{fmt}"
     with client(gateway).audio.speech.with_streaming_response.create(
-        model="tts-1", voice="alloy", input=TEXT, response_format=fmt, extra_body={"seed": SEED},
+        model="tts-1", voice="alloy", input=TEXT, extra_body={"seed": SEED}, **asked,
     ) as response:
         assert response.headers["content-type"] == {"pcm": "audio/pcm", "wav": "audio/wav", "flac": "audio/flac",
                                                     "opus": "audio/ogg", "mp3": "audio/mpeg", "aac": "audio/aac"}[fmt]
