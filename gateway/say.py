@@ -96,6 +96,20 @@ async def say(url: str, text: str, out: Path | None, player: str | None = None, 
     return first or 0.0, seconds
 
 
+REFUSAL_HINTS = {
+    401: "the gateway needs its API key: --api-key KEY or GATEWAY_API_KEY",
+    403: "the gateway refused this client (its Origin, or the key failed too often)",
+    429: "too many connections or wrong keys from this address; try again in a minute",
+    503: "the gateway is at its connection limit or has no Triton up; try again shortly",
+}
+
+
+def refusal_hint(error: Exception) -> str:
+    """What to do about a refused handshake, after its status."""
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    return f" ({REFUSAL_HINTS[status]})" if status in REFUSAL_HINTS else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="speechstream-say", description=__doc__.splitlines()[0])
     parser.add_argument("text", nargs="?", help="text to speak (or --file)")
@@ -124,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             say(args.url, text, args.out, player, args.api_key, length_scale=length_scale, seed=args.seed)
         )
     except (OSError, SpeechError, websockets.WebSocketException) as e:  # refused (401, 403, 429), closed, bad URL
-        print(f"speechstream-say: {e}", file=sys.stderr)
+        print(f"speechstream-say: {e}{refusal_hint(e)}", file=sys.stderr)
         return 1
     where = f"written to {args.out}" if args.out else "played"
     print(f"first audio: {first * 1000:.0f} ms; {seconds:.2f} s of audio {where}")

@@ -63,13 +63,14 @@ def test_say_reports_an_unreachable_server(tmp_path):
 
 
 @pytest.fixture
-def refusing():
-    """A WebSocket server that answers every handshake 403, keeping the Authorization headers."""
-    keys = []
+def refusing(request):
+    """A WebSocket server that answers every handshake with the status given (403 by
+    default), keeping the Authorization headers."""
+    keys, status = [], getattr(request, "param", HTTPStatus.FORBIDDEN)
 
     def refuse(connection, request):
         keys.append(request.headers.get("Authorization"))
-        return connection.respond(HTTPStatus.FORBIDDEN, "no\n")
+        return connection.respond(status, "no\n")
 
     with serve(lambda ws: None, "127.0.0.1", 0, process_request=refuse) as server:
         thread = threading.Thread(target=server.serve_forever)
@@ -79,10 +80,22 @@ def refusing():
         thread.join()
 
 
+@pytest.mark.parametrize("refusing,hint", [
+    (HTTPStatus.UNAUTHORIZED, "the gateway needs its API key: --api-key KEY or GATEWAY_API_KEY"),
+    (HTTPStatus.TOO_MANY_REQUESTS, "too many connections or wrong keys from this address; try again in a minute"),
+], indirect=["refusing"])
+def test_say_tells_what_to_do_about_a_refusal(refusing, hint, tmp_path, capsys):
+    url, _ = refusing
+    assert say.main(["Hi.", "--out", str(tmp_path / "x.wav"), "--url", url]) == 1
+    assert capsys.readouterr().err.strip().endswith(f"({hint})")
+
+
 def test_say_reports_a_refused_connection_in_one_line(refusing, tmp_path, capsys, monkeypatch):
     url, keys = refusing
     monkeypatch.setenv("GATEWAY_API_KEY", "from-env")
     assert say.main(["Hi.", "--out", str(tmp_path / "x.wav"), "--url", url]) == 1
     assert say.main(["Hi.", "--out", str(tmp_path / "x.wav"), "--url", url, "--api-key", "k3y"]) == 1
     assert keys == ["Bearer from-env", "Bearer k3y"]
-    assert capsys.readouterr().err.splitlines() == ["speechstream-say: server rejected WebSocket connection: HTTP 403"] * 2
+    assert capsys.readouterr().err.splitlines() == ["speechstream-say: server rejected WebSocket connection: HTTP 403 "
+                                                    "(the gateway refused this client (its Origin, or the key failed "
+                                                    "too often))"] * 2
