@@ -18,8 +18,8 @@ from gateway.client import Recorder, SpeechClient, connection
 from perf.servers import start_gateway, stop
 from perf.workloads import workload
 from python_backends import contract as c
-from python_backends.triton_client import inference_count, stream
 from python_backends.catalog import EMBEDDED
+from python_backends.triton_client import inference_count, stream
 
 from .test_triton_faults import active_tts_requests
 

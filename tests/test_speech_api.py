@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from gateway.protocol import OPENAI_VOICES
-from python_backends.catalog import EMBEDDED_ONLY
-from python_backends.contract import DEFAULT_VOICE
 from gateway.speech_api import ApiError, SpeechBody, parse_speech_request, sse_delta, sse_done
-from python_backends.contract import LENGTH_SCALE, NOISE_W, SEED
+from python_backends.catalog import EMBEDDED_ONLY
+from python_backends.contract import DEFAULT_VOICE, LENGTH_SCALE, NOISE_W, SEED
 
 VOICES = EMBEDDED_ONLY
 
