@@ -1,4 +1,7 @@
-"""The page at / in a real headless Chromium (Debian's), driven by Playwright."""
+"""The page at / in a real headless Chromium (Debian's), driven by Playwright, against a
+real tritonserver and gateway. The page reports what it measured in `window.speechstream`
+(see gateway/static/app.js); its player is an AudioWorklet, which headless Chromium runs
+in real time on a fake audio output."""
 
 import os
 import shutil
@@ -16,6 +19,10 @@ FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--autoplay-policy=no-user-gesture-required",
 ]
+RATE = 48000
+REPORT = "window.speechstream"
+FINISHED = "window.speechstream.done || window.speechstream.errors.length"
+KEY_FIELD_HINT = "\u201cAPI key\u201d field"
 
 
 @pytest.fixture(scope="module")
@@ -26,62 +33,185 @@ def browser():
         b.close()
 
 
+@pytest.fixture
+def open_page(browser):
+    """Opens a tab at a URL, with console errors and uncaught exceptions going to a
+    `problems` list when given, and an init script run first when given; the test's tabs
+    close after it, so that no idle page's audio thread runs on in later tests."""
+    pages = []
+
+    def open_page(url, problems=None, init_script=None):
+        page = browser.new_page()
+        pages.append(page)
+        if init_script:
+            page.add_init_script(init_script)
+        if problems is not None:
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+        page.goto(url)
+        return page
+
+    yield open_page
+    for page in pages:
+        page.close()
+
+
+def http_of(gateway):
+    return gateway.replace("ws://", "http://").removesuffix("/v1/stream")
+
+
+def harvard(n):
+    from perf.workloads import harvard_sentences
+
+    sentences = harvard_sentences()
+    return " ".join(sentences[i % len(sentences)] for i in range(n))
+
+
 @pytest.mark.parametrize("codec", ["opus", "pcm"])
-def test_page_speaks_and_decodes_the_whole_utterance(gateway, browser, codec):
-    http = gateway.replace("ws://", "http://").removesuffix("/v1/stream")
-    page = browser.new_page()
-    if codec == "pcm":  # a browser without WebCodecs takes the PCM fallback
-        page.add_init_script("delete window.AudioDecoder")
+def test_page_speaks_and_decodes_the_whole_utterance(gateway, open_page, codec):
     problems = []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    page.goto(http + "/")
+    # A browser without WebCodecs takes the PCM fallback.
+    page = open_page(http_of(gateway) + "/", problems, "delete window.AudioDecoder" if codec == "pcm" else None)
     expected = "Opus (WebCodecs)" if codec == "opus" else "PCM fallback"
     assert page.inner_text("#codec") == expected
     page.click("#speak")
-    page.wait_for_function("window.speechstream.done || window.speechstream.errors.length", timeout=60_000)
-    report = page.evaluate("window.speechstream")
+    page.wait_for_function(FINISHED, timeout=90_000)
+    report = page.evaluate(REPORT)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"page-{codec}.png"))
     assert report["errors"] == [] and problems == []
     assert report["audioMs"] > 3000
-    decoded_ms = report["decodedSamples"] * 1000 / 48000
+    decoded_ms = report["decodedSamples"] * 1000 / RATE
     assert abs(decoded_ms - report["audioMs"]) <= 20  # every frame decoded, ± one frame
+    assert report["playedSamples"] == report["decodedSamples"]  # and every sample played
     assert 0 < report["ttfaMs"] < report["audioMs"]
     assert page.inner_text("#ttfa").endswith("ms")
 
 
-def test_stop_cancels_and_empties_the_player(gateway, browser):
-    http = gateway.replace("ws://", "http://").removesuffix("/v1/stream")
-    page = browser.new_page()
-    page.goto(http + "/")
-    page.fill("#text", " ".join(["The birch canoe slid on the smooth planks."] * 30))
+def test_done_is_shown_only_once_playback_ends(gateway, open_page):
+    """The server sends faster than real time, so its `done` comes while seconds of audio
+    are still queued in the player: the status then says the audio was received and is
+    playing, and says "done" only once the player has played every decoded sample."""
+    problems = []
+    page = open_page(http_of(gateway) + "/", problems)
+    page.fill("#text", harvard(3))  # about 7 s of speech, synthesized in about 1 s here
     page.click("#speak")
-    page.wait_for_function("window.speechstream.decodedSamples > 48000", timeout=60_000)
+    # A snapshot taken in the page at the first poll after the server's `done`.
+    received = page.wait_for_function(
+        """() => { const r = window.speechstream;
+                   return (r.received || r.errors.length) && { ...r, text: document.getElementById("status").textContent }; }""",
+        timeout=60_000,
+    ).json_value()
+    assert received["errors"] == []
+    assert received["queuedSamples"] > 0  # the premise: audio still waits to be played
+    assert not received["done"] and received["state"] == "playing"
+    assert received["text"].startswith("received") and "playing" in received["text"]
+    page.wait_for_function(FINISHED, timeout=90_000)
+    done = page.evaluate(REPORT)
+    assert done["errors"] == [] and problems == []
+    assert done["playedSamples"] == done["decodedSamples"] and done["queuedSamples"] == 0
+    assert page.inner_text("#status") == f"done: {done['audioMs']} ms of audio"
+
+
+def test_a_text_longer_than_a_minute_is_held_whole(gateway, open_page):
+    """About 3.6 minutes of speech (the Harvard sentences twice): the server sends it all
+    within a minute or so, far faster than it plays, and the player must hold what it has
+    not played yet. This proves that every decoded sample is held, more than the old
+    60 s ring could (queued > 60 s, and played + queued == decoded: none lost), and that
+    playback goes on advancing through it. It does not wait the 3.6 minutes for the end
+    to play (the page has no way to play faster than real time); that a stream plays to
+    its very end is what test_done_is_shown_only_once_playback_ends proves."""
+    problems = []
+    page = open_page(http_of(gateway) + "/", problems)
+    page.fill("#text", harvard(100))
+    page.click("#speak")
+    page.wait_for_function("window.speechstream.received || window.speechstream.errors.length", timeout=400_000)
+    report = page.evaluate(REPORT)
+    assert report["errors"] == []
+    assert report["audioMs"] > 180_000
+    assert abs(report["decodedSamples"] * 1000 / RATE - report["audioMs"]) <= 20  # all of it decoded
+    held = "(r => r.playedSamples + r.queuedSamples === r.decodedSamples)(window.speechstream)"
+    page.wait_for_function(held, timeout=10_000)  # the worklet's count catches up with the page's
+    first = page.evaluate(REPORT)
+    assert first["queuedSamples"] > 60 * RATE  # more than the old ring could hold
+    assert first["playedSamples"] > 0 and not first["done"]
+    page.wait_for_function(f"window.speechstream.playedSamples > {first['playedSamples'] + RATE}", timeout=30_000)
+    page.wait_for_function(held, timeout=10_000)  # still nothing lost, a second later
+    assert page.evaluate(REPORT)["decodedSamples"] == first["decodedSamples"]
     page.click("#stop")
-    page.wait_for_timeout(500)
-    before = page.evaluate("window.speechstream.decodedSamples")
-    page.wait_for_timeout(700)
-    assert page.evaluate("window.speechstream.decodedSamples") == before
-    assert not page.evaluate("window.speechstream.done")
+    assert page.evaluate(REPORT)["errors"] == [] and problems == []
+
+
+def test_stop_cancels_and_empties_the_player(gateway, open_page):
+    """Stop while the server still sends and the player plays: the status goes idle
+    ("stopped"), the player is emptied and plays nothing more (no late frame of the
+    cancelled context reaches it), the level falls to 0, and no error shows. Speak then
+    works again on the same connection."""
+    problems = []
+    page = open_page(http_of(gateway) + "/", problems)
+    page.fill("#text", harvard(30))
+    page.click("#speak")
+    page.wait_for_function("window.speechstream.playedSamples > 4800 && !window.speechstream.received", timeout=60_000)
+    page.click("#stop")
     assert page.inner_text("#status") == "stopped"
+    page.wait_for_timeout(500)
+    before = page.evaluate(REPORT)
+    page.wait_for_timeout(1500)
+    after = page.evaluate(REPORT)
+    assert after["decodedSamples"] == before["decodedSamples"]  # nothing more arrives
+    assert after["playedSamples"] == after["queuedSamples"] == 0  # the player is empty and silent
+    assert after["level"] == 0 and after["state"] == "idle"
+    assert not after["done"] and after["errors"] == [] and problems == []
+    assert page.inner_text("#status") == "stopped"
+    page.fill("#text", "Hello again.")
+    page.click("#speak")
+    page.wait_for_function(FINISHED, timeout=60_000)
+    again = page.evaluate(REPORT)
+    assert again["errors"] == [] and problems == [] and again["playedSamples"] == again["decodedSamples"] > 0
 
 
-def test_static_files_refuse_traversal(gateway):
-    import urllib.error
-    import urllib.request
+COLUMN_HEIGHTS = """() => {
+  const c = document.getElementById("meter"), g = c.getContext("2d");
+  const { data } = g.getImageData(0, 0, c.width, c.height);
+  const heights = [];
+  for (let x = 0; x < c.width; x++) {
+    let h = 0;
+    for (let y = 0; y < c.height; y++) if (data[(y * c.width + x) * 4 + 3]) h++;
+    heights.push(h);
+  }
+  return { heights, height: c.height };
+}"""
 
-    http = gateway.replace("ws://", "http://").removesuffix("/v1/stream")
-    with urllib.request.urlopen(http + "/static/app.js") as r:
-        assert r.headers["Content-Type"].split(";")[0] in ("text/javascript", "application/javascript")
-    for path in ["/static/../server.py", "/static/%2e%2e/server.py", "/static/", "/static/.hidden.js", "/etc/passwd"]:
-        with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(http + path)
-        assert e.value.code in (403, 404)  # refused: a directory (403) or no such file
+
+def test_the_level_meter_follows_the_audio(gateway, open_page):
+    """While speech plays, the meter's level (RMS in dBFS, shown on a -60..0 dB scale)
+    moves and stays below full scale, and so do the bars drawn; once stopped it reads
+    0, and when its 4 s of history have scrolled by, the canvas is flat."""
+    problems = []
+    page = open_page(http_of(gateway) + "/", problems)
+    page.fill("#text", harvard(3))
+    page.click("#speak")
+    page.wait_for_function("window.speechstream.playedSamples > 2 * 48000", timeout=60_000)
+    levels = []
+    for _ in range(40):
+        levels.append(page.evaluate("window.speechstream.level"))
+        page.wait_for_timeout(25)
+    drawn = page.evaluate(COLUMN_HEIGHTS)
+    assert 0.3 < max(levels) < 1  # speech is well above -42 dBFS, and below full scale
+    assert min(levels) < max(levels) - 0.1  # it moves
+    assert max(drawn["heights"]) < drawn["height"]
+    assert sum(h > drawn["height"] // 2 for h in drawn["heights"]) > 0
+    page.click("#stop")
+    # The idle line, once the history has scrolled by (about 4 s).
+    page.wait_for_function(f"Math.max(...({COLUMN_HEIGHTS})().heights) <= 2", timeout=30_000)
+    assert page.evaluate("window.speechstream.level") == 0
+    assert problems == []
 
 
-def test_page_behind_an_api_key_and_an_origin_allow_list(triton, browser, tmp_path):
-    """The page passes its own ?api_key= to the WebSocket; its origin is allowed."""
+def test_page_behind_an_api_key_and_an_origin_allow_list(triton, open_page, tmp_path):
+    """A gateway that requires an API key, and allows the page's origin: without a key,
+    and with a wrong one, the page says the key goes in its "API key" field; typed there,
+    it speaks. A link's ?api_key= fills the field too."""
     from perf.servers import free_ports, start_gateway, stop
 
     (port,) = free_ports(1)  # the Origin must be known before the gateway starts
@@ -89,23 +219,36 @@ def test_page_behind_an_api_key_and_an_origin_allow_list(triton, browser, tmp_pa
     with (tmp_path / "gateway.log").open("w") as log:
         process, port = start_gateway(triton.grpc_url, log, "--api-key", "k3y", "--allowed-origins", origin, port=port)
         try:
-            page = browser.new_page()
-            page.goto(f"{origin}/")
+            page = open_page(f"{origin}/")
+            assert page.input_value("#key") == ""
             page.click("#speak")
             page.wait_for_function("window.speechstream.errors.length", timeout=30_000)  # no key: refused
-            page.goto(f"{origin}/?api_key=k3y")
+            status = page.inner_text("#status")
+            assert "requires an API key" in status and KEY_FIELD_HINT in status
+            assert page.evaluate("document.activeElement.id") == "key"
+            page.fill("#key", "wrong")
             page.click("#speak")
-            page.wait_for_function("window.speechstream.done || window.speechstream.errors.length", timeout=60_000)
-            report = page.evaluate("window.speechstream")
-            assert report["errors"] == [] and report["audioMs"] > 3000
+            page.wait_for_function("window.speechstream.errors.length", timeout=30_000)
+            assert "refused this API key" in page.inner_text("#status") and KEY_FIELD_HINT in page.inner_text("#status")
+            page.fill("#key", "k3y")
+            page.click("#speak")
+            page.wait_for_function(FINISHED, timeout=90_000)
+            report = page.evaluate(REPORT)
+            assert report["errors"] == [] and report["audioMs"] > 3000 and report["done"]
+            linked = open_page(f"{origin}/?api_key=k3y")
+            assert linked.input_value("#key") == "k3y"
+            linked.click("#speak")
+            linked.wait_for_function("window.speechstream.received || window.speechstream.errors.length",
+                                     timeout=60_000)
+            assert linked.evaluate(REPORT)["errors"] == []
         finally:
             stop(process)
 
 
-def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, browser, tmp_path):
+def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, open_page, tmp_path):
     """A gateway admitting 1 % of its measured capacity (one stream): while another client
-    speaks, the page's request is refused with `server_busy`; the page says so, retries
-    when told to, and speaks once the other stream is cancelled."""
+    speaks, the page's request is refused with `server_busy`; the page says the server is
+    busy, retries when told to, and speaks once the other stream is cancelled."""
     import json
     import time
 
@@ -118,19 +261,33 @@ def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, brows
         try:
             holder = SyncSpeechClient.connect(f"ws://127.0.0.1:{port}/v1/stream", format="pcm_s16le")
             list(holder.speak("Let the server measure itself."))
-            holder.ws.send(json.dumps({"type": "speak", "context_id": "held", "text": workload("paragraph")}))
-            page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{port}/")
+            # Long enough that the audio it is not reading cannot all fit in the sockets' buffers.
+            holder.ws.send(json.dumps({"type": "speak", "context_id": "held", "text": workload("long")}))
+            page = open_page(f"http://127.0.0.1:{port}/")
             page.click("#speak")
             deadline, status = time.monotonic() + 10, ""
-            while not status.startswith("busy, retrying") and time.monotonic() < deadline:
+            while not status.startswith("Server busy") and time.monotonic() < deadline:
                 status = page.inner_text("#status")
                 page.wait_for_timeout(50)
+            state = page.evaluate("window.speechstream.state")
             holder.ws.send(json.dumps({"type": "cancel", "context_id": "held"}))
-            page.wait_for_function("window.speechstream.done || window.speechstream.errors.length", timeout=60_000)
-            report = page.evaluate("window.speechstream")
+            page.wait_for_function(FINISHED, timeout=90_000)
+            report = page.evaluate(REPORT)
             holder.close()
         finally:
             stop(process)
-    assert status.startswith("busy, retrying")
+    assert status.startswith("Server busy (at capacity): retrying in") and state == "busy"
     assert report["retries"] >= 1 and report["errors"] == [] and report["audioMs"] > 3000
+
+
+def test_static_files_refuse_traversal(gateway):
+    import urllib.error
+    import urllib.request
+
+    http = http_of(gateway)
+    with urllib.request.urlopen(http + "/static/app.js") as r:
+        assert r.headers["Content-Type"].split(";")[0] in ("text/javascript", "application/javascript")
+    for path in ["/static/../server.py", "/static/%2e%2e/server.py", "/static/", "/static/.hidden.js", "/etc/passwd"]:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(http + path)
+        assert e.value.code in (403, 404)  # refused: a directory (403) or no such file

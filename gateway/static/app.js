@@ -1,41 +1,61 @@
 // speechstream page: protocol v1 over WebSocket, Opus decoded with WebCodecs
-// (PCM s16le where AudioDecoder is missing), played through an AudioWorklet ring buffer.
+// (PCM s16le where AudioDecoder is missing), played through an AudioWorklet queue.
 "use strict";
 
 const RATE = 48000;
 const $ = (id) => document.getElementById(id);
-// What the page measured, for people and for the browser test.
-const report = (window.speechstream = { ttfaMs: null, decodedSamples: 0, audioMs: null, done: false, errors: [], retries: 0 });
+// What the page measured, for people and for the browser test. `received`: the server
+// sent the whole context and the page has decoded it; `done`: it has also been played.
+// Samples are counted since the last Speak or Stop; `level` is the meter's 0..1
+// (-60..0 dBFS); `state` is idle, speaking, busy, playing, done or error.
+const fresh = () => ({
+  ttfaMs: null, decodedSamples: 0, audioMs: null, received: false, done: false, errors: [], retries: 0,
+  playedSamples: 0, queuedSamples: 0,
+});
+const report = (window.speechstream = { ...fresh(), level: 0, levelDb: null, status: "", state: "idle" });
 
-let ws, audio, player, decoder, contextSeq = 0, current = null, currentText = "", sentAt = 0, configured = "";
+let ws, audio, player, decoder, connectedTo = "", contextSeq = 0, currentText = "", sentAt = 0;
+let current = null; // the context being spoken or played, or null
+let currentStream = null; // its audio frames' stream number, from audio_start
+let streaming = false; // the server is still sending `current`: Stop must cancel it
 const useOpus = typeof AudioDecoder === "function";
 $("codec").textContent = useOpus ? "Opus (WebCodecs)" : "PCM fallback";
+// A link may carry the key (?api_key=KEY); the field is where a person types it.
+$("key").value = new URLSearchParams(location.search).get("api_key") ?? "";
+
+function setStatus(text, state, className = "stats") {
+  $("status").textContent = report.status = text;
+  $("status").className = className;
+  report.state = state;
+}
 
 function fail(message) {
   report.errors.push(message);
-  $("status").textContent = message;
-  $("status").className = "error";
+  setStatus(message, "error", "error");
 }
 
 async function ensureAudio() {
   if (audio) return;
   audio = new AudioContext({ sampleRate: RATE });
   await audio.audioWorklet.addModule("/static/player-worklet.js");
-  player = new AudioWorkletNode(audio, "ring-player");
+  player = new AudioWorkletNode(audio, "queue-player", { outputChannelCount: [1] });
   player.connect(audio.destination);
-  player.port.onmessage = ({ data }) => drawLevel(data.level);
-  if (useOpus) {
-    decoder = new AudioDecoder({
-      output: (data) => {
-        const samples = new Float32Array(data.numberOfFrames);
-        data.copyTo(samples, { planeIndex: 0, format: "f32-planar" });
-        data.close();
-        play(samples);
-      },
-      error: (e) => fail(`decoder: ${e.message}`),
-    });
-    decoder.configure({ codec: "opus", sampleRate: RATE, numberOfChannels: 1 });
-  }
+  player.port.onmessage = ({ data }) => ("ended" in data ? onPlayed(data) : onProgress(data));
+}
+
+// A decoder per context: closing the last one drops the outputs it still owed (Stop).
+function newDecoder() {
+  const d = new AudioDecoder({
+    output: (data) => {
+      const samples = new Float32Array(data.numberOfFrames);
+      data.copyTo(samples, { planeIndex: 0, format: "f32-planar" });
+      data.close();
+      play(samples);
+    },
+    error: (e) => fail(`decoder: ${e.message}`),
+  });
+  d.configure({ codec: "opus", sampleRate: RATE, numberOfChannels: 1 });
+  return d;
 }
 
 function play(samples) {
@@ -44,46 +64,98 @@ function play(samples) {
   player.port.postMessage({ type: "samples", samples }, [samples.buffer]);
 }
 
-// Voice parameters are part of a connection's config, so new values mean a new connection.
-function wantedConfig() {
-  return JSON.stringify({
+// Voice parameters are part of a connection's config, and the key part of its URL, so
+// new values of either mean a new connection.
+function wanted() {
+  const key = $("key").value.trim();
+  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/stream`
+    + (key ? `?api_key=${encodeURIComponent(key)}` : ""); // a browser cannot set headers on a WebSocket
+  const config = JSON.stringify({
     type: "config", format: useOpus ? "opus" : "pcm_s16le", sample_rate: RATE,
     length_scale: 1 / +$("speed").value, noise_scale: +$("noise").value,
   });
+  return { key, url, config };
 }
 
-function connect(config) {
+function connect({ key, url, config }) {
   if (ws) ws.close();
+  connectedTo = "";
   return new Promise((resolve, reject) => {
-    // A gateway that requires an API key takes it from the page's own ?api_key=.
-    const key = new URLSearchParams(location.search).get("api_key");
-    const query = key ? `?api_key=${encodeURIComponent(key)}` : "";
-    const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/stream${query}`;
     const socket = (ws = new WebSocket(url));
     socket.binaryType = "arraybuffer";
+    let opened = false;
     socket.onopen = () => {
+      opened = true;
       socket.send(config);
-      configured = config;
+      connectedTo = url + config;
       resolve();
     };
-    socket.onerror = () => reject(new Error("WebSocket failed"));
-    socket.onclose = () => { if (ws === socket) ws = null; };
+    socket.onclose = () => {
+      if (!opened) return whyRefused(key).then((why) => reject(new Error(why))); // the handshake was refused
+      if (ws !== socket) return;
+      ws = null;
+      if (streaming) {
+        streaming = false;
+        fail("the connection to the server closed");
+      }
+    };
     socket.onmessage = ({ data }) => (typeof data === "string" ? onMessage(JSON.parse(data)) : onAudio(data));
   });
 }
 
-function onMessage(m) {
-  if (m.type === "error" && m.retry_after_ms && m.context_id === current) return retryLater(m.retry_after_ms);
-  if (m.type === "error") fail(`${m.code}: ${m.message}`);
-  if (m.type === "done" && m.context_id === current) {
-    report.audioMs = m.audio_ms;
-    const finished = () => { report.done = true; $("status").textContent = `done: ${m.audio_ms} ms of audio`; };
-    decoder ? decoder.flush().then(finished, (e) => fail(`decoder: ${e.message}`)) : finished();
+// A page cannot read the HTTP status of a refused WebSocket handshake, so ask an HTTP
+// endpoint behind the same key (GET /v1/voices) why, with the same key.
+async function whyRefused(key) {
+  try {
+    const r = await fetch("/v1/voices", { headers: key ? { "X-API-Key": key } : {}, cache: "no-store" });
+    if (r.status === 401) {
+      $("key").focus();
+      return key
+        ? "The server refused this API key: correct it in the \u201cAPI key\u201d field above, then press Speak."
+        : "This server requires an API key: type it in the \u201cAPI key\u201d field above, then press Speak.";
+    }
+    if (r.status === 429) {
+      return `Too many wrong API keys from this address: try again in ${r.headers.get("Retry-After") ?? "a minute"} s.`;
+    }
+  } catch {
+    // the server is unreachable: say so below
   }
+  return "Could not connect to the server.";
+}
+
+function onMessage(m) {
+  if (m.context_id !== undefined && m.context_id !== current) return; // a stopped context's last words
+  if (m.type === "audio_start") currentStream = m.stream;
+  if (m.type === "error" && m.retry_after_ms && m.context_id) return retryLater(m);
+  if (m.type === "error") {
+    if (m.context_id) streaming = false; // an error for a context ends it
+    fail(`${m.code}: ${m.message}`);
+  }
+  if (m.type === "done") {
+    // All sent. Once all is decoded too, the player is told that nothing more comes; the
+    // context is done when the player says it has played it all (onPlayed).
+    const id = current;
+    streaming = false;
+    report.audioMs = m.audio_ms;
+    const decoded = () => {
+      if (current !== id) return;
+      report.received = true;
+      setStatus(`received ${(m.audio_ms / 1000).toFixed(1)} s of audio, playing\u2026`, "playing");
+      player.port.postMessage({ type: "end", id });
+    };
+    decoder ? decoder.flush().then(decoded, (e) => current === id && fail(`decoder: ${e.message}`)) : decoded();
+  }
+}
+
+function onPlayed({ ended, played }) {
+  if (ended !== current) return;
+  Object.assign(report, { done: true, playedSamples: played, queuedSamples: 0 });
+  setStatus(`done: ${report.audioMs} ms of audio`, "done");
 }
 
 function onAudio(buffer) {
   const view = new DataView(buffer);
+  if (view.getUint16(2, true) !== currentStream) return; // sent before a Stop reached the server
   const offset = view.getUint32(8, true);
   if (report.ttfaMs === null) {
     report.ttfaMs = performance.now() - sentAt;
@@ -100,11 +172,13 @@ function onAudio(buffer) {
 
 async function speak() {
   try {
+    halt();
+    Object.assign(report, fresh());
     await ensureAudio();
     await audio.resume();
-    stop();
-    if (!ws || configured !== wantedConfig()) await connect(wantedConfig());
-    Object.assign(report, { ttfaMs: null, decodedSamples: 0, audioMs: null, done: false, retries: 0 });
+    const target = wanted();
+    if (!ws || connectedTo !== target.url + target.config) await connect(target);
+    if (useOpus) decoder = newDecoder();
     currentText = $("text").value;
     sentAt = performance.now();
     send();
@@ -114,41 +188,63 @@ async function speak() {
 }
 
 function send() {
-  $("status").textContent = "speaking…";
-  $("status").className = "stats";
+  setStatus("speaking\u2026", "speaking");
   current = `c${++contextSeq}`;
+  streaming = true;
   ws.send(JSON.stringify({ type: "speak", context_id: current, text: currentText }));
 }
 
 // The server is busy (or this address has all the streams it may): say so, and try
 // again when it says to. Time to first audio still counts from the click.
-function retryLater(ms) {
+function retryLater(m) {
   const refused = current;
+  streaming = false; // refused: there is nothing to cancel
   report.retries += 1;
-  $("status").textContent = `busy, retrying in ${(ms / 1000).toFixed(1)} s…`;
-  $("status").className = "stats";
-  setTimeout(() => { if (current === refused && ws) send(); }, ms);
+  const why = m.code === "server_busy" ? "Server busy (at capacity)" : "Too many streams from this address";
+  setStatus(`${why}: retrying in ${(m.retry_after_ms / 1000).toFixed(1)} s (attempt ${report.retries})\u2026`,
+    "busy", "busy");
+  setTimeout(() => { if (current === refused && ws) send(); }, m.retry_after_ms);
 }
 
-function stop() {
-  if (current && ws && !report.done) {
-    ws.send(JSON.stringify({ type: "cancel", context_id: current }));
-    $("status").textContent = "stopped";
-  }
-  current = null;
+// Cancel what the server still sends, forget the context, and empty the player.
+function halt() {
+  if (streaming && ws) ws.send(JSON.stringify({ type: "cancel", context_id: current }));
+  streaming = false;
+  current = currentStream = null;
+  if (decoder && decoder.state !== "closed") decoder.close();
+  decoder = null;
   if (player) player.port.postMessage({ type: "clear" });
 }
 
+function stop() {
+  halt();
+  setStatus("stopped", "idle");
+}
+
+function onProgress({ level, played, queued }) {
+  Object.assign(report, { playedSamples: played, queuedSamples: queued });
+  report.levelDb = level > 0 ? 20 * Math.log10(level) : null;
+  report.level = level > 0 ? Math.min(1, Math.max(0, (report.levelDb + 60) / 60)) : 0;
+  drawLevel(report.level);
+}
+
+// The meter: the last 200 levels (about 4 s), newest on the right, redrawn whole.
 const meter = $("meter").getContext("2d");
+const levels = new Array(200).fill(0);
 function drawLevel(level) {
+  levels.push(level);
+  levels.shift();
   const { width, height } = meter.canvas;
-  meter.drawImage(meter.canvas, -2, 0);
-  meter.clearRect(width - 2, 0, 2, height);
-  const h = Math.min(1, level * 2.5) * height;
+  const w = width / levels.length;
+  meter.clearRect(0, 0, width, height);
   meter.fillStyle = "#2a7ae2";
-  meter.fillRect(width - 2, (height - h) / 2, 2, Math.max(1, h));
+  levels.forEach((l, i) => {
+    const h = Math.max(2, 2 * Math.round((l * height) / 2)); // even, so that it centres on whole pixels
+    meter.fillRect(i * w, (height - h) / 2, w, h);
+  });
 }
 
 $("speak").onclick = speak;
 $("stop").onclick = stop;
-$("speed").oninput = () => { $("speed-value").textContent = `${(+$("speed").value).toFixed(2)}×`; };
+$("speed").oninput = () => { $("speed-value").textContent = `${(+$("speed").value).toFixed(2)}\u00d7`; };
+setStatus("ready", "idle");
