@@ -35,25 +35,20 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# Locust in an environment of its own (see perf/locust-requirements.txt).
-if [ "${1:-}" = "--tests" ]; then
-  LOCUST_VENV=${LOCUST_VENV:-.venv-locust}
-  [ -x "$LOCUST_VENV/bin/python" ] || "$PYTHON" -m venv "$LOCUST_VENV"
-  want=$(sha256sum perf/locust-requirements.txt | cut -d' ' -f1)
-  if [ "$(cat "$LOCUST_VENV/.installed" 2>/dev/null)" != "$want" ]; then
-    echo "setup: installing Locust into $LOCUST_VENV" >&2
-    "$LOCUST_VENV/bin/python" -m pip install -q -r perf/locust-requirements.txt
-    echo "$want" > "$LOCUST_VENV/.installed"
+# Test tools whose dependencies clash with the server's, each in an environment of its
+# own from a pinned requirements file (which says why): reinstalled when the file changes.
+side_environment() {  # VENV REQUIREMENTS WHAT
+  [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
+  local want
+  want=$(sha256sum "$2" | cut -d' ' -f1)
+  if [ "$(cat "$1/.installed" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing $3 into $1" >&2
+    "$1/bin/python" -m pip install -q -r "$2"
+    echo "$want" > "$1/.installed"
   fi
+}
 
-  # LiveKit Agents' and Pipecat's OpenAI TTS clients, in an environment of their own
-  # (see tests/agents-requirements.txt).
-  AGENTS_VENV=${AGENTS_VENV:-.venv-agents}
-  [ -x "$AGENTS_VENV/bin/python" ] || "$PYTHON" -m venv "$AGENTS_VENV"
-  want=$(sha256sum tests/agents-requirements.txt | cut -d' ' -f1)
-  if [ "$(cat "$AGENTS_VENV/.installed" 2>/dev/null)" != "$want" ]; then
-    echo "setup: installing LiveKit Agents and Pipecat into $AGENTS_VENV" >&2
-    "$AGENTS_VENV/bin/python" -m pip install -q -r tests/agents-requirements.txt
-    echo "$want" > "$AGENTS_VENV/.installed"
-  fi
+if [ "${1:-}" = "--tests" ]; then
+  side_environment "${LOCUST_VENV:-.venv-locust}" perf/locust-requirements.txt Locust
+  side_environment "${AGENTS_VENV:-.venv-agents}" tests/agents-requirements.txt "LiveKit Agents and Pipecat"
 fi
