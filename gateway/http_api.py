@@ -210,12 +210,15 @@ def refused(request: web.Request) -> web.Response | None:
 
 
 async def voices(request: web.Request) -> web.Response:
-    """GET /v1/voices: the voices, each with its sample rate."""
+    """GET /v1/voices: the voices, each with its sample rate, language and speakers (a
+    multi-speaker voice's names for its speaker ids too)."""
     if refusal := refused(request):
         return refusal
     voices = request.app[GATEWAY].voices.values()
     return json_response(HTTPStatus.OK, {"voices": [
-        {"id": v.name, "sample_rate": v.sample_rate, "language": v.language} for v in voices
+        {"id": v.name, "sample_rate": v.sample_rate, "language": v.language, "speakers": v.speakers}
+        | ({"speaker_ids": dict(v.speaker_names)} if v.speaker_names else {})
+        for v in voices
     ]})
 
 

@@ -257,6 +257,11 @@ class Session:
         context_id = message.context_id
         if len(self.contexts) >= self.limits.max_contexts:
             raise p.ProtocolError(c.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts", context_id)
+        cfg = self.config
+        voice = self.voices[message.voice or cfg.voice]
+        params = tuple((dict(cfg.voice_params) | dict(message.voice_params)).items())
+        if problem := voice.speaker_problem(dict(params).get(c.SPEAKER, 0)):
+            raise p.ProtocolError(c.INVALID_FIELD, problem, context_id)
         position = None
         if refusal := self.admission.refusal():
             refusal.context_id = context_id
@@ -266,9 +271,6 @@ class Session:
                 refusal.message += "; the admission queue is full too"
                 raise refusal
         self._streams = self._streams % 0xFFFF + 1
-        cfg = self.config
-        voice = self.voices[message.voice or cfg.voice]
-        params = tuple((dict(cfg.voice_params) | dict(message.voice_params)).items())
         encoder = FrameEncoder(voice.sample_rate, cfg.sample_rate, cfg.frame_ms, cfg.format)
         segmenter = Segmenter(language=voice.language_family)
         context = Context(context_id, self._streams, voice.name, params, encoder, segmenter, queued=position is not None)
@@ -400,7 +402,7 @@ class Session:
     def _audio_start(self, context: Context) -> Send:
         return Send(p.encode(
             "audio_start", context_id=context.id, stream=context.stream, voice=context.voice,
-            sample_rate=context.encoder.rate,
+            speaker=dict(context.voice_params).get(c.SPEAKER, 0), sample_rate=context.encoder.rate,
         ))
 
     def _queued(self, context: Context, position: int) -> Send:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from python_backends.catalog import VoiceInfo
-from python_backends.contract import LENGTH_SCALE, VOICE_PARAMS
+from python_backends.contract import LENGTH_SCALE, SPEAKER, VOICE_PARAMS
 
 from .audio import FrameEncoder
 from .containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
@@ -55,7 +55,7 @@ class SpeechRequest:
     response_format: str
     speed: float
     stream_format: str
-    extra_params: tuple[tuple[str, float | int], ...] = ()  # noise_scale, noise_w, seed
+    extra_params: tuple[tuple[str, float | int], ...] = ()  # noise_scale, noise_w, seed, speaker
     pace: float = 1.0  # the voice's own length_scale: speed 1
     stream: bool = True  # False: the whole body at once, with exact sizes in WAV and FLAC headers
 
@@ -126,9 +126,10 @@ def parse_speech_request(raw: bytes, voices: Mapping[str, VoiceInfo], max_chars:
     low, high = 1 / _SPEED.maximum, 1 / _SPEED.minimum
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
         raise ApiError(f"'speed' must be a number from {low:g} to {high:g}", "speed")
-    return SpeechRequest(
-        text, voice, fmt, float(speed), stream_format, _extra_params(body), voices[voice].length_scale, stream
-    )
+    extra = _extra_params(body)
+    if problem := voices[voice].speaker_problem(dict(extra).get(SPEAKER, 0)):
+        raise ApiError(problem, "speaker")
+    return SpeechRequest(text, voice, fmt, float(speed), stream_format, extra, voices[voice].length_scale, stream)
 
 
 def _extra_params(body: dict) -> tuple[tuple[str, float | int], ...]:

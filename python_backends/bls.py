@@ -24,8 +24,8 @@ class BlsStages:
         # The BLS response iterator blocks; each acoustic request parks a thread on it.
         self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="acoustic-wait")
 
-    def for_voice(self, name: str) -> VoiceStages:
-        return VoiceStages(self, name)
+    def for_voice(self, name: str, speaker: int = 0) -> VoiceStages:
+        return VoiceStages(self, name, speaker)
 
     async def acoustic_pieces(
         self, text: str, voice: Mapping[str, np.ndarray], head: int, voice_name: str
@@ -57,10 +57,13 @@ class BlsStages:
             if not read_all:
                 await loop.run_in_executor(self._waiters, collections.deque, responses, 0)  # read to the end
 
-    async def vocode(self, window: np.ndarray, voice_name: str) -> np.ndarray:
+    async def vocode(self, window: np.ndarray, voice_name: str, speaker: int) -> np.ndarray:
         vocoder = pb_utils.InferenceRequest(
             model_name=c.VOCODER_MODEL,
-            inputs=[pb_utils.Tensor(c.LATENT, window[None]), voice_tensor(voice_name, [1, 1])],
+            inputs=[
+                pb_utils.Tensor(c.LATENT, window[None]), voice_tensor(voice_name, [1, 1]),
+                pb_utils.Tensor(c.SPEAKER, np.array([[speaker]], dtype=np.int64)),
+            ],
             requested_output_names=[c.PCM],
         )
         r = await vocoder.async_exec()
@@ -74,16 +77,18 @@ class BlsStages:
 
 @dataclass(frozen=True)
 class VoiceStages:
-    """The Stages of one voice: BlsStages' requests, each naming the voice."""
+    """The Stages of one voice and speaker: BlsStages' requests, each naming the voice.
+    The speaker reaches the acoustic stage among the voice parameters."""
 
     bls: BlsStages
     voice_name: str
+    speaker: int
 
     def acoustic_pieces(self, text: str, voice: Mapping[str, np.ndarray], head: int) -> AsyncIterator[LatentPiece]:
         return self.bls.acoustic_pieces(text, voice, head, self.voice_name)
 
     def vocode(self, window: np.ndarray) -> Awaitable[np.ndarray]:
-        return self.bls.vocode(window, self.voice_name)
+        return self.bls.vocode(window, self.voice_name, self.speaker)
 
 
 def voice_tensor(name: str, shape: list[int]):

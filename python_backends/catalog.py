@@ -33,6 +33,15 @@ class VoiceInfo:
     espeak: str  # espeak-ng's voice for the phonemes, e.g. "en-us"
     length_scale: float  # the voice's own pace: speed 1
     model: Path | None = None  # None: the embedded voice, whose files come in its wheel
+    speakers: int = 1  # a multi-speaker voice speaks as any id from 0 to speakers - 1
+    speaker_names: tuple[tuple[str, int], ...] = ()  # (name, id), Piper's speaker_id_map
+
+    def speaker_problem(self, speaker: int) -> str | None:
+        """Why `speaker` is not one of this voice's speaker ids; None when it is."""
+        if 0 <= speaker < self.speakers:
+            return None
+        ids = f"{self.speakers} speakers, 0 to {self.speakers - 1}" if self.speakers > 1 else "one speaker, 0"
+        return f"speaker {speaker}: voice {self.name} has {ids}"
 
     @property
     def language_family(self) -> str:
@@ -52,13 +61,14 @@ def voice_info(name: str, config: dict, model: Path | None = None) -> VoiceInfo:
         language = config.get("language", {}).get("code") or config["espeak"]["voice"]
         info = VoiceInfo(
             name, int(config["audio"]["sample_rate"]), language, config["espeak"]["voice"],
-            float(config.get("inference", {}).get("length_scale", 1.0)), model,
+            float(config.get("inference", {}).get("length_scale", 1.0)), model, int(config.get("num_speakers", 1)),
+            tuple(sorted(((str(k), int(v)) for k, v in (config.get("speaker_id_map") or {}).items()), key=lambda kv: kv[1])),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise VoiceError(f"voice {name}: its config lacks or garbles {e} (a Piper .onnx.json has audio.sample_rate "
                          "and espeak.voice)") from None
-    if config.get("num_speakers", 1) > 1:
-        raise VoiceError(f"voice {name}: has {config['num_speakers']} speakers; multi-speaker voices are not served yet")
+    if info.speakers < 1 or any(not 0 <= i < info.speakers for _, i in info.speaker_names):
+        raise VoiceError(f"voice {name}: num_speakers {info.speakers} does not cover its speaker_id_map")
     return info
 
 

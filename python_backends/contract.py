@@ -40,6 +40,8 @@ LENGTH_SCALE = "LENGTH_SCALE"
 NOISE_SCALE = "NOISE_SCALE"
 NOISE_W = "NOISE_W"
 SEED = "SEED"
+# A multi-speaker voice's speaker id, 0 to its speakers - 1 (INT64 [1]; 0 without it).
+SPEAKER = "SPEAKER"
 # Input of all three models: the voice's name (BYTES [1]; the default voice without it).
 VOICE = "VOICE"
 
@@ -61,7 +63,7 @@ DURATIONS = "DURATIONS"  # [phoneme ids] int32, frames per phoneme id
 WORDS = "WORDS"  # [words] bytes, the sentence's words as written
 WORD_FRAMES = "WORD_FRAMES"  # [words, 2] int32, [start, end) frame of each word in the sentence
 
-# Output of `vocoder`; input is LATENT (a window of frames).
+# Output of `vocoder`; inputs are LATENT (a window of frames), VOICE and SPEAKER.
 PCM = "PCM"  # [samples] float32 in [-1, 1] at the voice's sample rate
 
 # Outputs of `tts` (one response per chunk, then an empty final response).
@@ -101,6 +103,7 @@ VOICE_PARAMS = (
     Param(NOISE_SCALE, "TYPE_FP32", None, 0.0, 2.0),
     Param(NOISE_W, "TYPE_FP32", None, 0.0, 2.0),
     Param(SEED, "TYPE_INT64", None, 0, 2**63 - 1),
+    Param(SPEAKER, "TYPE_INT64", None, 0, 65535),  # each voice checks its own count
 )
 
 HEAD_PARAM = Param(HEAD_FRAMES, "TYPE_INT32", 0, 0, 4096)
@@ -155,7 +158,7 @@ def model_inputs(model: str) -> list[dict]:
         sentences = [_tensor(SENTENCES, "TYPE_STRING", [-1], optional=True)]
         return text + sentences + voice + _params(VOICE_PARAMS) + _params(CHUNK_PARAMS)
     if model == VOCODER_MODEL:
-        return [_tensor(LATENT, "TYPE_FP32", [-1, -1])] + voice
+        return [_tensor(LATENT, "TYPE_FP32", [-1, -1])] + voice + [_tensor(SPEAKER, "TYPE_INT64", [1], optional=True)]
     raise KeyError(model)
 
 

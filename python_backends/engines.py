@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -54,6 +54,7 @@ class SentencePrior:
     words: list[tuple[str, int, int]]  # (word, start frame, end frame)
     sample: np.ndarray  # float32 [1, channels, frames]
     mask: np.ndarray  # float32 [1, 1, frames]
+    speaker: dict[str, np.ndarray]  # the graphs' speaker input; empty for a one-speaker voice
 
     @property
     def frames(self) -> int:
@@ -95,6 +96,7 @@ class AcousticEngine:
         # Piper's durations at the voice's own rate, then stretched to the one asked for.
         own_rate = self.voice.inference_defaults["length_scale"]
         scales = np.array([params.noise_scale, own_rate, params.noise_w], dtype=np.float32)
+        speaker = speaker_input(self.voice, [params.speaker])
         means, log_stds, widths = self._prior.run(
             None,
             {
@@ -102,7 +104,8 @@ class AcousticEngine:
                 v.LENGTHS_IN: np.array([ids.size], dtype=np.int64),
                 v.SCALES_IN: scales,
                 v.DP_NOISE: rng.standard_normal((1, 2, ids.size), dtype=np.float32),
-            },
+            }
+            | speaker,
         )
         durations = stretch_durations(np.ceil(widths[0, 0]).astype(np.int32), params.length_scale / own_rate)
         phoneme_of_frame = np.repeat(np.arange(ids.size), durations)
@@ -111,7 +114,7 @@ class AcousticEngine:
         noise = rng.standard_normal(mean.shape, dtype=np.float32)
         sample = mean + noise * std * np.float32(params.noise_scale)
         words = word_timings(sentence.text, ids, durations, self._separators, self._pad)
-        return SentencePrior(durations, words, sample, mask)
+        return SentencePrior(durations, words, sample, mask, speaker)
 
     async def pieces(
         self, text: str, params: VoiceParams, head: int, workers: Executor | None = None
@@ -131,7 +134,7 @@ class AcousticEngine:
         on a window with FLOW_CONTEXT frames more on each side where there are any."""
         lo, hi = max(0, start - FLOW_CONTEXT), min(prior.frames, end + FLOW_CONTEXT)
         (latent,) = self._flow.run(
-            None, {v.PRIOR_SAMPLE: prior.sample[:, :, lo:hi], v.FRAME_MASK: prior.mask[:, :, lo:hi]}
+            None, {v.PRIOR_SAMPLE: prior.sample[:, :, lo:hi], v.FRAME_MASK: prior.mask[:, :, lo:hi]} | prior.speaker
         )
         return latent[0, :, start - lo : end - lo]
 
@@ -140,9 +143,17 @@ class VocoderEngine:
     """Latent frames → PCM, for a batch of equal-length windows."""
 
     def __init__(self, voice: v.Voice, threads: int = 1) -> None:
+        self.voice = voice
         self._decoder = session(voice.graphs["decoder"], threads)
 
-    def vocode(self, latents: np.ndarray) -> np.ndarray:
-        """[batch, channels, frames] float32 → [batch, frames · 256] float32."""
-        (audio,) = self._decoder.run(None, {v.LATENT_OUT: np.ascontiguousarray(latents, dtype=np.float32)})
+    def vocode(self, latents: np.ndarray, speakers: Sequence[int] | None = None) -> np.ndarray:
+        """[batch, channels, frames] float32 → [batch, frames · 256] float32; each row
+        as its speaker in `speakers` (all speaker 0 without)."""
+        speaker = speaker_input(self.voice, [0] * latents.shape[0] if speakers is None else speakers)
+        (audio,) = self._decoder.run(None, {v.LATENT_OUT: np.ascontiguousarray(latents, dtype=np.float32)} | speaker)
         return audio.reshape(latents.shape[0], -1)
+
+
+def speaker_input(voice: v.Voice, speakers: Sequence[int]) -> dict[str, np.ndarray]:
+    """The graphs' speaker input for these batch rows; none for a one-speaker voice."""
+    return {v.SPEAKER_IN: np.array(speakers, dtype=np.int64)} if voice.speakers > 1 else {}

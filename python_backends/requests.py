@@ -20,6 +20,7 @@ from .contract import (
     RIGHT_CONTEXT_FRAMES,
     SEED,
     SENTENCES,
+    SPEAKER,
     TEXT,
     VOICE,
     VOICE_PARAMS,
@@ -32,12 +33,13 @@ from .text import Sentence, split_sentences
 
 @dataclass(frozen=True)
 class VoiceParams:
-    """Piper's three scales and an optional seed for the noise."""
+    """Piper's three scales, an optional seed for the noise, and the speaker."""
 
     length_scale: float
     noise_scale: float
     noise_w: float
     seed: int | None = None
+    speaker: int = 0  # a multi-speaker voice's speaker id
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class TtsRequest:
 
     sentences: tuple[Sentence, ...]  # each spoken as one sentence, in order
     voice_info: VoiceInfo
+    speaker: int
     voice: dict[str, np.ndarray]  # the voice parameters present, range-checked, forwarded to acoustic as sent
     chunking: ChunkParams
     chunking_asked: bool  # the client chose INITIAL_CHUNK_FRAMES, so load does not resize it
@@ -129,15 +132,24 @@ def read_params(inputs: Mapping[str, np.ndarray], params: Sequence[Param]) -> di
     return values
 
 
-def read_voice_params(inputs: Mapping[str, np.ndarray], defaults: VoiceParams) -> VoiceParams:
-    """The voice parameters, the voice's `defaults` where absent."""
+def read_voice_params(inputs: Mapping[str, np.ndarray], defaults: VoiceParams, voice: VoiceInfo = EMBEDDED) -> VoiceParams:
+    """The voice parameters, the voice's `defaults` where absent; the speaker one of `voice`'s."""
     v = read_params(inputs, VOICE_PARAMS)
     return VoiceParams(
         length_scale=defaults.length_scale if v[LENGTH_SCALE] is None else v[LENGTH_SCALE],
         noise_scale=defaults.noise_scale if v[NOISE_SCALE] is None else v[NOISE_SCALE],
         noise_w=defaults.noise_w if v[NOISE_W] is None else v[NOISE_W],
         seed=v[SEED],
+        speaker=speaker_of(v[SPEAKER], voice),
     )
+
+
+def speaker_of(asked: int | None, voice: VoiceInfo) -> int:
+    """The speaker id asked for (0 when not), checked against `voice`'s speakers."""
+    speaker = asked or 0
+    if problem := voice.speaker_problem(speaker):
+        raise InvalidRequest(f"{SPEAKER}: {problem}")
+    return speaker
 
 
 def read_chunk_params(inputs: Mapping[str, np.ndarray]) -> ChunkParams:
@@ -152,6 +164,7 @@ def read_tts_request(
     chunking, all checked."""
     info = read_voice(inputs, voices)
     sentences = read_sentences(inputs, max_chars, info.language_family)
-    read_params(inputs, VOICE_PARAMS)  # refused here, not by the acoustic stage mid-stream
+    # Refused here, not by the acoustic stage mid-stream.
+    speaker = speaker_of(read_params(inputs, VOICE_PARAMS)[SPEAKER], info)
     voice = {p.name: inputs[p.name] for p in VOICE_PARAMS if p.name in inputs}
-    return TtsRequest(sentences, info, voice, read_chunk_params(inputs), INITIAL_CHUNK_FRAMES in inputs)
+    return TtsRequest(sentences, info, speaker, voice, read_chunk_params(inputs), INITIAL_CHUNK_FRAMES in inputs)

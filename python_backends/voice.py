@@ -9,6 +9,9 @@ round (so that `speed` is exact):
 - ``flow``: sampled prior latent (per frame) and mask → decoder input z·mask (the
   latent frames).
 - ``decoder``: latent frames → waveform (the vocoder; 256 samples per frame).
+
+A multi-speaker voice's speaker id (Piper's ``sid``) feeds all three: the duration
+predictor, the flow and the decoder each look up the speaker's embedding.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ log = logging.getLogger(__name__)
 
 # Tensor names inside Piper's exported VITS graph (piper `export_onnx`).
 PHONEME_IDS_IN, LENGTHS_IN, SCALES_IN = "input", "input_lengths", "scales"
+SPEAKER_IN = "sid"  # [1] int64, multi-speaker voices only; [batch] in the derived graphs
 DP_NOISE = "/dp/RandomNormalLike_output_0"  # [1, 2, phonemes] duration predictor noise
 PRIOR_MEAN = "/enc_p/Split_output_0"  # [1, channels, phonemes]
 PRIOR_LOG_STD = "/enc_p/Split_output_1"  # [1, channels, phonemes]
@@ -43,7 +47,7 @@ GRAPHS = {
     "flow": ([PRIOR_SAMPLE, FRAME_MASK], [LATENT_OUT]),
     "decoder": ([LATENT_OUT], [AUDIO_OUT]),
 }
-SPLIT_VERSION = "2"  # bump when GRAPHS changes, so caches are rebuilt
+SPLIT_VERSION = "3"  # bump when GRAPHS changes, so caches are rebuilt
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,10 @@ class Voice:
     @property
     def sample_rate(self) -> int:
         return int(self.config["audio"]["sample_rate"])
+
+    @property
+    def speakers(self) -> int:
+        return int(self.config.get("num_speakers", 1))
 
     @property
     def espeak_voice(self) -> str:
@@ -93,11 +101,16 @@ def _split(model: Path, target: Path) -> None:
     """Write the three graphs of `model` into `target`, atomically."""
     import onnx.utils
 
+    whole = onnx.load(str(model), load_external_data=False)
+    speaker = [SPEAKER_IN] if any(i.name == SPEAKER_IN for i in whole.graph.input) else []
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
         for graph, (inputs, outputs) in GRAPHS.items():
-            onnx.utils.extract_model(str(model), str(staging / f"{graph}.onnx"), inputs, outputs)
+            path = staging / f"{graph}.onnx"
+            onnx.utils.extract_model(str(model), str(path), inputs + speaker, outputs)
+            if speaker:
+                _batch_speakers(path)
     except BaseException:
         shutil.rmtree(staging)
         raise
@@ -107,6 +120,17 @@ def _split(model: Path, target: Path) -> None:
         for f in staging.iterdir():
             f.unlink()
         staging.rmdir()
+
+
+def _batch_speakers(path: Path) -> None:
+    """Let a graph take a speaker id per batch row: Piper exports `sid` as [1], though
+    the embedding lookup it feeds works for any batch."""
+    import onnx
+
+    graph = onnx.load(str(path))
+    (sid,) = (i for i in graph.graph.input if i.name == SPEAKER_IN)
+    sid.type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(graph, str(path))
 
 
 def voice_files(info: VoiceInfo) -> tuple[Path, Path]:

@@ -51,4 +51,5 @@ side_environment() {  # VENV REQUIREMENTS WHAT
 if [ "${1:-}" = "--tests" ]; then
   side_environment "${LOCUST_VENV:-.venv-locust}" perf/locust-requirements.txt Locust
   side_environment "${AGENTS_VENV:-.venv-agents}" tests/agents-requirements.txt "LiveKit Agents and Pipecat"
+  side_environment "${BUILD_VENV:-.venv-build}" tests/build-requirements.txt "torch and Piper's VITS (test model builds)"
 fi

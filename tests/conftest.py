@@ -2,13 +2,14 @@ import pytest
 
 from perf.servers import free_ports, start_gateway, stop
 from python_backends.launcher import TritonServer
-from tests.voices import build_german_voice
+from tests.voices import build_german_voice, build_trio_voice
 
 
 @pytest.fixture(scope="session")
 def voices_dir(tmp_path_factory):
-    """A voices directory with a second voice, built from the embedded one (tests/voices.py)."""
-    return build_german_voice(tmp_path_factory.mktemp("voices"))
+    """A voices directory with a second voice built from the embedded one, and a
+    multi-speaker voice (tests/voices.py)."""
+    return build_trio_voice(build_german_voice(tmp_path_factory.mktemp("voices")))
 
 
 @pytest.fixture(scope="session")

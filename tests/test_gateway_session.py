@@ -83,7 +83,8 @@ def test_speak_runs_one_job_then_the_last_frame_is_flagged_and_done_gives_the_du
     s.start()
     actions = send(s, type="speak", context_id="a", text="Hello there. How are you?")
     (start,) = messages(actions)
-    assert start == {"type": "audio_start", "context_id": "a", "stream": 1, "voice": c.DEFAULT_VOICE, "sample_rate": 48000}
+    assert start == {"type": "audio_start", "context_id": "a", "stream": 1, "voice": c.DEFAULT_VOICE, "speaker": 0,
+                     "sample_rate": 48000}
     (job,) = jobs(actions)
     assert [x.text for x in job.sentences] == ["Hello there.", "How are you?"]
     assert [(x.start, x.end) for x in job.sentences] == [(0, 12), (13, 25)]

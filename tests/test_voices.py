@@ -59,7 +59,7 @@ def test_two_voices_in_two_languages_on_one_socket(gateway, expected_ms):
             return ready, client, done
 
     ready, client, done = asyncio.run(run())
-    assert ready["voices"] == [EMBEDDED.name, GERMAN]
+    assert ready["voices"][:2] == [EMBEDDED.name, GERMAN]  # the default first, then the directory's by name
     starts = {m["context_id"]: m for m in client.messages("audio_start")}
     assert (starts["en"]["voice"], starts["de"]["voice"]) == (EMBEDDED.name, GERMAN)
     assert starts["de"]["sample_rate"] == starts["en"]["sample_rate"] == 48000  # each resampled from its own rate
@@ -76,8 +76,8 @@ def test_the_http_api_lists_and_speaks_each_voice(gateway, expected_ms):
     base = gateway.replace("ws://", "http://").rsplit("/v1/", 1)[0] + "/v1"
     with urllib.request.urlopen(base + "/voices") as r:
         listed = json.loads(r.read())["voices"]
-    assert {v["id"]: (v["sample_rate"], v["language"]) for v in listed} == {
-        EMBEDDED.name: (EMBEDDED.sample_rate, "en_US"), GERMAN: (GERMAN_RATE, "de_DE")}
+    assert [(v["id"], v["sample_rate"], v["language"]) for v in listed][:2] == [
+        (EMBEDDED.name, EMBEDDED.sample_rate, "en_US"), (GERMAN, GERMAN_RATE, "de_DE")]
     api = openai.OpenAI(base_url=base, api_key="unused", max_retries=0)
     for voice, text in ((GERMAN, GERMAN_TEXT), (EMBEDDED.name, ENGLISH_TEXT)):
         body = api.audio.speech.create(model="tts-1", voice=voice, input=text, response_format="pcm",

@@ -42,8 +42,9 @@ class TritonPythonModel:
         try:
             inputs = request_inputs(request, c.ACOUSTIC_MODEL)
             text = read_text(inputs, c.MAX_SENTENCE_CHARS)
-            engine = self.engines[read_voice(inputs, self.voices).name]
-            params = read_voice_params(inputs, engine.default_params())
+            voice = read_voice(inputs, self.voices)
+            engine = self.engines[voice.name]
+            params = read_voice_params(inputs, engine.default_params(), voice)
             head = read_params(inputs, (c.HEAD_PARAM,))[c.HEAD_FRAMES]
             async with aclosing(engine.pieces(text, params, head, self.workers)) as pieces:
                 async for piece in pieces:

@@ -64,7 +64,7 @@ class TritonPythonModel:
                 loaded = self.streams.over_share(client, self.slots.share())
                 chunking, head = sized_for_load(tts.chunking, tts.chunking_asked, loaded)
                 chunks = synthesize(
-                    tts.sentences, tts.voice, self.stages.for_voice(tts.voice_info.name), chunking=chunking,
+                    tts.sentences, tts.voice, self.stages.for_voice(tts.voice_info.name, tts.speaker), chunking=chunking,
                     head=head, scheduler=self.slots.for_client(client), clock=PlaybackClock(rate),
                     is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets,
                 )

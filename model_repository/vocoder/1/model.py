@@ -31,12 +31,13 @@ class TritonPythonModel:
         # The dynamic batcher may join windows of different voices and lengths: one run each.
         latents = [pb_utils.get_input_tensor_by_name(r, c.LATENT).as_numpy() for r in requests]
         voices = [voice_of(r) for r in requests]
+        speakers = [speaker_of(r) for r in requests]
         pcm = [None] * len(latents)
         for voice, shape in set(zip(voices, (x.shape for x in latents))):
             if voice not in self.engines:
                 continue
             same = [i for i, x in enumerate(latents) if x.shape == shape and voices[i] == voice]
-            audio = self.engines[voice].vocode(np.concatenate([latents[i] for i in same]))
+            audio = self.engines[voice].vocode(np.concatenate([latents[i] for i in same]), [speakers[i] for i in same])
             for row, i in enumerate(same):
                 pcm[i] = audio[row : row + 1]
         return [error(f"unknown voice {v!r}") if x is None else response({c.PCM: x}) for v, x in zip(voices, pcm)]
@@ -46,3 +47,9 @@ def voice_of(request) -> str:
     """The window's voice: its VOICE input, else the default."""
     tensor = pb_utils.get_input_tensor_by_name(request, c.VOICE)
     return c.DEFAULT_VOICE if tensor is None else tensor.as_numpy().reshape(-1)[0].decode()
+
+
+def speaker_of(request) -> int:
+    """The window's speaker id (tts checked it against the voice), else 0."""
+    tensor = pb_utils.get_input_tensor_by_name(request, c.SPEAKER)
+    return 0 if tensor is None else int(tensor.as_numpy().reshape(-1)[0])
