@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from python_backends import contract as c
+from python_backends.catalog import VOICES_ENV
 
 ROOT = Path(__file__).parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -32,6 +33,12 @@ def test_services_ports_and_health_checks():
     assert gateway["environment"]["TRITON_GRPC_URL"] == "triton:8001"
     for port in ("8080", "8000", "8001", "8002"):
         assert port in README
+
+
+def test_both_services_serve_the_same_voices_directory():
+    for service in COMPOSE["services"].values():
+        assert service["environment"][VOICES_ENV] == "/voices"
+        assert service["volumes"] == ["./voices:/voices:ro"]
 
 
 def test_each_service_builds_a_stage_that_exists():

@@ -64,4 +64,5 @@ def test_counters_move_as_requests_are_served(gateway):
 def test_voices(gateway):
     with urllib.request.urlopen(http(gateway) + "/v1/voices", timeout=5) as r:
         voices = json.loads(r.read())["voices"]
-    assert voices[0] == {"id": EMBEDDED.name, "sample_rate": EMBEDDED.sample_rate, "language": "en_US"}  # the default first
+    assert voices[0] == {"id": EMBEDDED.name, "sample_rate": EMBEDDED.sample_rate, "language": "en_US",
+                         "speakers": 1}  # the default first
