@@ -15,6 +15,8 @@ packages=("libpython$PYVER" libb64-0d libopus0)
 "$PYTHON" -c 'import ensurepip' 2>/dev/null || packages+=("python$PYVER-venv")
 # chromium: the browser test drives Debian's build (no browser download).
 [ "${1:-}" = "--tests" ] && packages+=(chromium)
+# python3.11-venv: Debian's Python 3.11, for the autoregressive family's environment.
+case "${1:-}" in --tests|--ar) packages+=(python3.11-venv libpython3.11) ;; esac
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -35,10 +37,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# Test tools whose dependencies clash with the server's, each in an environment of its
+# Test tools and the autoregressive family, whose dependencies clash with the server's, each in an environment of its
 # own from a pinned requirements file (which says why): reinstalled when the file changes.
-side_environment() {  # VENV REQUIREMENTS WHAT
-  [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
+side_environment() {  # VENV REQUIREMENTS WHAT [PYTHON]
+  [ -x "$1/bin/python" ] || "${4:-$PYTHON}" -m venv "$1"
   local want
   want=$(sha256sum "$2" | cut -d' ' -f1)
   if [ "$(cat "$1/.installed" 2>/dev/null)" != "$want" ]; then
@@ -48,8 +50,23 @@ side_environment() {  # VENV REQUIREMENTS WHAT
   fi
 }
 
+# The autoregressive family (vLLM and SNAC) runs in Triton's Python stub from an
+# environment of its own, made with Debian's Python 3.11: the stub links its libpython.
+ar_environment() {
+  local venv=${AR_VENV:-.venv-ar}
+  side_environment "$venv" python_backends/ar/requirements.txt "vLLM and SNAC (about 3.5 GB)" /usr/bin/python3.11
+  # Triton's stub utilities need numpy 1 (see the requirements file); the registry's
+  # builds of these three do not load beside the CPU torch and break transformers' imports.
+  "$venv/bin/python" -m pip install -q "numpy<2"
+  "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+}
+
 if [ "${1:-}" = "--tests" ]; then
   side_environment "${LOCUST_VENV:-.venv-locust}" perf/locust-requirements.txt Locust
   side_environment "${AGENTS_VENV:-.venv-agents}" tests/agents-requirements.txt "LiveKit Agents and Pipecat"
   side_environment "${BUILD_VENV:-.venv-build}" tests/build-requirements.txt "torch and Piper's VITS (test model builds)"
+  ar_environment
+fi
+if [ "${1:-}" = "--ar" ]; then
+  ar_environment
 fi
