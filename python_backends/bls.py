@@ -1,10 +1,11 @@
-"""The tts model's Stages over Triton's BLS: requests to the acoustic and vocoder models
-of the same server. Imported only inside Triton's Python backend (needs its `pb_utils`)."""
+"""The BLS models' stages over Triton: tts's requests to the acoustic and vocoder models
+of the same server, and the generic decoupled and plain requests tts_ar's stages use. Imported only inside Triton's Python backend (needs its `pb_utils`)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +22,8 @@ class BlsStages:
     """Stages (python_backends.streaming) as BLS requests, shared by all streams."""
 
     def __init__(self, waiters: int) -> None:
-        # The BLS response iterator blocks; each acoustic request parks a thread on it.
-        self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="acoustic-wait")
+        # The BLS response iterator blocks; each decoupled request parks a thread on it.
+        self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="stream-wait")
 
     def for_voice(self, name: str, speaker: int = 0) -> VoiceStages:
         return VoiceStages(self, name, speaker)
@@ -30,19 +31,23 @@ class BlsStages:
     async def acoustic_pieces(
         self, text: str, voice: Mapping[str, np.ndarray], head: int, voice_name: str
     ) -> AsyncIterator[LatentPiece]:
-        """One acoustic request for one sentence, its responses as pieces. The response
-        iterator is read to its end even when the reading stops early (a failure, the
-        reader cancelled): one dropped unread deadlocks the 2.51 stub when the model
-        unloads."""
+        """One acoustic request for one sentence, its responses as pieces."""
         inputs = [pb_utils.Tensor(c.TEXT, np.array([text.encode()], dtype=object)), voice_tensor(voice_name, [1])]
         inputs += [pb_utils.Tensor(name, value) for name, value in voice.items()]
         if head:
             inputs.append(pb_utils.Tensor(c.HEAD_FRAMES, np.array([head], dtype=np.int32)))
-        acoustic = pb_utils.InferenceRequest(
-            model_name=c.ACOUSTIC_MODEL, inputs=inputs,
-            requested_output_names=[c.LATENT, c.DURATIONS, c.WORDS, c.WORD_FRAMES],
-        )
-        responses = iter(await acoustic.async_exec(decoupled=True))
+        outputs = [c.LATENT, c.DURATIONS, c.WORDS, c.WORD_FRAMES]
+        async with contextlib.aclosing(self.stream(c.ACOUSTIC_MODEL, inputs, outputs)) as responses:
+            async for r in responses:
+                yield latent_piece(r)
+
+    async def stream(self, model: str, inputs: list, outputs: list[str]) -> AsyncIterator:
+        """A decoupled request's responses, but the empty final one; a response that is
+        an error raises StageError. The response iterator is read to its end even when
+        the reading stops early (a failure, the reader cancelled): one dropped unread
+        deadlocks the 2.51 stub when the model unloads."""
+        request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=outputs)
+        responses = iter(await request.async_exec(decoupled=True))
         loop = asyncio.get_running_loop()
         read_all = False
         try:
@@ -50,26 +55,27 @@ class BlsStages:
             while (r := await loop.run_in_executor(self._waiters, next, responses, None)) is not None:
                 if r.has_error():
                     raise c.StageError(r.error().message())
-                if pb_utils.get_output_tensor_by_name(r, c.LATENT) is not None:  # None: the empty final response
-                    yield latent_piece(r)
+                if pb_utils.get_output_tensor_by_name(r, outputs[0]) is not None:  # None: the empty final response
+                    yield r
             read_all = True
         finally:
             if not read_all:
                 await loop.run_in_executor(self._waiters, collections.deque, responses, 0)  # read to the end
 
-    async def vocode(self, window: np.ndarray, voice_name: str, speaker: int) -> np.ndarray:
-        vocoder = pb_utils.InferenceRequest(
-            model_name=c.VOCODER_MODEL,
-            inputs=[
-                pb_utils.Tensor(c.LATENT, window[None]), voice_tensor(voice_name, [1, 1]),
-                pb_utils.Tensor(c.SPEAKER, np.array([[speaker]], dtype=np.int64)),
-            ],
-            requested_output_names=[c.PCM],
-        )
-        r = await vocoder.async_exec()
+    async def infer(self, model: str, inputs: list, output: str) -> np.ndarray:
+        """A plain request's one output; an error raises StageError."""
+        request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=[output])
+        r = await request.async_exec()
         if r.has_error():
             raise c.StageError(r.error().message())
-        return pb_utils.get_output_tensor_by_name(r, c.PCM).as_numpy()[0]
+        return pb_utils.get_output_tensor_by_name(r, output).as_numpy()
+
+    async def vocode(self, window: np.ndarray, voice_name: str, speaker: int) -> np.ndarray:
+        inputs = [
+            pb_utils.Tensor(c.LATENT, window[None]), voice_tensor(voice_name, [1, 1]),
+            pb_utils.Tensor(c.SPEAKER, np.array([[speaker]], dtype=np.int64)),
+        ]
+        return (await self.infer(c.VOCODER_MODEL, inputs, c.PCM))[0]
 
     def close(self) -> None:
         self._waiters.shutdown(cancel_futures=True)

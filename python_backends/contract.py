@@ -14,6 +14,12 @@ from dataclasses import dataclass
 ACOUSTIC_MODEL = "acoustic"
 VOCODER_MODEL = "vocoder"
 TTS_MODEL = "tts"
+# The autoregressive family (python_backends/ar): a Talker writes frames of codec codes,
+# Code2Wav decodes them, and tts_ar chains the two as tts chains acoustic and vocoder.
+TALKER_MODEL = "talker"
+CODE2WAV_MODEL = "code2wav"
+TTS_AR_MODEL = "tts_ar"
+DECOUPLED_MODELS = (ACOUSTIC_MODEL, TTS_MODEL, TALKER_MODEL, TTS_AR_MODEL)
 
 # The embedded default voice (Piper's en_US-joe-medium); others come from a voices
 # directory (python_backends.catalog).
@@ -98,11 +104,12 @@ class Param:
         return self.triton_type in ("TYPE_INT32", "TYPE_INT64")
 
 
+SEED_PARAM = Param(SEED, "TYPE_INT64", None, 0, 2**63 - 1)
 VOICE_PARAMS = (
     Param(LENGTH_SCALE, "TYPE_FP32", None, 0.25, 4.0),
     Param(NOISE_SCALE, "TYPE_FP32", None, 0.0, 2.0),
     Param(NOISE_W, "TYPE_FP32", None, 0.0, 2.0),
-    Param(SEED, "TYPE_INT64", None, 0, 2**63 - 1),
+    SEED_PARAM,
     Param(SPEAKER, "TYPE_INT64", None, 0, 65535),  # each voice checks its own count
 )
 
@@ -118,6 +125,30 @@ CHUNK_PARAMS = (
     Param(CHUNK_FRAMES, "TYPE_INT32", 128, 1, 256),
     Param(LEFT_CONTEXT_FRAMES, "TYPE_INT32", 8, 0, 64),
     Param(RIGHT_CONTEXT_FRAMES, "TYPE_INT32", 8, 0, 64),
+)
+
+# The autoregressive family's inputs and outputs. CODES: frames of codec codes, [frames,
+# positions] INT32 (7 positions for the Orpheus format); the Talker answers with one
+# response per frame or few, Code2Wav takes windows of them ([batch, frames, 7]).
+CODES = "CODES"
+TEMPERATURE = "TEMPERATURE"
+MAX_FRAMES = "MAX_FRAMES"
+AR_POSITIONS = 7
+# Orpheus's voices, spoken as the prompt's "voice: text"; the first is the default.
+ORPHEUS_VOICES = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")
+AR_PARAMS = (
+    Param(TEMPERATURE, "TYPE_FP32", 0.6, 0.0, 2.0),
+    SEED_PARAM,
+    Param(MAX_FRAMES, "TYPE_INT32", 1200, 1, 4096),  # 85.3 ms a frame: 102 s by default
+)
+# SNAC's decoder reaches about 2 frames (170 ms) either side: with 2 frames of context
+# chunked decoding matches whole decoding at 89 dB (1 frame: 46 dB; measured on the test
+# model, python_backends/ar/code2wav.py). A first chunk of 1 frame starts audio after 3.
+AR_CHUNK_PARAMS = (
+    Param(INITIAL_CHUNK_FRAMES, "TYPE_INT32", 1, 1, 64),
+    Param(CHUNK_FRAMES, "TYPE_INT32", 16, 1, 64),
+    Param(LEFT_CONTEXT_FRAMES, "TYPE_INT32", 2, 0, 16),
+    Param(RIGHT_CONTEXT_FRAMES, "TYPE_INT32", 2, 0, 16),
 )
 
 # Request text limit, in characters; a model config parameter `max_text_chars` overrides it.
@@ -159,6 +190,14 @@ def model_inputs(model: str) -> list[dict]:
         return text + sentences + voice + _params(VOICE_PARAMS) + _params(CHUNK_PARAMS)
     if model == VOCODER_MODEL:
         return [_tensor(LATENT, "TYPE_FP32", [-1, -1])] + voice + [_tensor(SPEAKER, "TYPE_INT64", [1], optional=True)]
+    if model == TALKER_MODEL:
+        return [_tensor(TEXT, "TYPE_STRING", [1])] + voice + _params(AR_PARAMS)
+    if model == CODE2WAV_MODEL:
+        return [_tensor(CODES, "TYPE_INT32", [-1, AR_POSITIONS])]
+    if model == TTS_AR_MODEL:
+        text = [_tensor(TEXT, "TYPE_STRING", [1], optional=True)]
+        sentences = [_tensor(SENTENCES, "TYPE_STRING", [-1], optional=True)]
+        return text + sentences + voice + _params(AR_PARAMS) + _params(AR_CHUNK_PARAMS)
     raise KeyError(model)
 
 
@@ -182,8 +221,18 @@ def model_outputs(model: str) -> list[dict]:
             _tensor(TEXT_SPAN, "TYPE_INT32", [2]),
             _tensor(CAPACITY, "TYPE_FP32", [1]),
         ]
-    if model == VOCODER_MODEL:
+    if model == VOCODER_MODEL or model == CODE2WAV_MODEL:
         return [_tensor(PCM, "TYPE_FP32", [-1])]
+    if model == TALKER_MODEL:
+        return [_tensor(CODES, "TYPE_INT32", [-1, AR_POSITIONS])]
+    if model == TTS_AR_MODEL:
+        return [
+            _tensor(PCM, "TYPE_FP32", [-1]),
+            _tensor(CHUNK_INDEX, "TYPE_INT32", [1]),
+            _tensor(SAMPLE_OFFSET, "TYPE_INT64", [1]),
+            _tensor(SENTENCE_INDEX, "TYPE_INT32", [1]),
+            _tensor(TEXT_SPAN, "TYPE_INT32", [2]),
+        ]
     raise KeyError(model)
 
 

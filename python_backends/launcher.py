@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from . import contract as c
 from .catalog import VOICES_ENV, VoiceError, find_voices
 from .voice import cache_dir, load_voice
 
@@ -34,6 +35,9 @@ log = logging.getLogger("speechstream.triton")
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
+# The AR family's environment (vLLM, torch, SNAC), made by `scripts/setup.sh --ar`.
+AR_VENV = PROJECT_ROOT / os.environ.get("AR_VENV", ".venv-ar")
+AR_MODEL_ENV = "SPEECHSTREAM_AR_MODEL"
 
 
 def pytriton_dir() -> Path:
@@ -64,17 +68,24 @@ def backend_directory() -> Path:
     return target
 
 
-def server_environment(voices: str | None = None) -> dict[str, str]:
+def server_environment(voices: str | None = None, ar_model: str | None = None) -> dict[str, str]:
     """The environment for tritonserver and its Python stubs.
 
     The stubs run the system's libpython in isolated mode, which ignores PYTHONPATH, so
     the model shims put SPEECHSTREAM_PYTHONPATH (the project and this environment's
     packages) on sys.path themselves; the server needs the wheel's own libraries. The
-    models find the voices directory in $SPEECHSTREAM_VOICES.
+    models find the voices directory in $SPEECHSTREAM_VOICES. The AR family's Talker and
+    Code2Wav take the AR environment's packages (SPEECHSTREAM_AR_PYTHONPATH) instead, and
+    the model directory from $SPEECHSTREAM_AR_MODEL.
     """
     env = dict(os.environ)
     if voices:
         env[VOICES_ENV] = voices
+    if ar_model:
+        env[AR_MODEL_ENV] = str(Path(ar_model).resolve())
+        env["SPEECHSTREAM_AR_PYTHON"] = str(AR_VENV / "bin" / "python")
+        site = AR_VENV / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+        env["SPEECHSTREAM_AR_PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), str(site)])
     libs = pytriton_dir().parent / "nvidia_pytriton.libs"
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), env.get("LD_LIBRARY_PATH")]))
     paths = [str(PROJECT_ROOT)] + [p for p in sys.path if p.endswith("site-packages")]
@@ -109,6 +120,7 @@ class TritonServer:
     model_repository: Path = MODEL_REPOSITORY
     log_verbose: int = 0
     voices: str | None = None  # a directory of Piper voices, besides the embedded one
+    ar_model: str | None = None  # an Orpheus-format model directory: serve the autoregressive family too
     process: subprocess.Popen | None = field(default=None, init=False)
     _stdout: object = field(default=None, init=False, repr=False)
     _stubs: list[psutil.Process] = field(default_factory=list, init=False, repr=False)
@@ -127,11 +139,20 @@ class TritonServer:
             "--allow-cpu-metrics=true",
             "--exit-on-error=true",
             f"--log-verbose={self.log_verbose}",
+            "--model-control-mode=explicit",
+            *(f"--load-model={model}" for model in self.models()),
         ]
+
+    def models(self) -> tuple[str, ...]:
+        """The models this server loads: the Piper chain, and the AR family's with `ar_model`."""
+        piper = (c.ACOUSTIC_MODEL, c.VOCODER_MODEL, c.TTS_MODEL)
+        return piper + ((c.TALKER_MODEL, c.CODE2WAV_MODEL, c.TTS_AR_MODEL) if self.ar_model else ())
 
     def start(self, stdout=None) -> None:
         for voice in find_voices(self.voices).values():  # VoiceError, with what to fix, before Triton starts
             load_voice(voice)  # derive the graphs once here, not in three model processes at once
+        if self.ar_model:
+            check_ar_model(self.ar_model)
         removed = remove_stale_regions()
         if removed:
             log.warning("removed %d shared-memory regions left by Triton processes that are gone", removed)
@@ -140,7 +161,7 @@ class TritonServer:
         # A session of its own: a signal Triton or a dying stub sends to its process group
         # does not reach the supervisor, which stops Triton itself.
         self.process = subprocess.Popen(
-            self.command(), env=server_environment(self.voices), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
+            self.command(), env=server_environment(self.voices, self.ar_model), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def is_ready(self) -> bool:
@@ -291,11 +312,26 @@ def remove_stale_regions() -> int:
     return len(stale)
 
 
+def check_ar_model(directory: str) -> None:
+    """VoiceError, saying what to do, unless the AR family can start from `directory`."""
+    missing = [part for part in ("talker", "snac") if not (Path(directory) / part).is_dir()]
+    if missing:
+        raise VoiceError(f"AR model {directory}: no {' or '.join(missing)} directory in it (an Orpheus-format "
+                         "model directory holds talker/, the Llama, and snac/, its SNAC decoder)")
+    if not (AR_VENV / "bin" / "python").exists():
+        raise VoiceError(f"AR model {directory}: no AR environment at {AR_VENV}; run `scripts/setup.sh --ar`")
+
+
 def add_voices_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--voices", default=os.environ.get(VOICES_ENV),
         help=f"a directory of Piper voices (NAME.onnx beside NAME.onnx.json) to serve besides the embedded one "
              f"(env {VOICES_ENV})",
+    )
+    parser.add_argument(
+        "--ar-model", default=os.environ.get(AR_MODEL_ENV),
+        help=f"an Orpheus-format model directory (talker/ and snac/) to serve the autoregressive family from "
+             f"(env {AR_MODEL_ENV})",
     )
 
 
@@ -312,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     server = TritonServer(
-        args.http_port, args.grpc_port, args.metrics_port, args.host, args.model_repository, args.log_verbose, args.voices
+        args.http_port, args.grpc_port, args.metrics_port, args.host, args.model_repository, args.log_verbose, args.voices,
+        args.ar_model,
     )
     stopping = threading.Event()
 

@@ -9,11 +9,14 @@ import numpy as np
 
 from .chunking import ChunkParams
 from .contract import (
+    AR_CHUNK_PARAMS,
+    AR_PARAMS,
     CHUNK_FRAMES,
     CHUNK_PARAMS,
     INITIAL_CHUNK_FRAMES,
     LEFT_CONTEXT_FRAMES,
     LENGTH_SCALE,
+    MAX_FRAMES,
     MAX_SENTENCE_CHARS,
     NOISE_SCALE,
     NOISE_W,
@@ -21,8 +24,10 @@ from .contract import (
     SEED,
     SENTENCES,
     SPEAKER,
+    TEMPERATURE,
     TEXT,
     VOICE,
+    ORPHEUS_VOICES,
     VOICE_PARAMS,
     InvalidRequest,
     Param,
@@ -152,8 +157,9 @@ def speaker_of(asked: int | None, voice: VoiceInfo) -> int:
     return speaker
 
 
-def read_chunk_params(inputs: Mapping[str, np.ndarray]) -> ChunkParams:
-    v = read_params(inputs, CHUNK_PARAMS)
+def read_chunk_params(inputs: Mapping[str, np.ndarray], params: Sequence[Param] = CHUNK_PARAMS) -> ChunkParams:
+    """The chunking inputs, by `params`' defaults and ranges (Piper's, or the AR family's)."""
+    v = read_params(inputs, params)
     return ChunkParams(v[INITIAL_CHUNK_FRAMES], v[CHUNK_FRAMES], v[LEFT_CONTEXT_FRAMES], v[RIGHT_CONTEXT_FRAMES])
 
 
@@ -168,3 +174,50 @@ def read_tts_request(
     speaker = speaker_of(read_params(inputs, VOICE_PARAMS)[SPEAKER], info)
     voice = {p.name: inputs[p.name] for p in VOICE_PARAMS if p.name in inputs}
     return TtsRequest(sentences, info, speaker, voice, read_chunk_params(inputs), INITIAL_CHUNK_FRAMES in inputs)
+
+
+@dataclass(frozen=True)
+class TalkerRequest:
+    """A validated `talker` request: a sentence, its voice and sampling."""
+
+    text: str
+    voice: str
+    temperature: float
+    seed: int | None
+    max_frames: int
+
+
+@dataclass(frozen=True)
+class TtsArRequest:
+    """A validated `tts_ar` request."""
+
+    sentences: tuple[Sentence, ...]
+    voice: str
+    talker: dict[str, np.ndarray]  # the sampling inputs present, forwarded to the Talker as sent
+    chunking: ChunkParams
+
+
+def read_orpheus_voice(inputs: Mapping[str, np.ndarray]) -> str:
+    """The Orpheus voice VOICE names (the first of them without it)."""
+    if VOICE not in inputs:
+        return ORPHEUS_VOICES[0]
+    raw = inputs[VOICE].reshape(-1)
+    name = _decode(VOICE, raw[0]) if raw.size == 1 else ""
+    if name not in ORPHEUS_VOICES:
+        raise InvalidRequest(f"{VOICE} must be one of the Orpheus voices ({', '.join(ORPHEUS_VOICES)}), got {name!r}")
+    return name
+
+
+def read_talker_request(inputs: Mapping[str, np.ndarray]) -> TalkerRequest:
+    v = read_params(inputs, AR_PARAMS)
+    text = read_text(inputs, MAX_SENTENCE_CHARS)
+    return TalkerRequest(text, read_orpheus_voice(inputs), v[TEMPERATURE], v[SEED], v[MAX_FRAMES])
+
+
+def read_tts_ar_request(inputs: Mapping[str, np.ndarray], max_chars: int) -> TtsArRequest:
+    """A `tts_ar` request's sentences (read_sentences, English rules), voice, sampling and chunking."""
+    voice = read_orpheus_voice(inputs)
+    sentences = read_sentences(inputs, max_chars)
+    read_params(inputs, AR_PARAMS)  # refused here, not by the Talker mid-stream
+    talker = {p.name: inputs[p.name] for p in AR_PARAMS if p.name in inputs}
+    return TtsArRequest(sentences, voice, talker, read_chunk_params(inputs, AR_CHUNK_PARAMS))

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .contract import ACOUSTIC_MODEL, TTS_MODEL, model_inputs, model_outputs
+from .contract import DECOUPLED_MODELS, model_inputs, model_outputs
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -23,7 +23,7 @@ def declare(config, model: str):
         config.add_input(tensor)
     for tensor in model_outputs(model):
         config.add_output(tensor)
-    if model in (ACOUSTIC_MODEL, TTS_MODEL):
+    if model in DECOUPLED_MODELS:
         config.set_model_transaction_policy({"decoupled": True})
     return config
 

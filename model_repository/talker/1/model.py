@@ -1,0 +1,76 @@
+"""Triton shim for the Talker of the autoregressive family: a sentence → frames of
+codec codes, streamed from a vLLM engine (python_backends.ar.talker) that runs on an
+event loop thread of its own, as Triton's vllm_backend runs it."""
+
+# The stub's isolated interpreter ignores PYTHONPATH; the launcher names the project and
+# the AR environment (vLLM, torch) here instead.
+import os
+import sys
+
+sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_AR_PYTHONPATH", "").split(os.pathsep))
+
+import locale
+
+locale.setlocale(locale.LC_CTYPE, "C.UTF-8")  # the stub starts with an ASCII locale; torch reads UTF-8 files
+
+import asyncio
+import multiprocessing
+import threading
+from contextlib import aclosing
+from pathlib import Path
+
+import numpy as np
+
+from python_backends import contract as c
+from python_backends.ar.talker import TalkerEngine, TalkerParams
+from python_backends.requests import read_talker_request
+from python_backends.triton_glue import FINAL, declare, log_error, parameters, request_inputs, response, send_error
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        return declare(config, c.TALKER_MODEL)
+
+    def initialize(self, args):
+        p = parameters(args)
+        # vLLM spawns its engine processes with sys.executable, which is the stub here:
+        # give them the AR environment's Python.
+        multiprocessing.set_executable(os.environ["SPEECHSTREAM_AR_PYTHON"])
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="talker-loop", daemon=True)
+        self.thread.start()
+        model = Path(os.environ["SPEECHSTREAM_AR_MODEL"]) / "talker"
+        start = self._start(model, p.get("dtype", "float32"), int(p.get("max_model_len", "4096")))
+        self.engine = asyncio.run_coroutine_threadsafe(start, self.loop).result()
+
+    @staticmethod
+    async def _start(model, dtype, max_model_len):
+        return TalkerEngine(model, dtype=dtype, max_model_len=max_model_len)
+
+    def execute(self, requests):
+        for request in requests:
+            asyncio.run_coroutine_threadsafe(self._serve(request), self.loop)
+        return None
+
+    async def _serve(self, request):
+        sender = request.get_response_sender()
+        try:
+            talk = read_talker_request(request_inputs(request, c.TALKER_MODEL))
+            params = TalkerParams(temperature=talk.temperature, seed=talk.seed, max_frames=talk.max_frames)
+            async with aclosing(self.engine.frames(talk.text, talk.voice, params)) as frames:
+                async for codes in frames:
+                    if request.is_cancelled():
+                        break  # closing the frames aborts the vLLM request
+                    sender.send(response({c.CODES: codes.astype(np.int32)}))
+            sender.send(flags=FINAL)
+        except c.InvalidRequest as e:
+            send_error(sender, str(e))
+        except Exception as e:
+            log_error(f"talker: request failed: {e!r}")
+            send_error(sender, f"talker failed: {e}")
+
+    def finalize(self):
+        self.engine.shutdown()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)

@@ -1,0 +1,54 @@
+"""Code2Wav for the Orpheus format: SNAC's decoder, frames of codes → 24 kHz PCM, for
+batches of equal-length windows (torch; no Triton here, the model wraps it).
+
+Windows are padded to a few bucket lengths (`bucket_frames`) so that Triton's batcher
+joins windows of different streams, and so that on a GPU each bucket can be captured
+once as a CUDA graph. Padding goes on the right and its audio is cut off; the right
+context of a window already covers the decoder's reach into it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import orpheus
+
+# Window lengths, in frames of 85.3 ms, that Code2Wav decodes (see module docstring).
+BUCKETS = (4, 8, 12, 16, 24, 32, 48, 64)
+
+
+def bucket_frames(frames: int) -> int:
+    """The smallest bucket that holds `frames`, or `frames` itself past the largest."""
+    return next((b for b in BUCKETS if frames <= b), frames)
+
+
+class Code2WavEngine:
+    """A SNAC decoder loaded from a local directory (its `config.json` and
+    `pytorch_model.bin`, as `hubertsiuzdak/snac_24khz` comes)."""
+
+    def __init__(self, directory: str | Path, device: str = "cpu", noise: bool = True) -> None:
+        from snac import SNAC
+        from snac.layers import NoiseBlock
+
+        self.device = torch.device(device)
+        self.model = SNAC.from_pretrained(str(directory)).eval().to(self.device)
+        if not noise:  # SNAC's decoder adds fresh noise on every call; without, decoding is deterministic
+            for module in self.model.decoder.modules():
+                if isinstance(module, NoiseBlock):
+                    module.forward = _unchanged
+        self.sample_rate = int(self.model.sampling_rate)
+
+    @torch.inference_mode()
+    def decode(self, windows: np.ndarray) -> np.ndarray:
+        """[batch, frames, 7] codes → [batch, frames · 2048] float32 PCM in [-1, 1]."""
+        books = [np.stack(b) for b in zip(*(orpheus.snac_codes(w) for w in windows))]
+        codes = [torch.from_numpy(b).to(self.device) for b in books]
+        audio = self.model.decode(codes)[:, 0]
+        return audio.clamp(-1, 1).float().cpu().numpy()
+
+
+def _unchanged(x: torch.Tensor) -> torch.Tensor:
+    return x

@@ -1,0 +1,62 @@
+"""The Orpheus format (pure): a Llama that writes SNAC codes as added tokens.
+
+Orpheus's tokenizer adds `<custom_token_N>` after Llama-3's vocabulary (N = 0 at id
+128,256; `base` here, read from the tokenizer so a smaller test vocabulary works the
+same). N = 1 … 9 are control tokens; N = 10 + p·4096 + c is code c at position p of a
+7-code frame (flattened layout). A frame holds SNAC's three codebooks at their own
+rates, 1 + 2 + 4 codes, in the order Orpheus's decoder reads them:
+
+    position: 0    1    2    3    4    5    6
+    code:     a0   b0   c0   c1   b1   c2   c3      (a, b, c: SNAC codebooks 0, 1, 2)
+
+One frame is 4 of SNAC's finest steps: 2,048 samples, 85.3 ms at 24 kHz.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .layouts import CodecTokens
+
+POSITIONS = 7
+CODEBOOK_SIZE = 4096
+SAMPLES_PER_FRAME = 2048  # SNAC 24 kHz: hop 512 × 4 finest steps
+SAMPLE_RATE = 24000
+# Offsets from <custom_token_0>.
+START_OF_SPEECH, END_OF_SPEECH, START_OF_HUMAN, END_OF_HUMAN, START_OF_AI = 1, 2, 3, 4, 5
+FIRST_CODE = 10
+# Which SNAC codebook, and which of its codes in the frame, each position holds.
+CODEBOOK_OF_POSITION = (0, 1, 2, 2, 1, 2, 2)
+SLOT_OF_POSITION = (0, 0, 0, 1, 1, 2, 3)
+
+
+@dataclass(frozen=True)
+class OrpheusTokens:
+    """An Orpheus tokenizer's special ids: `base` is <custom_token_0>'s, `eot` <|eot_id|>'s."""
+
+    base: int
+    eot: int
+
+    @property
+    def codec(self) -> CodecTokens:
+        return CodecTokens(POSITIONS, CODEBOOK_SIZE, self.base + FIRST_CODE, self.base + END_OF_SPEECH)
+
+    def prompt(self, text_ids: list[int]) -> list[int]:
+        """The Talker's prompt for `text_ids` (the tokenized "voice: text", its BOS first):
+        Orpheus's human turn, then the start of its reply and of speech, so that every
+        token the Talker writes is a code or the end of speech."""
+        return ([self.base + START_OF_HUMAN, *text_ids, self.eot, self.base + END_OF_HUMAN,
+                 self.base + START_OF_AI, self.base + START_OF_SPEECH])
+
+
+def snac_codes(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[F, 7] Orpheus frames → SNAC's three codebooks, [F], [2F] and [4F] codes."""
+    frames = np.asarray(frames)
+    count = frames.shape[0]
+    books = [np.empty(count * n, dtype=np.int64) for n in (1, 2, 4)]
+    for position, (book, slot) in enumerate(zip(CODEBOOK_OF_POSITION, SLOT_OF_POSITION)):
+        per_frame = len(books[book]) // count if count else 1
+        books[book][slot::per_frame] = frames[:, position]
+    return books[0], books[1], books[2]
