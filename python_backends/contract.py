@@ -35,6 +35,10 @@ PLAYER_LEAD_S = 0.05
 # to zero when every stream has ended or been cancelled (a leak shows here), and it
 # is the outstanding-work signal for balancing gateways across Triton servers.
 TTS_ACTIVE_METRIC = "speechstream_tts_active_requests"
+# The Talker's vLLM engine, as its own scheduler reports it (gauges on Triton's metrics port).
+TALKER_RUNNING_METRIC = "speechstream_talker_running_requests"
+TALKER_WAITING_METRIC = "speechstream_talker_waiting_requests"
+TALKER_TOKENS_METRIC = "speechstream_talker_generated_tokens"
 
 # Inputs shared by `acoustic` and `tts`. `tts` takes exactly one of TEXT (BYTES [1]), which
 # it cuts into sentences, or SENTENCES (BYTES [-1]), text already cut (the gateway's
@@ -131,6 +135,11 @@ CHUNK_PARAMS = (
 # positions] INT32 (7 positions for the Orpheus format); the Talker answers with one
 # response per frame or few, Code2Wav takes windows of them ([batch, frames, 7]).
 CODES = "CODES"
+# Triton 2.51's BLS cannot cancel a decoupled request it made, so tts_ar names each Talker
+# stream (STREAM_ID, BYTES [1]) and, to stop one early, sends the Talker a request with
+# that name and STOP (BOOL [1]) true, which aborts the stream's vLLM request.
+STREAM_ID = "STREAM_ID"
+STOP = "STOP"
 TEMPERATURE = "TEMPERATURE"
 MAX_FRAMES = "MAX_FRAMES"
 AR_POSITIONS = 7
@@ -191,7 +200,8 @@ def model_inputs(model: str) -> list[dict]:
     if model == VOCODER_MODEL:
         return [_tensor(LATENT, "TYPE_FP32", [-1, -1])] + voice + [_tensor(SPEAKER, "TYPE_INT64", [1], optional=True)]
     if model == TALKER_MODEL:
-        return [_tensor(TEXT, "TYPE_STRING", [1])] + voice + _params(AR_PARAMS)
+        stream = [_tensor(STREAM_ID, "TYPE_STRING", [1], optional=True), _tensor(STOP, "TYPE_BOOL", [1], optional=True)]
+        return [_tensor(TEXT, "TYPE_STRING", [1], optional=True)] + voice + _params(AR_PARAMS) + stream
     if model == CODE2WAV_MODEL:
         return [_tensor(CODES, "TYPE_INT32", [-1, AR_POSITIONS])]
     if model == TTS_AR_MODEL:

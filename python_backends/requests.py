@@ -24,6 +24,8 @@ from .contract import (
     SEED,
     SENTENCES,
     SPEAKER,
+    STOP,
+    STREAM_ID,
     TEMPERATURE,
     TEXT,
     VOICE,
@@ -185,6 +187,7 @@ class TalkerRequest:
     temperature: float
     seed: int | None
     max_frames: int
+    stream_id: str | None  # the name a STOP request may stop it by
 
 
 @dataclass(frozen=True)
@@ -208,10 +211,16 @@ def read_orpheus_voice(inputs: Mapping[str, np.ndarray]) -> str:
     return name
 
 
-def read_talker_request(inputs: Mapping[str, np.ndarray]) -> TalkerRequest:
+def read_talker_request(inputs: Mapping[str, np.ndarray]) -> TalkerRequest | str:
+    """A sentence to speak, or the name of a stream to stop (STOP with its STREAM_ID)."""
+    stream = _decode(STREAM_ID, inputs[STREAM_ID].reshape(-1)[0]) if STREAM_ID in inputs else None
+    if STOP in inputs and bool(inputs[STOP].reshape(-1)[0]):
+        if not stream:
+            raise InvalidRequest(f"{STOP} needs the {STREAM_ID} of the stream to stop")
+        return stream
     v = read_params(inputs, AR_PARAMS)
     text = read_text(inputs, MAX_SENTENCE_CHARS)
-    return TalkerRequest(text, read_orpheus_voice(inputs), v[TEMPERATURE], v[SEED], v[MAX_FRAMES])
+    return TalkerRequest(text, read_orpheus_voice(inputs), v[TEMPERATURE], v[SEED], v[MAX_FRAMES], stream)
 
 
 def read_tts_ar_request(inputs: Mapping[str, np.ndarray], max_chars: int) -> TtsArRequest:

@@ -8,7 +8,7 @@ Its speech is noise (the weights are random); what tests check is the plumbing: 
 stages split like a real export, and that each speaker id reaches every stage.
 
 Runs in the model-building environment (`.venv-build`: torch and piper-tts, made by
-`scripts/setup.sh --tests`): python tests/build_multispeaker_voice.py CONFIG DIRECTORY NAME
+`scripts/setup.sh --tests`): python tests/build_multispeaker_voice.py CONFIG NAME DIRECTORY
 writes NAME.onnx and NAME.onnx.json into DIRECTORY, with CONFIG's phoneme map.
 """
 
@@ -63,4 +63,4 @@ def build(config: Path, directory: Path, name: str) -> None:
 
 
 if __name__ == "__main__":
-    build(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
+    build(Path(sys.argv[1]), Path(sys.argv[3]), sys.argv[2])

@@ -10,7 +10,8 @@ and no weights are committed:
   after it (N = 0 … 28,681: Orpheus's control tokens 0-9, then 7 positions × 4,096
   SNAC codes), as Orpheus's Llama-3 tokenizer has them from id 128,256.
 - `snac/`: SNAC's 24 kHz architecture (`config.json`, `pytorch_model.bin`, as
-  `hubertsiuzdak/snac_24khz` comes) with a narrower decoder, so tests run fast.
+  `hubertsiuzdak/snac_24khz` comes) with a narrower decoder, so tests run fast, and its
+  noise blocks silenced (their gain zero), so that decoding is repeatable.
 
 Its speech is noise; what tests check is the machinery. Runs in the AR environment
 (`.venv-ar`, `scripts/setup.sh --tests`): python tests/build_orpheus_model.py TEXT DIRECTORY
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch
 from snac import SNAC
+from snac.layers import NoiseBlock
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -65,6 +67,9 @@ def build_talker(text: Path, directory: Path) -> None:
 def build_snac(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     model = SNAC(**SNAC_CONFIG)
+    with torch.no_grad():  # its noise blocks add nothing, so that decoding is repeatable for tests
+        for block in (m for m in model.modules() if isinstance(m, NoiseBlock)):
+            block.linear.parametrizations.weight.original0.zero_()
     (directory / "config.json").write_text(json.dumps(SNAC_CONFIG), encoding="utf-8")
     torch.save(model.state_dict(), directory / "pytorch_model.bin")
 

