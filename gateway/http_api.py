@@ -216,7 +216,8 @@ async def voices(request: web.Request) -> web.Response:
         return refusal
     voices = request.app[GATEWAY].voices.values()
     return json_response(HTTPStatus.OK, {"voices": [
-        {"id": v.name, "sample_rate": v.sample_rate, "language": v.language, "speakers": v.speakers}
+        {"id": v.name, "sample_rate": v.sample_rate, "language": v.language, "speakers": v.speakers,
+         "family": v.family, "word_timestamps": v.word_timestamps}
         | ({"speaker_ids": dict(v.speaker_names)} if v.speaker_names else {})
         for v in voices
     ]})

@@ -24,7 +24,8 @@ log = logging.getLogger("speechstream.serve")
 
 
 async def run(args: argparse.Namespace) -> int:
-    triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port, voices=args.voices)
+    triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port, voices=args.voices,
+                           ar_model=args.ar_model)
     triton.start()
     stopping = threading.Event()
     supervisor = None

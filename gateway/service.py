@@ -33,7 +33,8 @@ QUEUE_INTERVAL_S = 0.1
 class Gateway:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.voices = find_voices(settings.voices)  # VoiceError, saying what to fix, at start-up
+        # VoiceError, saying what to fix, at start-up
+        self.voices = find_voices(settings.voices, ar=settings.ar_model is not None)
         self.limits = Limits.of(settings)
         self.backends = Backends(settings.triton_urls)
         self.key_failures = KeyFailures(settings.max_key_failures)
@@ -46,7 +47,10 @@ class Gateway:
             speaking=lambda: sum(ctx.busy for s in self.sessions for ctx in s.contexts.values()),
             backends=self.backends.all,
         )
-        self.synthesizer = Synthesizer(self.backends, settings.stage_timeout_s, self.metrics.triton_first_response)
+        self.synthesizer = Synthesizer(
+            self.backends, settings.stage_timeout_s, self.metrics.triton_first_response,
+            models={name: voice.tts_model for name, voice in self.voices.items()},
+        )
 
     def streams_by_client(self) -> Counter[str]:
         """Open contexts on all connections (not those queued) and HTTP speech requests,

@@ -397,6 +397,8 @@ class Session:
         return Send(p.encode(
             "ready", session_id=self.id, format=cfg.format, sample_rate=cfg.sample_rate,
             channels=1, frame_ms=cfg.frame_ms, pre_skip=pre_skip(cfg.format, cfg.sample_rate), voices=list(self.voices),
+            # Voices without word timings (the AR family): their contexts get no `timestamps`.
+            without_word_timestamps=[name for name, v in self.voices.items() if not v.word_timestamps],
         ))
 
     def _audio_start(self, context: Context) -> Send:

@@ -11,7 +11,7 @@ import argparse
 import os
 from dataclasses import dataclass, field, fields
 
-from python_backends.catalog import VOICES_ENV
+from python_backends.catalog import AR_MODEL_ENV, VOICES_ENV
 from python_backends.contract import MAX_TEXT_CHARS
 
 
@@ -87,6 +87,10 @@ class Settings:
     voices: str | None = _setting(
         None, "a directory of Piper voices (NAME.onnx beside NAME.onnx.json) served besides the embedded one; "
         "Triton's models must be given the same (speechstream-serve gives it to both)", env=VOICES_ENV,
+    )
+    ar_model: str | None = _setting(
+        None, "an Orpheus-format model directory (talker/ and snac/): its voices (tara, leah, ...) are spoken by "
+        "the autoregressive family, which Triton must serve from the same (speechstream-serve does)", env=AR_MODEL_ENV,
     )
 
     @property

@@ -12,9 +12,10 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import grpc
 import numpy as np
@@ -58,7 +59,7 @@ def unreachable(error: Exception) -> str:
 
 PROBE_TEXT = "Ready."  # what a readiness probe synthesizes: one word, through every stage
 _PARAM_TYPES = {
-    p.name: triton_to_np_dtype(p.triton_type.removeprefix("TYPE_")) for p in c.VOICE_PARAMS + c.CHUNK_PARAMS
+    p.name: triton_to_np_dtype(p.triton_type.removeprefix("TYPE_")) for p in c.VOICE_PARAMS + c.CHUNK_PARAMS + c.AR_PARAMS
 }
 
 
@@ -70,15 +71,18 @@ def _input(name: str, array: np.ndarray) -> grpcclient.InferInput:
 
 def tts_request(
     sentences: Sequence[str], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
-    voice: str = c.DEFAULT_VOICE,
+    voice: str = c.DEFAULT_VOICE, model: str = c.TTS_MODEL,
 ) -> dict:
-    """A `tts` request for sentences already cut, in `voice`; `params` are (tensor name,
-    value) pairs; `client` names who asked, for the model's fair share."""
+    """A request to `model` (`tts`, or the AR family's `tts_ar`) for sentences already
+    cut, in `voice`; `params` are (tensor name, value) pairs, those the model does not
+    take left out (the AR family has no Piper scales); `client` names who asked, for the
+    model's fair share."""
     inputs = [_input(c.SENTENCES, np.array([s.encode() for s in sentences], dtype=object))]
     inputs.append(_input(c.VOICE, np.array([voice.encode()], dtype=object)))
-    inputs += [_input(name, np.array([value], dtype=_PARAM_TYPES[name])) for name, value in params]
+    takes = {tensor["name"] for tensor in c.model_inputs(model)}
+    inputs += [_input(name, np.array([value], dtype=_PARAM_TYPES[name])) for name, value in params if name in takes]
     parameters = {"triton_enable_empty_final_response": True, c.CLIENT_PARAMETER: client}
-    return {"model_name": c.TTS_MODEL, "inputs": inputs, "parameters": parameters}
+    return {"model_name": model, "inputs": inputs, "parameters": parameters}
 
 
 async def _stream(
@@ -128,9 +132,11 @@ class Synthesizer:
     """Streams `tts` requests from the least loaded Triton server that is up."""
 
     def __init__(
-        self, backends: Backends, progress_s: float, first_response: Callable[[float], None] = lambda _: None
+        self, backends: Backends, progress_s: float, first_response: Callable[[float], None] = lambda _: None,
+        models: Mapping[str, str] = MappingProxyType({}),
     ) -> None:
         self.backends = backends
+        self.models = models  # the Triton model of each voice not spoken by `tts`
         self.progress_s = progress_s  # the longest wait for a response before the request fails
         self._first_response = first_response  # told each request's seconds to its first response
 
@@ -142,7 +148,7 @@ class Synthesizer:
         SynthesisFailed if it cannot come."""
         backend = self.backends.acquire()
         try:
-            request = tts_request(sentences, params, client, voice)
+            request = tts_request(sentences, params, client, voice, self.models.get(voice, c.TTS_MODEL))
             # Closed at once when the reader stops (a cancel, a client gone): that ends the call.
             async with aclosing(_stream(backend.client, request, self.progress_s, self._first_response)) as chunks:
                 async for chunk in chunks:

@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from .contract import DEFAULT_VOICE
+from .contract import AR_SAMPLE_RATE, DEFAULT_VOICE, ORPHEUS_VOICES, TTS_AR_MODEL, TTS_MODEL
 
 VOICES_ENV = "SPEECHSTREAM_VOICES"
+# An Orpheus-format model directory: its voices are served by the autoregressive family.
+AR_MODEL_ENV = "SPEECHSTREAM_AR_MODEL"
+PIPER, AR = "piper", "ar"  # the families a voice may belong to
 
 
 class VoiceError(ValueError):
@@ -35,6 +38,17 @@ class VoiceInfo:
     model: Path | None = None  # None: the embedded voice, whose files come in its wheel
     speakers: int = 1  # a multi-speaker voice speaks as any id from 0 to speakers - 1
     speaker_names: tuple[tuple[str, int], ...] = ()  # (name, id), Piper's speaker_id_map
+    family: str = PIPER  # PIPER: a Piper voice (tts); AR: an Orpheus voice (tts_ar)
+
+    @property
+    def tts_model(self) -> str:
+        """The Triton model that speaks with this voice."""
+        return TTS_AR_MODEL if self.family == AR else TTS_MODEL
+
+    @property
+    def word_timestamps(self) -> bool:
+        """Whether its audio comes with word timings (Piper's durations give them)."""
+        return self.family == PIPER
 
     def speaker_problem(self, speaker: int) -> str | None:
         """Why `speaker` is not one of this voice's speaker ids; None when it is."""
@@ -72,11 +86,19 @@ def voice_info(name: str, config: dict, model: Path | None = None) -> VoiceInfo:
     return info
 
 
-def find_voices(directory: str | Path | None) -> dict[str, VoiceInfo]:
-    """The embedded voice (the default, first), then the voices in `directory` by name."""
-    voices = dict(EMBEDDED_ONLY)
-    if not directory:
-        return voices
+# The Orpheus format's voices (its prompt is "voice: text"); English, 24 kHz.
+ORPHEUS = {name: VoiceInfo(name, AR_SAMPLE_RATE, "en_US", "", 1.0, family=AR) for name in ORPHEUS_VOICES}
+
+
+def find_voices(directory: str | Path | None, ar: bool = False) -> dict[str, VoiceInfo]:
+    """The embedded voice (the default, first), the Piper voices in `directory` by name,
+    then, with `ar`, the Orpheus voices of the autoregressive family."""
+    voices = dict(EMBEDDED_ONLY) | (find_piper_voices(directory) if directory else {})
+    return voices | (ORPHEUS if ar else {})
+
+
+def find_piper_voices(directory: str | Path) -> dict[str, VoiceInfo]:
+    voices: dict[str, VoiceInfo] = {}
     root = Path(directory)
     if not root.is_dir():
         raise VoiceError(f"voices directory {root} is not a directory")
@@ -85,8 +107,8 @@ def find_voices(directory: str | Path | None) -> dict[str, VoiceInfo]:
         if not config.is_file():
             raise VoiceError(f"voice {model}: no {config.name} beside it (every Piper voice comes with one)")
         name = model.name.removesuffix(".onnx")
-        if name in voices:
-            raise VoiceError(f"voice {model}: the name {name} is taken by the embedded voice")
+        if name == EMBEDDED.name or name in ORPHEUS:
+            raise VoiceError(f"voice {model}: the name {name} is taken by the embedded or an Orpheus voice")
         try:
             parsed = json.loads(config.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -96,5 +118,6 @@ def find_voices(directory: str | Path | None) -> dict[str, VoiceInfo]:
 
 
 def configured_voices() -> dict[str, VoiceInfo]:
-    """The voices of $SPEECHSTREAM_VOICES (the embedded one alone when unset)."""
+    """The Piper voices of $SPEECHSTREAM_VOICES (the embedded one alone when unset): what
+    the Piper chain's models serve."""
     return find_voices(os.environ.get(VOICES_ENV))

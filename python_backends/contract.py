@@ -143,12 +143,14 @@ STOP = "STOP"
 TEMPERATURE = "TEMPERATURE"
 MAX_FRAMES = "MAX_FRAMES"
 AR_POSITIONS = 7
+AR_SAMPLE_RATE = 24000  # SNAC 24 kHz, the Orpheus format's Code2Wav
 # Orpheus's voices, spoken as the prompt's "voice: text"; the first is the default.
 ORPHEUS_VOICES = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")
 AR_PARAMS = (
     Param(TEMPERATURE, "TYPE_FP32", 0.6, 0.0, 2.0),
     SEED_PARAM,
-    Param(MAX_FRAMES, "TYPE_INT32", 1200, 1, 4096),  # 85.3 ms a frame: 102 s by default
+    # 85.3 ms a frame: 102 s by default; the Talker also stops at 12 + 2 per character of text.
+    Param(MAX_FRAMES, "TYPE_INT32", 1200, 1, 4096),
 )
 # SNAC's decoder reaches about 2 frames (170 ms) either side: with 2 frames of context
 # chunked decoding matches whole decoding at 89 dB (1 frame: 46 dB; measured on the test

@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from . import contract as c
-from .catalog import VOICES_ENV, VoiceError, find_voices
+from .catalog import AR_MODEL_ENV, VOICES_ENV, VoiceError, find_voices
 from .voice import cache_dir, load_voice
 
 log = logging.getLogger("speechstream.triton")
@@ -37,7 +37,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
 # The AR family's environment (vLLM, torch, SNAC), made by `scripts/setup.sh --ar`.
 AR_VENV = PROJECT_ROOT / os.environ.get("AR_VENV", ".venv-ar")
-AR_MODEL_ENV = "SPEECHSTREAM_AR_MODEL"
 
 
 def pytriton_dir() -> Path:

@@ -7,19 +7,25 @@ decoding makes it repeatable. One Triton serves this module (vLLM takes about 40
 start).
 """
 
+import asyncio
+import json
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import openai
 import pytest
 
+from gateway.client import Recorder, connection
+from perf.servers import start_gateway, stop
+
 from python_backends import contract as c
-from python_backends.ar.orpheus import SAMPLES_PER_FRAME
+from python_backends.ar.orpheus import SAMPLES_PER_FRAME, frame_budget
 from python_backends.launcher import TritonServer
 from python_backends.triton_client import Stream, StreamError, infer, stream
 from tests.audio import snr_db
-from tests.conftest import free_ports
+from perf.servers import free_ports
 from tests.voices import build_orpheus_model
 
 pytestmark = pytest.mark.triton
@@ -31,7 +37,7 @@ GREEDY = {c.TEMPERATURE: np.float32(0)}
 @pytest.fixture(scope="module")
 def ar_triton(tmp_path_factory):
     http, grpc, metrics = free_ports(3)
-    server = TritonServer(http, grpc, metrics, ar_model=str(build_orpheus_model()))
+    server = TritonServer(http, grpc, metrics, ar_model=str(build_orpheus_model()))  # and the Piper chain
     log = (tmp_path_factory.mktemp("ar-triton") / "tritonserver.log").open("w")
     server.start(stdout=log)
     try:
@@ -40,9 +46,20 @@ def ar_triton(tmp_path_factory):
         server.stop()
         raise RuntimeError(f"tritonserver did not start; see {log.name}") from None
     server.grpc_url, server.metrics_url = f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics"
+    server.ar_model_dir = str(build_orpheus_model())
     yield server
     server.stop()
     log.close()
+
+
+@pytest.fixture(scope="module")
+def ar_gateway(ar_triton, tmp_path_factory):
+    """A gateway that speaks the Orpheus voices through tts_ar (no probes, no admission)."""
+    with (tmp_path_factory.mktemp("ar-gateway") / "gateway.log").open("w") as log:
+        process, port = start_gateway(ar_triton.grpc_url, log, "--probe-interval", "0", "--admission-load", "0",
+                                      "--ar-model", ar_triton.ar_model_dir)
+        yield f"127.0.0.1:{port}"
+        stop(process)
 
 
 def talker_frames(url, text, max_frames, **extra):
@@ -115,7 +132,8 @@ def test_cancelling_a_stream_frees_its_vllm_request(ar_triton):
     assert wait_for(lambda: running() == 0)
     generated = metric(ar_triton.metrics_url, c.TALKER_TOKENS_METRIC)
     s = Stream(ar_triton.grpc_url)
-    s.send(c.TTS_AR_MODEL, {c.TEXT: SENTENCE, c.MAX_FRAMES: np.int32(2000), **GREEDY})
+    long_sentence = " ".join([SENTENCE.rstrip(".")] * 6) + "."  # a budget of 12 + 2 frames a character
+    s.send(c.TTS_AR_MODEL, {c.TEXT: long_sentence, **GREEDY})
     s.next()  # the first chunk
     assert running() == 1
     s.cancel()
@@ -124,7 +142,7 @@ def test_cancelling_a_stream_frees_its_vllm_request(ar_triton):
     written = metric(ar_triton.metrics_url, c.TALKER_TOKENS_METRIC) - generated
     time.sleep(1)
     assert metric(ar_triton.metrics_url, c.TALKER_TOKENS_METRIC) - generated == written  # and writes no more
-    assert written < 2000 * c.AR_POSITIONS / 4  # far from the 2,000 frames asked for
+    assert written < frame_budget(long_sentence, 4096) * c.AR_POSITIONS / 4  # far from what it might write
 
 
 def test_concurrent_streams_share_the_engines_batch(ar_triton):
@@ -139,3 +157,40 @@ def test_concurrent_streams_share_the_engines_batch(ar_triton):
         frames = [f.result() for f in streams]
     assert max(seen) == 8
     assert all(f.shape == (40, c.AR_POSITIONS) for f in frames)
+
+
+def test_protocol_v1_speaks_an_orpheus_voice_beside_a_piper_voice(ar_gateway):
+    async def run():
+        async with connection(f"ws://{ar_gateway}/v1/stream") as ws:
+            client = Recorder(ws)
+            ready = await client.until("ready")
+            await client.send(type="config", format="pcm_s16le", sample_rate=24000, timestamps=True)
+            await client.until("ready")
+            await client.send(type="speak", context_id="ar", text=SENTENCE, voice="tara", seed=3)
+            await client.send(type="speak", context_id="piper", text=SENTENCE)
+            ended = {}
+            while len(ended) < 2:
+                done = await client.until("done")
+                ended[done["context_id"]] = done
+            return ready, client, ended
+
+    ready, client, ended = asyncio.run(run())
+    assert "tara" in ready["voices"] and ready["without_word_timestamps"] == list(c.ORPHEUS_VOICES)
+    starts = {m["context_id"]: m["voice"] for m in client.messages("audio_start")}
+    assert starts == {"ar": "tara", "piper": c.DEFAULT_VOICE}
+    pcm = np.frombuffer(b"".join(f.payload for f in client.audio("ar")), np.int16)
+    assert pcm.size >= 85 * 24  # at least a frame of 85 ms at 24 kHz
+    assert np.abs(pcm).max() > 1000
+    contexts_timed = {m["context_id"] for m in client.messages("timestamps")}
+    assert contexts_timed == {"piper"}  # as ready said: no word timings for tara
+
+
+def test_the_http_api_lists_and_speaks_the_orpheus_voices(ar_gateway):
+    with urllib.request.urlopen(f"http://{ar_gateway}/v1/voices") as r:
+        listed = {v["id"]: v for v in json.loads(r.read())["voices"]}
+    assert (listed["tara"]["family"], listed["tara"]["sample_rate"], listed["tara"]["word_timestamps"]) == (
+        "ar", 24000, False)
+    assert listed[c.DEFAULT_VOICE]["family"] == "piper"
+    api = openai.OpenAI(base_url=f"http://{ar_gateway}/v1", api_key="unused", max_retries=0)
+    body = api.audio.speech.create(model="tts-1", voice="leo", input="Hello there.", response_format="pcm").content
+    assert np.abs(np.frombuffer(body, np.int16)).max() > 1000

@@ -60,7 +60,7 @@ def test_a_missing_directory_and_a_taken_name_are_refused(tmp_path):
     with pytest.raises(VoiceError, match="not a directory"):
         find_voices(tmp_path / "absent")
     write(tmp_path, c.DEFAULT_VOICE, {"audio": {"sample_rate": 22050}, "espeak": {"voice": "en-us"}})
-    with pytest.raises(VoiceError, match="taken by the embedded voice"):
+    with pytest.raises(VoiceError, match="taken by the embedded or an Orpheus voice"):
         find_voices(tmp_path)
 
 

@@ -65,4 +65,4 @@ def test_voices(gateway):
     with urllib.request.urlopen(http(gateway) + "/v1/voices", timeout=5) as r:
         voices = json.loads(r.read())["voices"]
     assert voices[0] == {"id": EMBEDDED.name, "sample_rate": EMBEDDED.sample_rate, "language": "en_US",
-                         "speakers": 1}  # the default first
+                         "speakers": 1, "family": "piper", "word_timestamps": True}  # the default first

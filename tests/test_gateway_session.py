@@ -69,7 +69,7 @@ def test_ready_on_start_and_after_config_then_config_is_too_late_once_a_context_
     s, recorder, _ = session()
     (ready,) = messages(s.start())
     assert ready == {"type": "ready", "session_id": "s1", "format": "opus", "sample_rate": 48000, "channels": 1,
-                     "frame_ms": 20, "pre_skip": 312, "voices": [c.DEFAULT_VOICE]}
+                     "frame_ms": 20, "pre_skip": 312, "voices": [c.DEFAULT_VOICE], "without_word_timestamps": []}
     (ready,) = messages(send(s, type="config", format="pcm_s16le", sample_rate=16000, frame_ms=40))
     assert (ready["format"], ready["sample_rate"], ready["frame_ms"], ready["pre_skip"]) == ("pcm_s16le", 16000, 40, 0)
     send(s, type="text", context_id="a", text="Hi")

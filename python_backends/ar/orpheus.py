@@ -18,12 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import contract as c
 from .layouts import CodecTokens
 
 POSITIONS = 7
 CODEBOOK_SIZE = 4096
 SAMPLES_PER_FRAME = 2048  # SNAC 24 kHz: hop 512 × 4 finest steps
-SAMPLE_RATE = 24000
+SAMPLE_RATE = c.AR_SAMPLE_RATE
 # Offsets from <custom_token_0>.
 START_OF_SPEECH, END_OF_SPEECH, START_OF_HUMAN, END_OF_HUMAN, START_OF_AI = 1, 2, 3, 4, 5
 FIRST_CODE = 10
@@ -49,6 +50,19 @@ class OrpheusTokens:
         token the Talker writes is a code or the end of speech."""
         return ([self.base + START_OF_HUMAN, *text_ids, self.eot, self.base + END_OF_HUMAN,
                  self.base + START_OF_AI, self.base + START_OF_SPEECH])
+
+
+# Speech runs at about 0.85 frames per character of English text; a Talker that goes on
+# past twice that (an untrained one, or a trained one babbling, a known failure of
+# codec LMs) is cut there, so one sentence cannot hold a stream for MAX_FRAMES.
+FRAMES_PER_CHARACTER_LIMIT = 2
+FRAMES_LIMIT_FLOOR = 12  # a second of audio, for the shortest texts
+
+
+def frame_budget(text: str, max_frames: int) -> int:
+    """The most frames the Talker may write for `text`: its length's limit, or
+    `max_frames` if that is smaller."""
+    return min(max_frames, FRAMES_LIMIT_FLOOR + FRAMES_PER_CHARACTER_LIMIT * len(text))
 
 
 def snac_codes(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from python_backends import contract as c
+from python_backends.ar.orpheus import frame_budget
 from python_backends.ar.talker import TalkerEngine, TalkerParams
 from python_backends.requests import read_talker_request
 from python_backends.triton_glue import FINAL, declare, gauge, log_error, parameters, request_inputs, response, send_error
@@ -75,7 +76,8 @@ class TritonPythonModel:
                     self.stopped.add(talk)
                 sender.send(flags=FINAL)
                 return
-            params = TalkerParams(temperature=talk.temperature, seed=talk.seed, max_frames=talk.max_frames)
+            budget = frame_budget(talk.text, talk.max_frames)
+            params = TalkerParams(temperature=talk.temperature, seed=talk.seed, max_frames=budget)
             self.running_streams.add(talk.stream_id)
             try:
                 async with aclosing(self.engine.frames(talk.text, talk.voice, params)) as frames:
