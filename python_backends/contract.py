@@ -39,6 +39,11 @@ TTS_ACTIVE_METRIC = "speechstream_tts_active_requests"
 TALKER_RUNNING_METRIC = "speechstream_talker_running_requests"
 TALKER_WAITING_METRIC = "speechstream_talker_waiting_requests"
 TALKER_TOKENS_METRIC = "speechstream_talker_generated_tokens"
+# tts_ar's first packets, split: requests, and the seconds from each request to its first
+# chunk's frames (the Talker's part) and from those to their audio (Code2Wav's), summed.
+TTS_AR_FIRST_CHUNKS_METRIC = "speechstream_tts_ar_first_chunks"
+TTS_AR_FIRST_FRAMES_METRIC = "speechstream_tts_ar_first_chunk_talker_seconds"
+TTS_AR_FIRST_DECODE_METRIC = "speechstream_tts_ar_first_chunk_code2wav_seconds"
 
 # Inputs shared by `acoustic` and `tts`. `tts` takes exactly one of TEXT (BYTES [1]), which
 # it cuts into sentences, or SENTENCES (BYTES [-1]), text already cut (the gateway's

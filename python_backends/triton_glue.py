@@ -67,3 +67,9 @@ def gauge(name: str, description: str):
     """A gauge on Triton's metrics endpoint (the Python backend's custom metrics)."""
     family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.GAUGE)
     return family, family.Metric(labels={})
+
+
+def counter(name: str, description: str):
+    """A counter on Triton's metrics endpoint."""
+    family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.COUNTER)
+    return family, family.Metric(labels={})

@@ -60,6 +60,9 @@ def test_chunked_audio_is_each_sentence_decoded_whole():
     assert [c.index for c in chunks] == list(range(len(chunks)))
     assert [c.sample_offset for c in chunks] == list(np.cumsum([0] + [c.pcm.size for c in chunks[:-1]]))
     assert max(stages.windows) <= 4 + 1 + 1  # no window larger than a chunk and its context
+    times = [(c.frames_in_s, c.decoded_s) for c in chunks]
+    assert all(0 <= a <= b for a, b in times)
+    assert [a for a, _ in times] == sorted(a for a, _ in times)
 
 
 def test_too_little_context_shows_at_the_joins():

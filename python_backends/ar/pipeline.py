@@ -9,6 +9,7 @@ cut off again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ class ArChunk:
     sample_offset: int  # first sample of this chunk in the stream
     sentence_index: int
     text_span: tuple[int, int]  # the sentence's [start, end) in the text
+    frames_in_s: float  # since the request started: when the Talker had written the chunk's window
+    decoded_s: float  # and when Code2Wav had decoded it: the first chunk's split of the first packet
 
 
 async def speak(
@@ -45,9 +48,11 @@ async def speak(
 ) -> AsyncIterator[ArChunk]:
     """The request's audio in chunks, sentence after sentence; stops when cancelled."""
     index = offset = 0
+    start = time.monotonic()
     for number, sentence in enumerate(sentences):
-        async for pcm in _sentence_audio(sentence.text, stages, chunking, samples_per_frame, is_cancelled):
-            yield ArChunk(pcm, index, offset, number, (sentence.start, sentence.end))
+        pieces = _sentence_audio(sentence.text, stages, chunking, samples_per_frame, is_cancelled)
+        async for pcm, frames_in, decoded in pieces:
+            yield ArChunk(pcm, index, offset, number, (sentence.start, sentence.end), frames_in - start, decoded - start)
             index, offset = index + 1, offset + pcm.size
         if is_cancelled():
             return
@@ -55,7 +60,8 @@ async def speak(
 
 async def _sentence_audio(
     text: str, stages: ArStages, chunking: ChunkParams, samples_per_frame: int, is_cancelled: Callable[[], bool]
-) -> AsyncIterator[np.ndarray]:
+) -> AsyncIterator[tuple[np.ndarray, float, float]]:
+    """Each chunk's PCM, with when its frames were in and when it was decoded."""
     chunker, frames = FrameChunker(chunking), []
     async with aclosing(stages.talk(text)) as talk:
         async for new in talk:
@@ -70,9 +76,13 @@ async def _sentence_audio(
         yield await _decode(stages, np.concatenate(frames), chunk, samples_per_frame)
 
 
-async def _decode(stages: ArStages, frames: np.ndarray, chunk: Chunk, samples_per_frame: int) -> np.ndarray:
+async def _decode(
+    stages: ArStages, frames: np.ndarray, chunk: Chunk, samples_per_frame: int
+) -> tuple[np.ndarray, float, float]:
+    frames_in = time.monotonic()
     pcm = await stages.decode(frames[chunk.window_start : chunk.window_end])
-    return pcm[chunk.lead_frames * samples_per_frame : (chunk.lead_frames + chunk.frames) * samples_per_frame]
+    spoken = pcm[chunk.lead_frames * samples_per_frame : (chunk.lead_frames + chunk.frames) * samples_per_frame]
+    return spoken, frames_in, time.monotonic()
 
 
 def ar_outputs(chunk: ArChunk) -> dict[str, np.ndarray]:

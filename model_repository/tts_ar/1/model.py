@@ -17,7 +17,16 @@ from python_backends.ar.bls import ArBlsStages
 from python_backends.ar.pipeline import ar_outputs, speak
 from python_backends.bls import BlsStages
 from python_backends.requests import read_tts_ar_request
-from python_backends.triton_glue import FINAL, declare, log_error, parameters, request_inputs, response, send_error
+from python_backends.triton_glue import (
+    FINAL,
+    counter,
+    declare,
+    log_error,
+    parameters,
+    request_inputs,
+    response,
+    send_error,
+)
 
 
 class TritonPythonModel:
@@ -29,6 +38,13 @@ class TritonPythonModel:
         p = parameters(args)
         self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
         self.bls = BlsStages(waiters=int(p.get("max_streams", "256")))  # a Talker stream each
+        counters = [counter(name, about) for name, about in (
+            (c.TTS_AR_FIRST_CHUNKS_METRIC, "tts_ar requests that got a first chunk"),
+            (c.TTS_AR_FIRST_FRAMES_METRIC, "seconds from tts_ar requests to their first chunk's frames (the Talker)"),
+            (c.TTS_AR_FIRST_DECODE_METRIC, "seconds from those frames to their audio (Code2Wav)"),
+        )]
+        self.families = [family for family, _ in counters]
+        self.first_chunks, self.first_frames_s, self.first_decode_s = (metric for _, metric in counters)
 
     async def execute(self, requests):
         await asyncio.gather(*(self._serve(request) for request in requests))
@@ -42,6 +58,10 @@ class TritonPythonModel:
             async with aclosing(chunks):
                 async for chunk in chunks:
                     sender.send(response(ar_outputs(chunk)))
+                    if chunk.index == 0:
+                        self.first_chunks.increment(1)
+                        self.first_frames_s.increment(chunk.frames_in_s)
+                        self.first_decode_s.increment(chunk.decoded_s - chunk.frames_in_s)
             sender.send(flags=FINAL)
         except (c.InvalidRequest, c.StageError) as e:
             send_error(sender, str(e))
@@ -51,3 +71,5 @@ class TritonPythonModel:
 
     def finalize(self):
         self.bls.close()
+        del self.first_chunks, self.first_frames_s, self.first_decode_s  # metrics go before their families
+        del self.families

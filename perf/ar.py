@@ -1,0 +1,184 @@
+"""The autoregressive family's benchmark: first packet split into its parts, and tokens
+and frames per second, per stream and in aggregate, at 1/4/8 streams, against the
+in-process limit of the same two models (perf/ar_limit.py).
+
+    python -m perf.ar --out DIR [--ar-model DIR] [--levels 1 4 8] [--frames 48]
+
+Without --ar-model it builds and serves the tests' tiny Orpheus-format model (random
+weights: the figures are the machinery's, not a real model's). At each level, N streams
+at once, greedy, each MAX_FRAMES frames:
+
+- first packet: `tts_ar`'s request → its first PCM chunk, at the client (mean);
+- of which, as `tts_ar` itself timed the same requests (its counters on Triton's metrics
+  port): the Talker's part, from the request to the first chunk's frames (1 frame and 2
+  of right context, 21 tokens), and Code2Wav's, decoding that window; the connector is
+  the rest (gRPC in and out, BLS hops, chunk planning);
+- Talker 1st frame: a `talker` request → its first frame of 7 tokens, run apart;
+- tokens/s: vLLM's own count of tokens written (Triton's metrics), over the level's run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from python_backends import contract as c
+from python_backends.launcher import AR_VENV, PROJECT_ROOT, TritonServer
+from python_backends.triton_client import stream
+
+from .report import pyplot
+from .servers import free_ports, triton_metrics
+
+TEXT = "The birch canoe slid on the smooth planks."
+
+
+def _timed_stream(url: str, model: str, values: dict, marks: int) -> tuple[list[float], float]:
+    """Seconds from the request to each of its first `marks` responses, and to its last."""
+    responses = stream(url, model, values)
+    return [r.seconds for r in responses[:marks]], responses[-1].seconds
+
+
+def _at_once(streams: int, job) -> list:
+    with ThreadPoolExecutor(streams) as pool:
+        return list(pool.map(job, range(streams)))
+
+
+COUNTERS = (c.TALKER_TOKENS_METRIC, c.TTS_AR_FIRST_CHUNKS_METRIC, c.TTS_AR_FIRST_FRAMES_METRIC,
+            c.TTS_AR_FIRST_DECODE_METRIC)
+
+
+def _sample(metrics: dict[str, float], name: str) -> float:
+    """A metric's value; Prometheus' parser names a counter's sample NAME_total."""
+    return metrics.get(name + "_total", metrics.get(name, 0.0))
+
+
+def measure_level(url: str, metrics_port: int, streams: int, frames: int) -> dict:
+    sampling = {c.TEMPERATURE: np.float32(0), c.MAX_FRAMES: np.int32(frames)}
+
+    def talker(i):
+        return _timed_stream(url, c.TALKER_MODEL, {c.TEXT: f"{TEXT} {i}", **sampling}, 1)
+
+    def tts_ar(i):
+        return _timed_stream(url, c.TTS_AR_MODEL, {c.TEXT: f"{TEXT} {i}", **sampling}, 1)
+
+    talked = _at_once(streams, talker)
+    before = triton_metrics(metrics_port)
+    start = time.perf_counter()
+    spoken = _at_once(streams, tts_ar)
+    wall = time.perf_counter() - start
+    after = triton_metrics(metrics_port)
+    delta = {name: _sample(after, name) - _sample(before, name) for name in COUNTERS}
+    per_first_chunk = lambda name: 1000 * delta[name] / delta[c.TTS_AR_FIRST_CHUNKS_METRIC]  # noqa: E731
+    first_packet = 1000 * statistics.mean(t[0][0] for t in spoken)
+    talker_ms, code2wav_ms = per_first_chunk(c.TTS_AR_FIRST_FRAMES_METRIC), per_first_chunk(c.TTS_AR_FIRST_DECODE_METRIC)
+    return {
+        "streams": streams,
+        "first_packet_ms": first_packet,
+        "talker_first_frame_ms": 1000 * statistics.mean(t[0][0] for t in talked),
+        "talker_first_chunk_frames_ms": talker_ms,
+        "code2wav_ms": code2wav_ms,
+        "connector_ms": first_packet - talker_ms - code2wav_ms,
+        "tokens_per_s_stream": statistics.median(frames * c.AR_POSITIONS / t[1] for t in spoken),
+        "tokens_per_s": delta[c.TALKER_TOKENS_METRIC] / wall,
+        "frames_per_s": streams * frames / wall,
+    }
+
+
+def in_process_limit(model: Path, levels: list[int], frames: int) -> dict:
+    """perf/ar_limit.py in the AR environment."""
+    command = [str(AR_VENV / "bin" / "python"), "-m", "perf.ar_limit", str(model), "--frames", str(frames),
+               "--streams", *map(str, levels)]
+    done = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def table(results: dict) -> str:
+    limits = {row["streams"]: row for row in results["limit"]["talker"]}
+    rows = [
+        "| streams | first packet ms | Talker 1st frame ms | of it: Talker (3 frames) ms | Code2Wav ms | connector ms "
+        "| tokens/s per stream | tokens/s | limit tokens/s | share of limit | frames/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["levels"]:
+        limit = limits[r["streams"]]["tokens_per_s"]
+        rows.append(
+            f"| {r['streams']} | {r['first_packet_ms']:.0f} | {r['talker_first_frame_ms']:.0f} "
+            f"| {r['talker_first_chunk_frames_ms']:.0f} | {r['code2wav_ms']:.0f} | {r['connector_ms']:.0f} "
+            f"| {r['tokens_per_s_stream']:.0f} | {r['tokens_per_s']:.0f} | {limit:.0f} | {r['tokens_per_s'] / limit:.2f} "
+            f"| {r['frames_per_s']:.1f} |"
+        )
+    code2wav = results["limit"]["code2wav"]
+    rows.append("")
+    rows.append(f"In-process limit: Talker first frame {limits[min(limits)]['first_frame_ms']:.0f} ms at 1 stream; "
+                f"Code2Wav {code2wav['frames_per_s']:.0f} frames/s whole, a 3-frame window in "
+                f"{code2wav['first_window_ms']:.0f} ms. Aggregate tokens/s at 8 streams against 1: "
+                f"{results['batching_gain']:.1f}×.")
+    return "\n".join(rows)
+
+
+def plot(results: dict, path: Path) -> None:
+    plt = pyplot()
+    levels = results["levels"]
+    x = np.arange(len(levels))
+    fig, (split, rate) = plt.subplots(1, 2, figsize=(11, 4))
+    bottom = np.zeros(len(levels))
+    for key, label in (("talker_first_chunk_frames_ms", "Talker (3 frames)"), ("code2wav_ms", "Code2Wav"),
+                       ("connector_ms", "connector")):
+        values = np.array([max(0.0, r[key]) for r in levels])
+        split.bar(x, values, bottom=bottom, label=label)
+        bottom += values
+    split.set_xticks(x, [str(r["streams"]) for r in levels])
+    split.set(xlabel="streams", ylabel="ms", title="first packet, split")
+    split.legend()
+    limit = {row["streams"]: row["tokens_per_s"] for row in results["limit"]["talker"]}
+    rate.plot([r["streams"] for r in levels], [r["tokens_per_s"] for r in levels], "o-", label="server")
+    rate.plot(list(limit), list(limit.values()), "s--", label="in-process limit")
+    rate.set(xlabel="streams", ylabel="tokens/s (aggregate)", title="Talker throughput")
+    rate.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ar-model", type=Path, help="an Orpheus-format model directory (default: the tests' tiny one)")
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--frames", type=int, default=48)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if args.ar_model is None:
+        from tests.voices import build_orpheus_model
+
+        args.ar_model = build_orpheus_model()
+    args.out.mkdir(parents=True, exist_ok=True)
+    http, grpc, metrics = free_ports(3)
+    server = TritonServer(http, grpc, metrics, ar_model=str(args.ar_model))
+    with (args.out / "tritonserver.log").open("w") as log:
+        server.start(stdout=log)
+        try:
+            server.wait_ready(timeout=300)
+            url = f"127.0.0.1:{grpc}"
+            measure_level(url, metrics, 1, 4)  # warm
+            levels = [measure_level(url, metrics, n, args.frames) for n in args.levels]
+        finally:
+            server.stop()
+    limit = in_process_limit(args.ar_model, args.levels, args.frames)  # after the server: the cores are free
+    rates = {r["streams"]: r["tokens_per_s"] for r in levels}
+    results = {"levels": levels, "limit": limit, "frames": args.frames,
+               "batching_gain": rates[max(rates)] / rates[min(rates)]}
+    (args.out / "ar.json").write_text(json.dumps(results, indent=2))
+    report = table(results)
+    (args.out / "ar.md").write_text(report + "\n")
+    plot(results, args.out / "ar.png")
+    print(report)
+
+
+if __name__ == "__main__":
+    main()
