@@ -1,11 +1,5 @@
 """Code2Wav for the Orpheus format: SNAC's decoder, frames of codes → 24 kHz PCM, for
-batches of equal-length windows (torch; no Triton here, the model wraps it).
-
-Windows are padded to a few bucket lengths (`bucket_frames`) so that Triton's batcher
-joins windows of different streams, and so that on a GPU each bucket can be captured
-once as a CUDA graph. Padding goes on the right and its audio is cut off; the right
-context of a window already covers the decoder's reach into it.
-"""
+batches of equal-length windows (torch; no Triton here, the model wraps it)."""
 
 from __future__ import annotations
 
@@ -15,14 +9,6 @@ import numpy as np
 import torch
 
 from . import orpheus
-
-# Window lengths, in frames of 85.3 ms, that Code2Wav decodes (see module docstring).
-BUCKETS = (4, 8, 12, 16, 24, 32, 48, 64)
-
-
-def bucket_frames(frames: int) -> int:
-    """The smallest bucket that holds `frames`, or `frames` itself past the largest."""
-    return next((b for b in BUCKETS if frames <= b), frames)
 
 
 class Code2WavEngine:
