@@ -35,13 +35,14 @@ CODEC_ARG = "speechstream_codec"  # the SamplingParams.extra_args key of a reque
 
 @dataclass(frozen=True)
 class TalkerParams:
-    """One request's sampling: greedy at temperature 0, repeatable with a seed."""
+    """One request's sampling (the contract's AR_PARAMS): greedy at temperature 0,
+    repeatable with a seed; top_p and the repetition penalty are Orpheus's own."""
 
-    temperature: float = 0.6
+    temperature: float
+    max_frames: int
+    seed: int | None = None
     top_p: float = 0.95
     repetition_penalty: float = 1.1
-    seed: int | None = None
-    max_frames: int = 1200  # 102 s of audio at most
 
 
 class CodecLogitsProcessor(LogitsProcessor):
@@ -132,7 +133,7 @@ class TalkerEngine:
         """Orpheus's prompt for `text` in `voice` ("tara: Hello there.")."""
         return self.tokens.prompt(self._tokenizer.encode(f"{voice}: {text}"))
 
-    async def frames(self, text: str, voice: str, params: TalkerParams = TalkerParams()) -> AsyncIterator[np.ndarray]:
+    async def frames(self, text: str, voice: str, params: TalkerParams) -> AsyncIterator[np.ndarray]:
         """The frames of `text`, [n, 7] codes at a time, as the engine writes them."""
         fmt = self.tokens.codec
         sampling = SamplingParams(
