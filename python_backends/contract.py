@@ -39,6 +39,7 @@ TTS_ACTIVE_METRIC = "speechstream_tts_active_requests"
 TALKER_RUNNING_METRIC = "speechstream_talker_running_requests"
 TALKER_WAITING_METRIC = "speechstream_talker_waiting_requests"
 TALKER_TOKENS_METRIC = "speechstream_talker_generated_tokens"
+TALKER_PEAK_METRIC = "speechstream_talker_peak_running_requests"  # the largest batch so far
 # tts_ar's first packets, split: requests, and the seconds from each request to its first
 # chunk's frames (the Talker's part) and from those to their audio (Code2Wav's), summed.
 TTS_AR_FIRST_CHUNKS_METRIC = "speechstream_tts_ar_first_chunks"

@@ -89,6 +89,7 @@ class TalkerStats:
     running: int = 0  # requests in the batch
     waiting: int = 0  # requests waiting for a place in it
     generated_tokens: int = 0  # tokens written since the engine started
+    peak_running: int = 0  # the most requests in one batch since the engine started
 
 
 class _StatsLogger(StatLoggerBase):
@@ -101,6 +102,7 @@ class _StatsLogger(StatLoggerBase):
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
         if scheduler_stats is not None:
             self.stats.running, self.stats.waiting = scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs
+            self.stats.peak_running = max(self.stats.peak_running, self.stats.running)
         if iteration_stats is not None:
             self.stats.generated_tokens += iteration_stats.num_generation_tokens
         self.on_stats(self.stats)

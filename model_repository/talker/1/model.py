@@ -42,9 +42,10 @@ class TritonPythonModel:
             (c.TALKER_RUNNING_METRIC, "Talker requests in vLLM's batch"),
             (c.TALKER_WAITING_METRIC, "Talker requests waiting for a place in vLLM's batch"),
             (c.TALKER_TOKENS_METRIC, "codec tokens vLLM has written since the Talker started"),
+            (c.TALKER_PEAK_METRIC, "the most Talker requests vLLM has run in one batch since the Talker started"),
         )]
         self.families = [family for family, _ in gauges]
-        self.running, self.waiting, self.tokens = (metric for _, metric in gauges)
+        self.running, self.waiting, self.tokens, self.peak = (metric for _, metric in gauges)
         self.running_streams, self.stopped = set(), set()  # STREAM_IDs streaming, and those a STOP named
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="talker-loop", daemon=True)
@@ -61,6 +62,7 @@ class TritonPythonModel:
         self.running.set(stats.running)
         self.waiting.set(stats.waiting)
         self.tokens.set(stats.generated_tokens)
+        self.peak.set(stats.peak_running)
 
     def execute(self, requests):
         for request in requests:
@@ -99,5 +101,5 @@ class TritonPythonModel:
         self.engine.shutdown()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
-        del self.running, self.waiting, self.tokens  # metrics go before their families
+        del self.running, self.waiting, self.tokens, self.peak  # metrics go before their families
         del self.families
