@@ -9,6 +9,7 @@ down at once); Triton refusing or failing the request is `synthesis_failed`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -69,6 +70,11 @@ def _input(name: str, array: np.ndarray) -> grpcclient.InferInput:
     return tensor
 
 
+@functools.cache
+def _input_names(model: str) -> frozenset[str]:
+    return frozenset(tensor["name"] for tensor in c.model_inputs(model))
+
+
 def tts_request(
     sentences: Sequence[str], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
     voice: str = c.DEFAULT_VOICE, model: str = c.TTS_MODEL,
@@ -79,7 +85,7 @@ def tts_request(
     model's fair share."""
     inputs = [_input(c.SENTENCES, np.array([s.encode() for s in sentences], dtype=object))]
     inputs.append(_input(c.VOICE, np.array([voice.encode()], dtype=object)))
-    takes = {tensor["name"] for tensor in c.model_inputs(model)}
+    takes = _input_names(model)
     inputs += [_input(name, np.array([value], dtype=_PARAM_TYPES[name])) for name, value in params if name in takes]
     parameters = {"triton_enable_empty_final_response": True, c.CLIENT_PARAMETER: client}
     return {"model_name": model, "inputs": inputs, "parameters": parameters}

@@ -32,7 +32,7 @@ class BlsStages:
         self, text: str, voice: Mapping[str, np.ndarray], head: int, voice_name: str
     ) -> AsyncIterator[LatentPiece]:
         """One acoustic request for one sentence, its responses as pieces."""
-        inputs = [pb_utils.Tensor(c.TEXT, np.array([text.encode()], dtype=object)), voice_tensor(voice_name, [1])]
+        inputs = [string_tensor(c.TEXT, text), string_tensor(c.VOICE, voice_name)]
         inputs += [pb_utils.Tensor(name, value) for name, value in voice.items()]
         if head:
             inputs.append(pb_utils.Tensor(c.HEAD_FRAMES, np.array([head], dtype=np.int32)))
@@ -72,7 +72,7 @@ class BlsStages:
 
     async def vocode(self, window: np.ndarray, voice_name: str, speaker: int) -> np.ndarray:
         inputs = [
-            pb_utils.Tensor(c.LATENT, window[None]), voice_tensor(voice_name, [1, 1]),
+            pb_utils.Tensor(c.LATENT, window[None]), string_tensor(c.VOICE, voice_name, [1, 1]),
             pb_utils.Tensor(c.SPEAKER, np.array([[speaker]], dtype=np.int64)),
         ]
         return (await self.infer(c.VOCODER_MODEL, inputs, c.PCM))[0]
@@ -97,8 +97,9 @@ class VoiceStages:
         return self.bls.vocode(window, self.voice_name, self.speaker)
 
 
-def voice_tensor(name: str, shape: list[int]):
-    return pb_utils.Tensor(c.VOICE, np.array([name.encode()], dtype=object).reshape(shape))
+def string_tensor(name: str, value: str, shape: tuple[int, ...] = (1,)):
+    """A BYTES input holding one UTF-8 string."""
+    return pb_utils.Tensor(name, np.array([value.encode()], dtype=object).reshape(shape))
 
 
 def latent_piece(response) -> LatentPiece:

@@ -4,6 +4,7 @@ responses. Imported only inside Triton's Python backend (needs its `pb_utils`)."
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -47,6 +48,19 @@ def request_inputs(request, model: str) -> dict[str, np.ndarray]:
 def request_parameter(request, name: str, default: str = "") -> str:
     """A request parameter (Triton's request `parameters` map) as a string."""
     return str(json.loads(request.parameters() or "{}").get(name, default))
+
+
+def run_by_key(keys: Sequence[Hashable], run: Callable[[Hashable, list[int]], np.ndarray | None]) -> list:
+    """What a batched model answers each request of a batch with: `run(key, indices)`
+    once per distinct key (requests that can share one call), its rows handed back to
+    those requests in order; None for the requests of a key `run` answered None for."""
+    rows: list = [None] * len(keys)
+    for key in dict.fromkeys(keys):
+        same = [i for i, k in enumerate(keys) if k == key]
+        if (out := run(key, same)) is not None:
+            for row, i in enumerate(same):
+                rows[i] = out[row : row + 1]
+    return rows
 
 
 def response(outputs: dict[str, np.ndarray]):

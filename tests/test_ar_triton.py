@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from gateway.client import Recorder, connection
-from perf.servers import start_gateway, stop
+from perf.servers import start_gateway, stop, triton_metrics
 
 from python_backends import contract as c
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME, frame_budget
@@ -45,7 +45,7 @@ def ar_triton(tmp_path_factory):
     except Exception:
         server.stop()
         raise RuntimeError(f"tritonserver did not start; see {log.name}") from None
-    server.grpc_url, server.metrics_url = f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics"
+    server.grpc_url = f"127.0.0.1:{grpc}"
     server.ar_model_dir = str(build_orpheus_model())
     yield server
     server.stop()
@@ -67,12 +67,8 @@ def talker_frames(url, text, max_frames, **extra):
         c.TEXT: text, c.MAX_FRAMES: np.int32(max_frames), **GREEDY, **extra})])
 
 
-def metric(url, name):
-    with urllib.request.urlopen(url, timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    raise KeyError(name)
+def metric(server, name):
+    return triton_metrics(server.metrics_port)[name]
 
 
 def test_the_talker_streams_valid_frames_and_greedy_is_repeatable(ar_triton):
@@ -128,9 +124,9 @@ def wait_for(condition, timeout=20.0):
 
 
 def test_cancelling_a_stream_frees_its_vllm_request(ar_triton):
-    running = lambda: metric(ar_triton.metrics_url, c.TALKER_RUNNING_METRIC)  # noqa: E731
+    running = lambda: metric(ar_triton, c.TALKER_RUNNING_METRIC)  # noqa: E731
     assert wait_for(lambda: running() == 0)
-    generated = metric(ar_triton.metrics_url, c.TALKER_TOKENS_METRIC)
+    generated = metric(ar_triton, c.TALKER_TOKENS_METRIC)
     s = Stream(ar_triton.grpc_url)
     long_sentence = " ".join([SENTENCE.rstrip(".")] * 6) + "."  # a budget of 12 + 2 frames a character
     s.send(c.TTS_AR_MODEL, {c.TEXT: long_sentence, **GREEDY})
@@ -139,9 +135,9 @@ def test_cancelling_a_stream_frees_its_vllm_request(ar_triton):
     s.cancel()
     s.close()
     assert wait_for(lambda: running() == 0)  # vLLM's own scheduler no longer runs it
-    written = metric(ar_triton.metrics_url, c.TALKER_TOKENS_METRIC) - generated
+    written = metric(ar_triton, c.TALKER_TOKENS_METRIC) - generated
     time.sleep(1)
-    assert metric(ar_triton.metrics_url, c.TALKER_TOKENS_METRIC) - generated == written  # and writes no more
+    assert metric(ar_triton, c.TALKER_TOKENS_METRIC) - generated == written  # and writes no more
     assert written < frame_budget(long_sentence, 4096) * c.AR_POSITIONS / 4  # far from what it might write
 
 
@@ -149,11 +145,11 @@ def test_concurrent_streams_share_the_engines_batch(ar_triton):
     """Eight streams at once run in one vLLM batch, by its own scheduler's count (the
     module's other tests run one or two at once). Their tokens/s against one stream's is
     a benchmark figure: perf/ar.py."""
-    assert metric(ar_triton.metrics_url, c.TALKER_PEAK_METRIC) < 8
+    assert metric(ar_triton, c.TALKER_PEAK_METRIC) < 8
     with ThreadPoolExecutor(8) as pool:
         frames = list(pool.map(lambda i: talker_frames(ar_triton.grpc_url, f"{SENTENCE} {i}", 40), range(8)))
     assert all(f.shape == (40, c.AR_POSITIONS) for f in frames)
-    assert metric(ar_triton.metrics_url, c.TALKER_PEAK_METRIC) == 8
+    assert metric(ar_triton, c.TALKER_PEAK_METRIC) == 8
 
 
 def test_protocol_v1_speaks_an_orpheus_voice_beside_a_piper_voice(ar_gateway):

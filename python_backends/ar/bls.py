@@ -12,7 +12,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .. import contract as c
-from ..bls import BlsStages
+from ..bls import BlsStages, string_tensor
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,8 @@ class ArBlsStages:
     async def talk(self, text: str) -> AsyncIterator[np.ndarray]:
         """The Talker's frames; left early, the Talker is told to stop (STOP), since the
         BLS request itself cannot be cancelled and is read to its end."""
-        name = _string(c.STREAM_ID, uuid.uuid4().hex)
-        inputs = [_string(c.TEXT, text), _string(c.VOICE, self.voice), name]
+        name = string_tensor(c.STREAM_ID, uuid.uuid4().hex)
+        inputs = [string_tensor(c.TEXT, text), string_tensor(c.VOICE, self.voice), name]
         inputs += [pb_utils.Tensor(key, value) for key, value in self.sampling.items()]
         async with aclosing(self.bls.stream(c.TALKER_MODEL, inputs, [c.CODES])) as responses:
             read_all = False
@@ -46,6 +46,3 @@ class ArBlsStages:
         codes = pb_utils.Tensor(c.CODES, np.ascontiguousarray(window[None], dtype=np.int32))
         return (await self.bls.infer(c.CODE2WAV_MODEL, [codes], c.PCM))[0]
 
-
-def _string(name: str, value: str):
-    return pb_utils.Tensor(name, np.array([value.encode()], dtype=object))

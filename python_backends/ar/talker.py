@@ -27,7 +27,7 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from .layouts import CodecTokens, FrameAssembler, Layout, allowed
+from .layouts import Allowed, CodecTokens, FrameAssembler, Layout, allowed
 from .orpheus import OrpheusTokens
 
 CODEC_ARG = "speechstream_codec"  # the SamplingParams.extra_args key of a request's layout
@@ -50,6 +50,7 @@ class CodecLogitsProcessor(LogitsProcessor):
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
         self._rows: dict[int, tuple[CodecTokens, list[int]]] = {}
+        self._kept: dict[tuple[CodecTokens, Allowed], torch.Tensor] = {}  # a few per layout: one per position
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -60,7 +61,8 @@ class CodecLogitsProcessor(LogitsProcessor):
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         for row, (fmt, written) in self._rows.items():
             may = allowed(fmt, len(written), _pad_step(fmt, written))
-            keep = torch.from_numpy(may.tokens(fmt)).to(logits.device)
+            if (keep := self._kept.get((fmt, may))) is None:
+                keep = self._kept[fmt, may] = torch.from_numpy(may.tokens(fmt)).to(logits.device)
             kept = logits[row, keep]
             logits[row] = float("-inf")
             logits[row, keep] = kept

@@ -20,7 +20,7 @@ import triton_python_backend_utils as pb_utils
 
 from python_backends import contract as c
 from python_backends.ar.code2wav import Code2WavEngine
-from python_backends.triton_glue import declare, parameters, response
+from python_backends.triton_glue import declare, parameters, response, run_by_key
 
 
 class TritonPythonModel:
@@ -37,10 +37,6 @@ class TritonPythonModel:
     def execute(self, requests):
         # The dynamic batcher joins windows of any length: one decoder run per length.
         windows = [pb_utils.get_input_tensor_by_name(r, c.CODES).as_numpy() for r in requests]
-        pcm = [None] * len(windows)
-        for shape in {w.shape for w in windows}:
-            same = [i for i, w in enumerate(windows) if w.shape == shape]
-            audio = self.engine.decode(np.concatenate([windows[i] for i in same]))
-            for row, i in enumerate(same):
-                pcm[i] = audio[row : row + 1]
+        pcm = run_by_key([w.shape for w in windows],
+                         lambda _, same: self.engine.decode(np.concatenate([windows[i] for i in same])))
         return [response({c.PCM: x}) for x in pcm]

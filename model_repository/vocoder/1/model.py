@@ -13,7 +13,7 @@ import triton_python_backend_utils as pb_utils
 from python_backends import contract as c
 from python_backends.catalog import configured_voices
 from python_backends.engines import VocoderEngine
-from python_backends.triton_glue import declare, error, parameters, response
+from python_backends.triton_glue import declare, error, parameters, response, run_by_key
 from python_backends.voice import load_voice
 
 
@@ -32,14 +32,14 @@ class TritonPythonModel:
         latents = [pb_utils.get_input_tensor_by_name(r, c.LATENT).as_numpy() for r in requests]
         voices = [voice_of(r) for r in requests]
         speakers = [speaker_of(r) for r in requests]
-        pcm = [None] * len(latents)
-        for voice, shape in set(zip(voices, (x.shape for x in latents))):
-            if voice not in self.engines:
-                continue
-            same = [i for i, x in enumerate(latents) if x.shape == shape and voices[i] == voice]
-            audio = self.engines[voice].vocode(np.concatenate([latents[i] for i in same]), [speakers[i] for i in same])
-            for row, i in enumerate(same):
-                pcm[i] = audio[row : row + 1]
+
+        def vocode(key, same):
+            voice, _ = key
+            if voice in self.engines:
+                return self.engines[voice].vocode(np.concatenate([latents[i] for i in same]), [speakers[i] for i in same])
+            return None
+
+        pcm = run_by_key(list(zip(voices, (x.shape for x in latents))), vocode)
         return [error(f"unknown voice {v!r}") if x is None else response({c.PCM: x}) for v, x in zip(voices, pcm)]
 
 
