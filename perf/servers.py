@@ -4,6 +4,7 @@ time of their processes, and Triton's Prometheus metrics."""
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -22,12 +23,20 @@ from python_backends.launcher import PROJECT_ROOT, TritonServer
 
 
 def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
+    """`n` loopback ports free now, below the kernel's ephemeral range: a port the kernel
+    just handed out for bind(0) it may hand out again, to one of the many listeners vLLM's
+    processes open while Triton starts, before Triton binds it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports: list[int] = []
+    while len(ports) < n:
+        port = random.randrange(10_000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
     return ports
 
 

@@ -226,6 +226,7 @@ class TritonServer:
             with contextlib.suppress(psutil.NoSuchProcess):
                 stub.kill()
         psutil.wait_procs(left, timeout=10)
+        self._kill_session_leftovers()
         stale = [region for region in regions if region.exists()]
         for region in stale:
             region.unlink(missing_ok=True)
@@ -243,11 +244,25 @@ class TritonServer:
         self.process.kill()  # a no-op when it has exited
         self.process.wait()
         psutil.wait_procs(stubs, timeout=10)
+        self._kill_session_leftovers()
         for region in regions:
             region.unlink(missing_ok=True)
         self.start(self._stdout)
         self.wait_ready()
         log.info("tritonserver is back")
+
+    def _kill_session_leftovers(self) -> None:
+        """Kill what is left of Triton's session once Triton and its stubs are gone: a
+        killed stub's own children (vLLM's engine core and workers, 3-4 GB and a dozen
+        ports) outlive it otherwise."""
+        left = [p for p in psutil.process_iter() if session_of(p) == self.process.pid]
+        for process in left:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(left, timeout=10)
+        if left:
+            log.warning("killed %d processes left in tritonserver's session: %s", len(left),
+                        ", ".join(f"{p.pid} {_name(p)}" for p in left))
 
     def supervise(self, stopping: threading.Event) -> None:
         """Keep the server serving until `stopping` is set: restart it when it exits or
@@ -269,6 +284,21 @@ def stub_running(processes: list[psutil.Process], model: str) -> psutil.Process:
             if any(f"/{model}/1/model.py" in arg for arg in process.cmdline()):
                 return process
     raise LookupError(f"no stub runs {model}")
+
+
+def session_of(process: psutil.Process) -> int | None:
+    """The process's session id (a launched Triton's is its pid), None once it is gone."""
+    try:
+        return os.getsid(process.pid)
+    except OSError:  # gone meanwhile
+        return None
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:
+        return "(gone)"
 
 
 def alive(process: psutil.Process) -> bool:
