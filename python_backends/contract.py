@@ -40,6 +40,8 @@ TALKER_RUNNING_METRIC = "speechstream_talker_running_requests"
 TALKER_WAITING_METRIC = "speechstream_talker_waiting_requests"
 TALKER_TOKENS_METRIC = "speechstream_talker_generated_tokens"
 TALKER_PEAK_METRIC = "speechstream_talker_peak_running_requests"  # the largest batch so far
+TALKER_GUIDED_METRIC = "speechstream_talker_guided_streams"  # streams decoded as a CFG pair
+TALKER_GUIDANCE_LOST_METRIC = "speechstream_talker_guidance_lost_streams"  # pairs that fell out of step
 # tts_ar's first packets, split: requests, and the seconds from each request to its first
 # chunk's frames (the Talker's part) and from those to their audio (Code2Wav's), summed.
 TTS_AR_FIRST_CHUNKS_METRIC = "speechstream_tts_ar_first_chunks"
@@ -148,6 +150,10 @@ STREAM_ID = "STREAM_ID"
 STOP = "STOP"
 TEMPERATURE = "TEMPERATURE"
 MAX_FRAMES = "MAX_FRAMES"
+# Classifier-free guidance: a stream with GUIDANCE_SCALE s is decoded as a pair of vLLM
+# requests, with and without its text, their logits combined u + s·(c − u) each step
+# (python_backends.ar.guidance); absent, the stream is one request, unguided.
+GUIDANCE_SCALE = "GUIDANCE_SCALE"
 AR_POSITIONS = 7
 AR_SAMPLE_RATE = 24000  # SNAC 24 kHz, the Orpheus format's Code2Wav
 # Orpheus's voices, spoken as the prompt's "voice: text"; the first is the default.
@@ -157,6 +163,7 @@ AR_PARAMS = (
     SEED_PARAM,
     # 85.3 ms a frame: 102 s by default; the Talker also stops at 12 + 2 per character of text.
     Param(MAX_FRAMES, "TYPE_INT32", 1200, 1, 4096),
+    Param(GUIDANCE_SCALE, "TYPE_FP32", None, 0.0, 10.0),
 )
 # SNAC's decoder reaches about 2 frames (170 ms) either side: with 2 frames of context
 # chunked decoding matches whole decoding at 89 dB (1 frame: 46 dB; measured on the test

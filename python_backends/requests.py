@@ -11,6 +11,7 @@ from .chunking import ChunkParams
 from .contract import (
     AR_CHUNK_PARAMS,
     AR_PARAMS,
+    GUIDANCE_SCALE,
     CHUNK_FRAMES,
     CHUNK_PARAMS,
     INITIAL_CHUNK_FRAMES,
@@ -188,6 +189,7 @@ class TalkerRequest:
     seed: int | None
     max_frames: int
     stream_id: str | None  # the name a STOP request may stop it by
+    guidance_scale: float | None = None  # None: unguided (one vLLM request, not a pair)
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,8 @@ def read_talker_request(inputs: Mapping[str, np.ndarray]) -> TalkerRequest | str
         return stream
     v = read_params(inputs, AR_PARAMS)
     text = read_text(inputs, MAX_SENTENCE_CHARS)
-    return TalkerRequest(text, read_orpheus_voice(inputs), v[TEMPERATURE], v[SEED], v[MAX_FRAMES], stream)
+    return TalkerRequest(text, read_orpheus_voice(inputs), v[TEMPERATURE], v[SEED], v[MAX_FRAMES], stream,
+                         v[GUIDANCE_SCALE])
 
 
 def read_tts_ar_request(inputs: Mapping[str, np.ndarray], max_chars: int) -> TtsArRequest:

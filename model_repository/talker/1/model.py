@@ -43,9 +43,11 @@ class TritonPythonModel:
             (c.TALKER_WAITING_METRIC, "Talker requests waiting for a place in vLLM's batch"),
             (c.TALKER_TOKENS_METRIC, "codec tokens vLLM has written since the Talker started"),
             (c.TALKER_PEAK_METRIC, "the most Talker requests vLLM has run in one batch since the Talker started"),
+            (c.TALKER_GUIDED_METRIC, "Talker streams decoded as a classifier-free guidance pair"),
+            (c.TALKER_GUIDANCE_LOST_METRIC, "guided Talker streams whose pair fell out of lock-step (decoded unguided from there)"),
         )]
         self.families = [family for family, _ in gauges]
-        self.running, self.waiting, self.tokens, self.peak = (metric for _, metric in gauges)
+        self.running, self.waiting, self.tokens, self.peak, self.guided, self.guidance_lost = (m for _, m in gauges)
         self.running_streams, self.stopped = set(), set()  # STREAM_IDs streaming, and those a STOP named
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="talker-loop", daemon=True)
@@ -63,6 +65,8 @@ class TritonPythonModel:
         self.waiting.set(stats.waiting)
         self.tokens.set(stats.generated_tokens)
         self.peak.set(stats.peak_running)
+        self.guided.set(stats.guided)
+        self.guidance_lost.set(stats.guidance_lost)
 
     def execute(self, requests):
         for request in requests:
@@ -79,7 +83,8 @@ class TritonPythonModel:
                 sender.send(flags=FINAL)
                 return
             budget = frame_budget(talk.text, talk.max_frames)
-            params = TalkerParams(temperature=talk.temperature, seed=talk.seed, max_frames=budget)
+            params = TalkerParams(temperature=talk.temperature, seed=talk.seed, max_frames=budget,
+                                  guidance_scale=talk.guidance_scale)
             self.running_streams.add(talk.stream_id)
             try:
                 async with aclosing(self.engine.frames(talk.text, talk.voice, params)) as frames:
@@ -101,5 +106,5 @@ class TritonPythonModel:
         self.engine.shutdown()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
-        del self.running, self.waiting, self.tokens, self.peak  # metrics go before their families
+        del self.running, self.waiting, self.tokens, self.peak, self.guided, self.guidance_lost  # before their families
         del self.families
