@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -50,10 +51,11 @@ def request_parameter(request, name: str, default: str = "") -> str:
     return str(json.loads(request.parameters() or "{}").get(name, default))
 
 
-def run_by_key(keys: Sequence[Hashable], run: Callable[[Hashable, list[int]], np.ndarray | None]) -> list:
+def run_by_key(keys: Sequence[Hashable], run: Callable[[Hashable, list[int]], Any]) -> list:
     """What a batched model answers each request of a batch with: `run(key, indices)`
-    once per distinct key (requests that can share one call), its rows handed back to
-    those requests in order; None for the requests of a key `run` answered None for."""
+    once per distinct key (requests that can share one call), its rows (of a numpy array
+    or torch tensor) handed back to those requests in order; None for the requests of a
+    key `run` answered None for."""
     rows: list = [None] * len(keys)
     for key in dict.fromkeys(keys):
         same = [i for i, k in enumerate(keys) if k == key]

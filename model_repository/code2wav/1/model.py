@@ -1,5 +1,6 @@
 """Triton shim for Code2Wav of the autoregressive family: windows of frames of SNAC codes
-→ PCM, batched (python_backends.ar.code2wav)."""
+→ PCM, batched (python_backends.ar.code2wav). Tensors cross by DLPack, so on a GPU
+instance (configs/gpu.pbtxt) codes that arrive on the device and the PCM stay there."""
 
 # The stub's isolated interpreter ignores PYTHONPATH; the launcher names the project and
 # the AR environment (torch, snac) here instead.
@@ -14,13 +15,13 @@ locale.setlocale(locale.LC_CTYPE, "C.UTF-8")  # the stub starts with an ASCII lo
 
 from pathlib import Path
 
-import numpy as np
 import torch
 import triton_python_backend_utils as pb_utils
+from torch.utils.dlpack import to_dlpack
 
 from python_backends import contract as c
 from python_backends.ar.code2wav import Code2WavEngine
-from python_backends.triton_glue import declare, parameters, response, run_by_key
+from python_backends.triton_glue import declare, parameters, run_by_key
 
 
 class TritonPythonModel:
@@ -31,12 +32,14 @@ class TritonPythonModel:
     def initialize(self, args):
         p = parameters(args)
         torch.set_num_threads(int(p.get("threads", "1")))
+        gpu = args["model_instance_kind"] == "GPU"
+        device = f"cuda:{args['model_instance_device_id']}" if gpu else "cpu"
         snac = Path(os.environ["SPEECHSTREAM_AR_MODEL"]) / "snac"
-        self.engine = Code2WavEngine(snac, noise=p.get("noise", "true") == "true")
+        self.engine = Code2WavEngine(snac, device=device, noise=p.get("noise", "true") == "true")
 
     def execute(self, requests):
         # The dynamic batcher joins windows of any length: one decoder run per length.
-        windows = [pb_utils.get_input_tensor_by_name(r, c.CODES).as_numpy() for r in requests]
-        pcm = run_by_key([w.shape for w in windows],
-                         lambda _, same: self.engine.decode(np.concatenate([windows[i] for i in same])))
-        return [response({c.PCM: x}) for x in pcm]
+        windows = [torch.from_dlpack(pb_utils.get_input_tensor_by_name(r, c.CODES).to_dlpack()) for r in requests]
+        pcm = run_by_key([tuple(w.shape) for w in windows],
+                         lambda _, same: self.engine.decode_tensor(torch.cat([windows[i] for i in same])))
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor.from_dlpack(c.PCM, to_dlpack(x))]) for x in pcm]
