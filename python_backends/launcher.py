@@ -35,6 +35,7 @@ log = logging.getLogger("speechstream.triton")
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
+GPU_CONFIG = "gpu"  # model_repository/*/configs/gpu.pbtxt: Triton's --model-config-name
 # The AR family's environment (vLLM, torch, SNAC), made by `scripts/setup.sh --ar`.
 AR_VENV = PROJECT_ROOT / os.environ.get("AR_VENV", ".venv-ar")
 
@@ -120,6 +121,7 @@ class TritonServer:
     log_verbose: int = 0
     voices: str | None = None  # a directory of Piper voices, besides the embedded one
     ar_model: str | None = None  # an Orpheus-format model directory: serve the autoregressive family too
+    gpu: bool = False  # models with a configs/gpu.pbtxt load it (the AR family on the GPU)
     process: subprocess.Popen | None = field(default=None, init=False)
     _stdout: object = field(default=None, init=False, repr=False)
     _stubs: list[psutil.Process] = field(default_factory=list, init=False, repr=False)
@@ -140,6 +142,7 @@ class TritonServer:
             f"--log-verbose={self.log_verbose}",
             "--model-control-mode=explicit",
             *(f"--load-model={model}" for model in self.models()),
+            *([f"--model-config-name={GPU_CONFIG}"] if self.gpu else []),
         ]
 
     def models(self) -> tuple[str, ...]:
@@ -372,13 +375,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRITON_METRICS_PORT", 8002)), help="env TRITON_METRICS_PORT")
     parser.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
     parser.add_argument("--log-verbose", type=int, default=0)
+    parser.add_argument("--gpu", action="store_true", default=os.environ.get("SPEECHSTREAM_GPU") == "1",
+                        help=f"load each model's configs/{GPU_CONFIG}.pbtxt where it has one: the AR family's Talker "
+                             "and Code2Wav on the GPU (env SPEECHSTREAM_GPU=1)")
     add_voices_argument(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     server = TritonServer(
         args.http_port, args.grpc_port, args.metrics_port, args.host, args.model_repository, args.log_verbose, args.voices,
-        args.ar_model,
+        args.ar_model, args.gpu,
     )
     stopping = threading.Event()
 

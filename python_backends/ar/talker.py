@@ -205,6 +205,8 @@ class TalkerEngine:
                  on_stats: Callable[[TalkerStats], None] = lambda stats: None) -> None:
         # vLLM sizes its CPU KV cache from this (GiB); 1 holds 8 streams of a small model.
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        # GPU builds default to a model runner that refuses custom logits processors.
+        os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
         args = AsyncEngineArgs(
             model=str(model), dtype=dtype, max_model_len=max_model_len, enforce_eager=eager,
             logits_processors=[CodecLogitsProcessor], scheduler_cls=PairingScheduler, disable_log_stats=False,

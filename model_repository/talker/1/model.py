@@ -53,11 +53,12 @@ class TritonPythonModel:
         self.thread = threading.Thread(target=self.loop.run_forever, name="talker-loop", daemon=True)
         self.thread.start()
         model = Path(os.environ["SPEECHSTREAM_AR_MODEL"]) / "talker"
-        start = self._start(model, p.get("dtype", "float32"), int(p.get("max_model_len", "4096")))
+        start = self._start(model, p.get("dtype", "float32"), int(p.get("max_model_len", "4096")),
+                            p.get("enforce_eager", "true") == "true")
         self.engine = asyncio.run_coroutine_threadsafe(start, self.loop).result()
 
-    async def _start(self, model, dtype, max_model_len):
-        return TalkerEngine(model, dtype=dtype, max_model_len=max_model_len, on_stats=self._export)
+    async def _start(self, model, dtype, max_model_len, eager):
+        return TalkerEngine(model, dtype=dtype, max_model_len=max_model_len, eager=eager, on_stats=self._export)
 
     def _export(self, stats):
         """vLLM's counts on Triton's metrics port."""
