@@ -1,6 +1,13 @@
-"""A concurrency sweep of the decoupled `tts` model with Triton's perf_analyzer (gRPC streaming).
+"""A concurrency sweep of a synthesis model with Triton's perf_analyzer: the decoupled `tts`
+or `tts_ar` (gRPC streaming), or the AR family's batched `code2wav`.
 
     python -m perf.perf_analyzer --url 127.0.0.1:8001 --concurrency 1,2,4,8 --output perf/results/perf_analyzer.md
+    python -m perf.perf_analyzer --model tts_ar --concurrency 1,4,8
+    python -m perf.perf_analyzer --model code2wav --shared-memory cuda   # on a GPU host
+
+`--shared-memory system|cuda` puts inputs and outputs in shared memory regions (CUDA:
+on the GPU, where Code2Wav's GPU config keeps them). perf_analyzer 2.51 supports it
+only for models without optional inputs: `code2wav`, not `tts` or `tts_ar`.
 
 For each level, perf_analyzer sends a fixed number of requests (`--rounds` per concurrent
 stream: this shared machine may never reach perf_analyzer's stable measurement) and
@@ -26,8 +33,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perf.metrics import percentile
+from python_backends import contract as c
+from python_backends.ar.orpheus import SAMPLES_PER_FRAME
 
 INPUT_DATA = Path(__file__).parent / "tts_input.json"
+AR_INPUT_DATA = Path(__file__).parent / "tts_ar_input.json"  # the texts, 48 frames each (perf/ar.py's)
+CODE2WAV_WINDOW = 20  # frames: the largest window tts_ar sends (16 + 2 + 2 of context)
+# What perf_analyzer sends each model: the texts to the streaming models, windows of
+# zeros (valid codes) to code2wav.
+MODEL_INPUTS = {
+    "tts": ["--streaming", "--input-data", str(INPUT_DATA)],
+    "tts_ar": ["--streaming", "--input-data", str(AR_INPUT_DATA)],
+    "code2wav": ["--input-data", "zero", "--shape", f"CODES:{CODE2WAV_WINDOW},{c.AR_POSITIONS}"],
+}
 NS = 1e9
 
 
@@ -53,12 +71,22 @@ def environment() -> dict[str, str]:
     return env
 
 
-def command(url: str, concurrency: int, request_count: int, export: Path, extra: list[str]) -> list[str]:
+def shared_memory_args(model: str, kind: str) -> list[str]:
+    """perf_analyzer's shared-memory options for `model` (kind none, system or cuda)."""
+    if kind == "none":
+        return []
+    if model != c.CODE2WAV_MODEL:
+        raise ValueError(f"--shared-memory {kind}: perf_analyzer 2.51 refuses shared memory for models with optional "
+                         f"inputs, which {model} has; use it with --model {c.CODE2WAV_MODEL}")
+    pcm_bytes = CODE2WAV_WINDOW * SAMPLES_PER_FRAME * 4  # one window's float32 PCM
+    return [f"--shared-memory={kind}", f"--output-shared-memory-size={pcm_bytes}"]
+
+
+def command(url: str, model: str, concurrency: int, request_count: int, export: Path, extra: list[str]) -> list[str]:
     """One level per run: perf_analyzer refuses --request-count with a concurrency range."""
     return [
         str(Path(sys.executable).parent / "perf_analyzer"),
-        "-m", "tts", "-u", url, "-i", "grpc", "--streaming",
-        "--input-data", str(INPUT_DATA),
+        "-m", model, "-u", url, "-i", "grpc", *MODEL_INPUTS[model],
         "--concurrency-range", str(concurrency),
         "--request-count", str(request_count),
         "--profile-export-file", str(export),
@@ -120,32 +148,35 @@ def table(levels: list[Level]) -> str:
     return "\n".join(lines)
 
 
-def run_level(url: str, concurrency: int, rounds: int, export_dir: Path, extra: list[str], attempts: int = 2) -> Level:
+def run_level(url: str, model: str, concurrency: int, rounds: int, export_dir: Path, extra: list[str],
+              attempts: int = 2) -> Level:
     """One level. perf_analyzer 2.51 now and then exits 0 with its export cut at a 1 MiB
     write-buffer boundary (seen once in the test suite): such a level is run again."""
     for _ in range(attempts - 1):
         try:
-            return summarize(parse_export(profile_export(url, concurrency, rounds, export_dir, extra))["experiments"][0])
+            return summarize(parse_export(profile_export(url, model, concurrency, rounds, export_dir, extra))["experiments"][0])
         except ValueError as e:
             print(f"perf_analyzer at concurrency {concurrency}: {e}; running the level again", file=sys.stderr, flush=True)
-    return summarize(parse_export(profile_export(url, concurrency, rounds, export_dir, extra))["experiments"][0])
+    return summarize(parse_export(profile_export(url, model, concurrency, rounds, export_dir, extra))["experiments"][0])
 
 
-def profile_export(url: str, concurrency: int, rounds: int, export_dir: Path, extra: list[str]) -> bytes:
+def profile_export(url: str, model: str, concurrency: int, rounds: int, export_dir: Path, extra: list[str]) -> bytes:
     """The raw profile export of one perf_analyzer run at `concurrency`."""
-    export = export_dir / f"tts_c{concurrency}.json"
+    export = export_dir / f"{model}_c{concurrency}.json"
     export.unlink(missing_ok=True)  # perf_analyzer refuses an existing export path
-    cmd = command(url, concurrency, rounds * concurrency, export, extra)
+    cmd = command(url, model, concurrency, rounds * concurrency, export, extra)
     run = subprocess.run(cmd, env=environment(), capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(f"perf_analyzer exited {run.returncode} at concurrency {concurrency}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
     return export.read_bytes()
 
 
-def sweep(url: str, levels: list[int], rounds: int, export_dir: Path, extra: list[str]) -> list[Level]:
+def sweep(url: str, levels: list[int], rounds: int, export_dir: Path, extra: list[str], model: str = c.TTS_MODEL,
+          shared_memory: str = "none") -> list[Level]:
+    extra = shared_memory_args(model, shared_memory) + extra
     results = []
     for concurrency in levels:
-        results.append(run_level(url, concurrency, rounds, export_dir, extra))
+        results.append(run_level(url, model, concurrency, rounds, export_dir, extra))
         print(table(results[-1:]).splitlines()[-1], file=sys.stderr, flush=True)  # progress
     return results
 
@@ -154,16 +185,23 @@ def main(argv: list[str] | None = None) -> int:
     # No abbreviations: unknown options go to perf_analyzer as they are.
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--url", default="127.0.0.1:8001", help="Triton gRPC address")
+    parser.add_argument("--model", choices=list(MODEL_INPUTS), default=c.TTS_MODEL)
+    parser.add_argument("--shared-memory", choices=["none", "system", "cuda"], default="none",
+                        help=f"inputs and outputs through shared memory ({c.CODE2WAV_MODEL} only)")
     parser.add_argument("--concurrency", default="1,2,4,8", help="comma-separated levels")
     parser.add_argument("--rounds", type=int, default=4, help="requests per concurrent stream, per level")
     parser.add_argument("--export-dir", type=Path, help="keep perf_analyzer's profile exports here (large: PCM as JSON)")
     parser.add_argument("--output", type=Path, help="also write the table here (Markdown)")
     args, extra = parser.parse_known_args(argv)
+    try:
+        shared_memory_args(args.model, args.shared_memory)
+    except ValueError as e:
+        parser.error(str(e))
     levels = [int(x) for x in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory() as scratch:
         export_dir = args.export_dir or Path(scratch)
         export_dir.mkdir(parents=True, exist_ok=True)
-        result = table(sweep(args.url, levels, args.rounds, export_dir, extra))
+        result = table(sweep(args.url, levels, args.rounds, export_dir, extra, args.model, args.shared_memory))
     print(result)
     if args.output:
         args.output.write_text(result + "\n", encoding="utf-8")

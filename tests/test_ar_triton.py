@@ -27,6 +27,7 @@ from python_backends.ar.orpheus import SAMPLES_PER_FRAME, frame_budget
 from python_backends.launcher import TritonServer, session_of
 from python_backends.triton_client import Stream, StreamError, infer, stream
 from tests.audio import snr_db
+from perf import perf_analyzer as pa
 from perf.servers import free_ports
 from tests.voices import build_orpheus_model
 
@@ -225,6 +226,16 @@ def test_the_http_api_lists_and_speaks_the_orpheus_voices(ar_gateway):
     api = openai.OpenAI(base_url=f"http://{ar_gateway}/v1", api_key="unused", max_retries=0)
     body = api.audio.speech.create(model="tts-1", voice="leo", input="Hello there.", response_format="pcm").content
     assert np.abs(np.frombuffer(body, np.int16)).max() > 1000
+
+
+def test_perf_analyzer_streams_tts_ar_and_drives_code2wav_through_shared_memory(ar_triton, tmp_path):
+    """The real perf_analyzer: tts_ar streamed (several responses a request), and code2wav
+    with its windows and PCM in system shared memory (CUDA's needs a GPU: not run here)."""
+    streamed = pa.sweep(ar_triton.grpc_url, [2], rounds=1, export_dir=tmp_path, extra=[], model=c.TTS_AR_MODEL)[0]
+    assert streamed.requests == 2 and streamed.responses_per_s > 2 * streamed.requests_per_s
+    shared = pa.sweep(ar_triton.grpc_url, [2], rounds=2, export_dir=tmp_path, extra=[], model=c.CODE2WAV_MODEL,
+                      shared_memory="system")[0]
+    assert shared.requests == 4 and shared.responses_per_s == pytest.approx(shared.requests_per_s)
 
 
 def test_a_server_that_fails_to_start_leaves_no_vllm_process(tmp_path):

@@ -75,3 +75,10 @@ def test_sweep_streams_tts(triton, tmp_path):
         times = r["response_timestamps"]
         assert len(times) >= 2 and times[0] < times[-1]
     assert "| 2 | 4 |" in pa.table(levels)
+
+
+def test_shared_memory_is_refused_for_models_with_optional_inputs():
+    assert pa.shared_memory_args("code2wav", "cuda")[0] == "--shared-memory=cuda"
+    assert pa.shared_memory_args("tts", "none") == []
+    with pytest.raises(ValueError, match="optional inputs.*--model code2wav"):
+        pa.shared_memory_args("tts_ar", "system")
