@@ -127,10 +127,11 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
 
 
 def voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:
-    """Piper's voice parameters and a seed, by their lower-case tensor names, checked
-    against their ranges; (tensor name, value) pairs of those present."""
+    """The contract's CLIENT_PARAMS (Piper's voice parameters, the seed, the AR family's
+    temperature and guidance scale), by their lower-case tensor names, checked against
+    their ranges; (tensor name, value) pairs of those present."""
     values = []
-    for param in c.VOICE_PARAMS:
+    for param in c.CLIENT_PARAMS:
         key = param.name.lower()
         value = _field(message, key, int if param.is_integer else (int, float))
         if value is None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from python_backends.catalog import VoiceInfo
-from python_backends.contract import LENGTH_SCALE, SPEAKER, VOICE_PARAMS
+from python_backends.contract import CLIENT_PARAMS, LENGTH_SCALE, SPEAKER
 
 from .audio import FrameEncoder
 from .containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
@@ -28,7 +28,7 @@ STREAM_FORMATS = ("audio", "sse")
 DEFAULT_FORMAT = "mp3"  # as OpenAI's: clients that name no format expect it
 RATES = {"pcm": 24000, "wav": 24000, "flac": 24000, "opus": 48000, "mp3": 24000, "aac": 24000}  # OpenAI's pcm is 24 kHz
 FRAME_MS = 20
-_SPEED = next(p for p in VOICE_PARAMS if p.name == LENGTH_SCALE)  # speed = 1 / length_scale
+_SPEED = next(p for p in CLIENT_PARAMS if p.name == LENGTH_SCALE)  # speed = 1 / length_scale
 
 
 class ApiError(Exception):
@@ -133,10 +133,10 @@ def parse_speech_request(raw: bytes, voices: Mapping[str, VoiceInfo], max_chars:
 
 
 def _extra_params(body: dict) -> tuple[tuple[str, float | int], ...]:
-    """Protocol v1's voice parameters as extension fields (`extra_body` in OpenAI's SDK);
-    speed stands for length_scale."""
+    """Protocol v1's voice and sampling parameters as extension fields (`extra_body` in
+    OpenAI's SDK); speed stands for length_scale."""
     params: list[tuple[str, float | int]] = []
-    for key in (p.name.lower() for p in VOICE_PARAMS if p.name != LENGTH_SCALE):
+    for key in (p.name.lower() for p in CLIENT_PARAMS if p.name != LENGTH_SCALE):
         try:
             params += voice_params({key: body[key]}) if key in body else ()
         except ProtocolError as e:

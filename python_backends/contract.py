@@ -165,6 +165,10 @@ AR_PARAMS = (
     Param(MAX_FRAMES, "TYPE_INT32", 1200, 1, 4096),
     Param(GUIDANCE_SCALE, "TYPE_FP32", None, 0.0, 10.0),
 )
+# What clients may set per request (protocol v1 and the HTTP API, by lower-case name):
+# Piper's voice parameters and the seed, and the AR family's temperature and guidance
+# scale. Each model is sent those among its inputs; the others do not apply to its voices.
+CLIENT_PARAMS = VOICE_PARAMS + tuple(p for p in AR_PARAMS if p.name in (TEMPERATURE, GUIDANCE_SCALE))
 # SNAC's decoder reaches about 2 frames (170 ms) either side: with 2 frames of context
 # chunked decoding matches whole decoding at 89 dB (1 frame: 46 dB; measured on the test
 # model, python_backends/ar/code2wav.py). A first chunk of 1 frame starts audio after 3.

@@ -228,6 +228,20 @@ def test_the_http_api_lists_and_speaks_the_orpheus_voices(ar_gateway):
     assert np.abs(np.frombuffer(body, np.int16)).max() > 1000
 
 
+def test_clients_set_the_ar_familys_sampling_and_guidance(ar_gateway, ar_triton):
+    """temperature and guidance_scale, as protocol v1 fields or the HTTP API's extensions,
+    reach the Talker for an Orpheus voice (greedy repeats; a guided pair is counted)."""
+    api = openai.OpenAI(base_url=f"http://{ar_gateway}/v1", api_key="unused", max_retries=0)
+    speak = lambda **extra: api.audio.speech.create(  # noqa: E731
+        model="tts-1", voice="leo", input="Hello there.", response_format="pcm", extra_body=extra).content
+    guided = metric(ar_triton, c.TALKER_GUIDED_METRIC)
+    assert speak(temperature=0, guidance_scale=2) == speak(temperature=0, guidance_scale=2)
+    assert metric(ar_triton, c.TALKER_GUIDED_METRIC) - guided == 2
+    assert speak(temperature=0) != speak(temperature=0, guidance_scale=2)
+    with pytest.raises(openai.BadRequestError, match="guidance_scale"):
+        speak(guidance_scale=-1)
+
+
 def test_perf_analyzer_streams_tts_ar_and_drives_code2wav_through_shared_memory(ar_triton, tmp_path):
     """The real perf_analyzer: tts_ar streamed (several responses a request), and code2wav
     with its windows and PCM in system shared memory (CUDA's needs a GPU: not run here)."""

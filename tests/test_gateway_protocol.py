@@ -96,3 +96,13 @@ def test_telephony_formats_are_8_khz_only():
         parse('{"type":"config","format":"mulaw","sample_rate":16000}')
     assert refused.value.code == c.INVALID_FIELD and "8000 Hz only" in refused.value.message
     assert parse('{"type":"config","format":"pcm_s16le","sample_rate":8000}').sample_rate == 8000
+
+
+def test_sampling_fields_for_the_ar_family_are_checked_and_passed():
+    config = parse('{"type":"config","temperature":0,"guidance_scale":3}')
+    assert dict(config.voice_params) == {c.TEMPERATURE: 0, c.GUIDANCE_SCALE: 3}
+    speak = parse('{"type":"speak","context_id":"a","text":"Hi.","guidance_scale":1.5}')
+    assert speak.voice_params == ((c.GUIDANCE_SCALE, 1.5),)
+    with pytest.raises(p.ProtocolError) as refused:
+        parse('{"type":"speak","context_id":"a","text":"Hi.","temperature":9}')
+    assert refused.value.code == c.INVALID_FIELD and "temperature 9 is out of range" in refused.value.message

@@ -10,7 +10,7 @@ import pytest
 from gateway.protocol import OPENAI_VOICES
 from gateway.speech_api import ApiError, SpeechBody, parse_speech_request, sse_delta, sse_done
 from python_backends.catalog import EMBEDDED_ONLY
-from python_backends.contract import DEFAULT_VOICE, LENGTH_SCALE, NOISE_W, SEED
+from python_backends.contract import DEFAULT_VOICE, GUIDANCE_SCALE, LENGTH_SCALE, NOISE_W, SEED, TEMPERATURE
 
 VOICES = EMBEDDED_ONLY
 
@@ -53,6 +53,8 @@ def test_formats(fmt, frames, rate, content_type):
     ({"model": "m", "input": "Hi.", "voice": "alloy", "seed": -1}, "seed"),
     ({"model": "m", "input": "Hi.", "voice": "alloy", "noise_w": "loud"}, "noise_w"),
     ({"model": "m", "input": "Hi.", "voice": "alloy", "stream": "no"}, "stream"),
+    ({"model": "m", "input": "Hi.", "voice": "alloy", "guidance_scale": 11}, "guidance_scale"),
+    ({"model": "m", "input": "Hi.", "voice": "alloy", "temperature": -0.5}, "temperature"),
     ({"model": "m", "input": "Hi.", "voice": "alloy", "stream": False, "stream_format": "sse"}, "stream"),
 ])
 def test_bad_requests_name_their_field(body, param):
@@ -82,6 +84,11 @@ def test_voice_parameters_as_extensions_and_speed_as_length_scale():
     r = parse(model="m", input="Hi.", voice="alloy", speed=2, seed=5, noise_w=0.5, length_scale=3)
     assert dict(r.voice_params) == {LENGTH_SCALE: 0.5, SEED: 5, NOISE_W: 0.5}  # speed wins over length_scale
     assert parse(model="m", input="Hi.", voice="alloy").voice_params == ()
+
+
+def test_the_ar_familys_sampling_as_extensions():
+    r = parse(model="m", input="Hi.", voice="alloy", temperature=0, guidance_scale=2.5)
+    assert dict(r.voice_params) == {TEMPERATURE: 0, GUIDANCE_SCALE: 2.5}
 
 
 def speech_body(fmt: str, stream_format: str = "audio") -> tuple[bytes, list[bytes]]:
