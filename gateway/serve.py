@@ -15,7 +15,7 @@ import signal
 import threading
 
 from python_backends.catalog import VoiceError
-from python_backends.launcher import TritonServer
+from python_backends.launcher import TritonServer, add_gpu_argument
 
 from . import settings as s
 from .server import serve_forever
@@ -25,7 +25,7 @@ log = logging.getLogger("speechstream.serve")
 
 async def run(args: argparse.Namespace) -> int:
     triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port, voices=args.voices,
-                           ar_model=args.ar_model)
+                           ar_model=args.ar_model, gpu=args.gpu)
     triton.start()
     stopping = threading.Event()
     supervisor = None
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-http-port", type=int, default=int(env("TRITON_HTTP_PORT", 8000)))
     parser.add_argument("--triton-grpc-port", type=int, default=int(env("TRITON_GRPC_PORT", 8001)))
     parser.add_argument("--triton-metrics-port", type=int, default=int(env("TRITON_METRICS_PORT", 8002)))
+    add_gpu_argument(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

@@ -36,6 +36,7 @@ log = logging.getLogger("speechstream.triton")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
 GPU_CONFIG = "gpu"  # model_repository/*/configs/gpu.pbtxt: Triton's --model-config-name
+GPU_ENV = "SPEECHSTREAM_GPU"
 # The AR family's environment (vLLM, torch, SNAC), made by `scripts/setup.sh --ar`.
 AR_VENV = PROJECT_ROOT / os.environ.get("AR_VENV", ".venv-ar")
 
@@ -367,6 +368,12 @@ def add_voices_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_gpu_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpu", action="store_true", default=os.environ.get(GPU_ENV) == "1",
+                        help=f"load each model's configs/{GPU_CONFIG}.pbtxt where it has one: the AR family's Talker "
+                             f"and Code2Wav on the GPU (env {GPU_ENV}=1)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="speechstream-triton", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=os.environ.get("TRITON_HOST", "127.0.0.1"), help="address to bind (env TRITON_HOST)")
@@ -375,10 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRITON_METRICS_PORT", 8002)), help="env TRITON_METRICS_PORT")
     parser.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
     parser.add_argument("--log-verbose", type=int, default=0)
-    parser.add_argument("--gpu", action="store_true", default=os.environ.get("SPEECHSTREAM_GPU") == "1",
-                        help=f"load each model's configs/{GPU_CONFIG}.pbtxt where it has one: the AR family's Talker "
-                             "and Code2Wav on the GPU (env SPEECHSTREAM_GPU=1)")
     add_voices_argument(parser)
+    add_gpu_argument(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
