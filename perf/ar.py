@@ -2,7 +2,7 @@
 and frames per second, per stream and in aggregate, at 1/4/8 streams, against the
 in-process limit of the same two models (perf/ar_limit.py).
 
-    python -m perf.ar --out DIR [--ar-model DIR] [--levels 1 4 8] [--frames 48]
+    python -m perf.ar --out DIR [--ar-model DIR] [--levels 1 4 8] [--frames 48] [--guidance-scale 2]
 
 Without --ar-model it builds and serves the tests' tiny Orpheus-format model (random
 weights: the figures are the machinery's, not a real model's). At each level, N streams
@@ -15,6 +15,10 @@ at once, greedy, each MAX_FRAMES frames:
   the rest (gRPC in and out, BLS hops, chunk planning);
 - Talker 1st frame: a `talker` request → its first frame of 7 tokens, run apart;
 - tokens/s: vLLM's own count of tokens written (Triton's metrics), over the level's run.
+
+Then the same levels guided (GUIDANCE_SCALE, a pair of vLLM requests a stream): their
+first packet and tokens/s per stream against the unguided level's, and how many pairs
+lost lock-step.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ def _at_once(streams: int, job) -> list:
 
 
 COUNTERS = (c.TALKER_TOKENS_METRIC, c.TTS_AR_FIRST_CHUNKS_METRIC, c.TTS_AR_FIRST_FRAMES_METRIC,
-            c.TTS_AR_FIRST_DECODE_METRIC)
+            c.TTS_AR_FIRST_DECODE_METRIC, c.TALKER_GUIDANCE_LOST_METRIC)
 
 
 def _sample(metrics: dict[str, float], name: str) -> float:
@@ -59,8 +63,10 @@ def _sample(metrics: dict[str, float], name: str) -> float:
     return metrics.get(name + "_total", metrics.get(name, 0.0))
 
 
-def measure_level(url: str, metrics_port: int, streams: int, frames: int) -> dict:
+def measure_level(url: str, metrics_port: int, streams: int, frames: int, guidance: float | None = None) -> dict:
     sampling = {c.TEMPERATURE: np.float32(0), c.MAX_FRAMES: np.int32(frames)}
+    if guidance is not None:
+        sampling[c.GUIDANCE_SCALE] = np.float32(guidance)
 
     def talker(i):
         return _timed_stream(url, c.TALKER_MODEL, {c.TEXT: f"{TEXT} {i}", **sampling}, 1)
@@ -88,6 +94,7 @@ def measure_level(url: str, metrics_port: int, streams: int, frames: int) -> dic
         "tokens_per_s_stream": statistics.median(frames * c.AR_POSITIONS / t[1] for t in spoken),
         "tokens_per_s": delta[c.TALKER_TOKENS_METRIC] / wall,
         "frames_per_s": streams * frames / wall,
+        "guidance_lost": int(delta[c.TALKER_GUIDANCE_LOST_METRIC]),
     }
 
 
@@ -123,6 +130,26 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def guidance_table(results: dict) -> str:
+    """Guided levels against the unguided ones of the same run."""
+    plain = {r["streams"]: r for r in results["levels"]}
+    rows = [
+        f"Guided (scale {results['guidance_scale']:g}): two vLLM requests a stream.",
+        "",
+        "| streams | first packet ms | ÷ unguided | tokens/s per stream | ÷ unguided | vLLM tokens/s (both rows) "
+        "| pairs out of lock-step |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results["guided"]:
+        p = plain[r["streams"]]
+        rows.append(
+            f"| {r['streams']} | {r['first_packet_ms']:.0f} | {r['first_packet_ms'] / p['first_packet_ms']:.2f} "
+            f"| {r['tokens_per_s_stream']:.0f} | {r['tokens_per_s_stream'] / p['tokens_per_s_stream']:.2f} "
+            f"| {r['tokens_per_s']:.0f} | {r['guidance_lost']} |"
+        )
+    return "\n".join(rows)
+
+
 def plot(results: dict, path: Path) -> None:
     plt = pyplot()
     levels = results["levels"]
@@ -151,6 +178,7 @@ def main() -> None:
     parser.add_argument("--ar-model", type=Path, help="an Orpheus-format model directory (default: the tests' tiny one)")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--frames", type=int, default=48)
+    parser.add_argument("--guidance-scale", type=float, default=2.0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.ar_model is None:
@@ -167,14 +195,16 @@ def main() -> None:
             url = f"127.0.0.1:{grpc}"
             measure_level(url, metrics, 1, 4)  # warm
             levels = [measure_level(url, metrics, n, args.frames) for n in args.levels]
+            guided = [measure_level(url, metrics, n, args.frames, args.guidance_scale) for n in args.levels]
         finally:
             server.stop()
     limit = in_process_limit(args.ar_model, args.levels, args.frames)  # after the server: the cores are free
     rates = {r["streams"]: r["tokens_per_s"] for r in levels}
     results = {"levels": levels, "limit": limit, "frames": args.frames,
-               "batching_gain": rates[max(rates)] / rates[min(rates)]}
+               "batching_gain": rates[max(rates)] / rates[min(rates)],
+               "guided": guided, "guidance_scale": args.guidance_scale}
     (args.out / "ar.json").write_text(json.dumps(results, indent=2))
-    report = table(results)
+    report = table(results) + "\n\n" + guidance_table(results)
     (args.out / "ar.md").write_text(report + "\n")
     plot(results, args.out / "ar.png")
     print(report)
