@@ -8,6 +8,9 @@ import os
 import sys
 
 sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_AR_PYTHONPATH", "").split(os.pathsep))
+# vLLM runs its child processes (model inspection, at import; the engine) with
+# sys.executable, which is the PATH's python in the stub: make it the AR environment's.
+sys.executable = os.environ["SPEECHSTREAM_AR_PYTHON"]
 
 import locale
 
@@ -35,9 +38,7 @@ class TritonPythonModel:
 
     def initialize(self, args):
         p = parameters(args)
-        # vLLM spawns its engine processes with sys.executable, which is the stub here:
-        # give them the AR environment's Python.
-        multiprocessing.set_executable(os.environ["SPEECHSTREAM_AR_PYTHON"])
+        multiprocessing.set_executable(sys.executable)  # for vLLM's engine processes
         gauges = [gauge(name, about) for name, about in (
             (c.TALKER_RUNNING_METRIC, "Talker requests in vLLM's batch"),
             (c.TALKER_WAITING_METRIC, "Talker requests waiting for a place in vLLM's batch"),
