@@ -17,7 +17,7 @@ COPY gateway gateway
 # any package. The voice's stage graphs are derived here, once, rather than by three
 # models at start-up.
 RUN pip install --no-cache-dir ".[stages]" \
- && python3 -c "from python_backends.voice import load_voice; load_voice()"
+ && python3 -c "from python_backends.piper.voice import load_voice; load_voice()"
 COPY model_repository /models
 EXPOSE 8000 8001 8002
 CMD ["tritonserver", "--model-repository=/models", "--allow-cpu-metrics=true", "--model-control-mode=explicit", \

@@ -17,7 +17,7 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-from .settings import Settings
+from gateway.settings import Settings
 
 log = logging.getLogger("speechstream.gateway")
 

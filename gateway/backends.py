@@ -34,7 +34,14 @@ class Backend:
     outstanding: int = 0  # tts requests in flight on it now
     probe_error: str | None = NOT_PROBED  # why it cannot synthesize; None: the last probe passed
     why_down: str = "not polled yet"
-    capacity: float = 0.0  # real-time streams it sustains, as it last said (0: not measured yet)
+    # Real-time streams it sustains, as each BLS model last said (0: not measured yet).
+    capacity: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def streams_sustained(self) -> float:
+        """Real-time streams it sustains: the least that its models have measured (the
+        families share its cores), 0 while none has."""
+        return min((x for x in self.capacity.values() if x > 0), default=0.0)
 
     @property
     def ready(self) -> bool:
@@ -82,7 +89,7 @@ class Backends:
         """Real-time streams the servers that are up sustain together; None while one of
         them has not measured its own yet."""
         up = [b for b in self.all if b.up]
-        return sum(b.capacity for b in up) if up and all(b.capacity for b in up) else None
+        return sum(b.streams_sustained for b in up) if up and all(b.streams_sustained for b in up) else None
 
     def acquire(self) -> Backend:
         backend = choose(self.all)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from python_backends import contract as c
-from python_backends.catalog import VoiceInfo
-from python_backends.text import split_sentences
+from contract import models as c
+from contract.voices import VoiceInfo
+from contract.text import split_sentences
 
-from .access import (
+from gateway.access import (
     KeyFailures,
     cors_headers,
     json_response,
@@ -28,12 +28,13 @@ from .access import (
     request_id,
     unauthorized,
 )
-from .protocol import OPENAI_VOICES
-from .segmenter import batches
-from .service import GATEWAY, Gateway
-from .settings import Settings
-from .speech_api import OPENAI_MODELS, ApiError, SpeechBody, SpeechRequest, parse_speech_request
-from .synthesis import SynthesisFailed, Synthesizer, TtsChunk
+from gateway.protocol import OPENAI_VOICES
+from gateway.segmenter import batches
+from gateway.service import GATEWAY, Gateway
+from gateway.settings import Settings
+from gateway.speech_api import OPENAI_MODELS, ApiError, SpeechBody, SpeechRequest, parse_speech_request
+from gateway.synthesis import SynthesisFailed, Synthesizer, TtsChunk
+from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -41,12 +42,12 @@ STATIC = Path(__file__).parent / "static"
 SPEECH_PATH = "/v1/audio/speech"
 # The status of a failure before the first audio: Triton unreachable, or Triton failing.
 FAILURE_STATUS = {
-    c.BACKEND_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE, c.SYNTHESIS_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
+    v1.BACKEND_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE, v1.SYNTHESIS_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
 }
 # The error code a refused request counts under in the metrics.
 METRIC_CODES = {
     HTTPStatus.UNAUTHORIZED: "unauthorized", HTTPStatus.FORBIDDEN: "forbidden_origin",
-    HTTPStatus.REQUEST_ENTITY_TOO_LARGE: c.MESSAGE_TOO_LARGE, HTTPStatus.UNSUPPORTED_MEDIA_TYPE: c.INVALID_MESSAGE,
+    HTTPStatus.REQUEST_ENTITY_TOO_LARGE: v1.MESSAGE_TOO_LARGE, HTTPStatus.UNSUPPORTED_MEDIA_TYPE: v1.INVALID_MESSAGE,
     HTTPStatus.REQUEST_TIMEOUT: "request_timeout", HTTPStatus.TOO_MANY_REQUESTS: "too_many_key_failures",
 }
 
@@ -58,7 +59,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     try:
         speech_request = await read_speech_request(request, gateway.settings, gateway.key_failures, gateway.voices)
     except ApiError as e:
-        return api_error(gateway, METRIC_CODES.get(e.status, c.INVALID_MESSAGE), e)
+        return api_error(gateway, METRIC_CODES.get(e.status, v1.INVALID_MESSAGE), e)
     client = request.remote or ""
     if refusal := gateway.stream_refusal(client):
         retry_s = str(math.ceil(refusal.retry_after_ms / 1000))
@@ -205,7 +206,7 @@ def refused(request: web.Request) -> web.Response | None:
     """The JSON error response for a request not allowed in (access_error), or None."""
     gateway = request.app[GATEWAY]
     if error := access_error(request, gateway.settings, gateway.key_failures):
-        return api_error(gateway, METRIC_CODES.get(error.status, c.INVALID_MESSAGE), error)
+        return api_error(gateway, METRIC_CODES.get(error.status, v1.INVALID_MESSAGE), error)
     return None
 
 

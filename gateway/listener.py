@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from .access import Refusal, log_refusal
-from .settings import Settings
+from gateway.access import Refusal, log_refusal
+from gateway.settings import Settings
 
 MAX_HEAD_BYTES = 16 * 1024  # aiohttp refuses longer request heads itself
 UPGRADE = re.compile(rb"(?im)^upgrade:[ \t]*websocket[ \t]*\r?$")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .backends import Backend
+from gateway.backends import Backend
 
 # Seconds; the goals are tens of milliseconds at the client, so most buckets sit there.
 LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
@@ -33,7 +33,7 @@ class Metrics:
             buckets=LATENCY_BUCKETS, registry=r,
         )
         self._triton_first_response = Histogram(
-            "speechstream_triton_first_response_seconds", "From a tts request sent to Triton to its first response",
+            "speechstream_triton_first_response_seconds", "From a tts request sent to Triton to its first audio",
             buckets=LATENCY_BUCKETS, registry=r,
         )
         up = Gauge("speechstream_triton_up", "1 while a Triton server is ready", ["url"], registry=r)
@@ -46,7 +46,7 @@ class Metrics:
         for b in backends:
             up.labels(b.url).set_function(lambda b=b: float(b.up))
             load.labels(b.url).set_function(lambda b=b: b.outstanding)
-            capacity.labels(b.url).set_function(lambda b=b: b.capacity)
+            capacity.labels(b.url).set_function(lambda b=b: b.streams_sustained)
         self._audio = Counter("speechstream_audio_seconds", "Audio sent to clients", registry=r)
         self._errors = Counter(
             "speechstream_errors", "Error messages sent, and HTTP speech requests refused or cut short, by code",

@@ -10,14 +10,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from python_backends import contract as c
-
-# Binary audio frame: u8 kind (1 = audio) · u8 flags (bit 0 = last) · u16 stream ·
-# u32 seq · u32 sample_offset, little-endian, then one Opus packet or PCM chunk.
-AUDIO_HEADER = struct.Struct("<BBHII")
-KIND_AUDIO = 1
-FLAG_LAST = 1
-
+from contract import models as c
+from contract import protocol as v1
 
 class ProtocolError(Exception):
     """A message the server refuses; sent to the client as an `error` frame."""
@@ -35,9 +29,9 @@ class ProtocolError(Exception):
 @dataclass(frozen=True)
 class Config:
     voice: str
-    format: str = c.DEFAULT_FORMAT
-    sample_rate: int = c.DEFAULT_SAMPLE_RATE
-    frame_ms: int = c.DEFAULT_FRAME_MS
+    format: str = v1.DEFAULT_FORMAT
+    sample_rate: int = v1.DEFAULT_SAMPLE_RATE
+    frame_ms: int = v1.DEFAULT_FRAME_MS
     timestamps: bool = False
     queue: bool = False  # at capacity, wait in the admission queue rather than be refused
     # Extension of v1: Piper's voice parameters and a seed, by their lower-case tensor
@@ -65,13 +59,13 @@ TEXT_TYPES = ("speak", "text")
 def _field(message: dict, name: str, kind: type | tuple[type, ...], default: Any = None, required: bool = False) -> Any:
     if name not in message:
         if required:
-            raise ProtocolError(c.MISSING_FIELD, f"'{message.get('type')}' needs the field '{name}'", _context(message))
+            raise ProtocolError(v1.MISSING_FIELD, f"'{message.get('type')}' needs the field '{name}'", _context(message))
         return default
     value = message[name]
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
         expected = " or ".join(k.__name__ for k in kinds)
-        raise ProtocolError(c.INVALID_FIELD, f"'{name}' must be {expected}, got {type(value).__name__}", _context(message))
+        raise ProtocolError(v1.INVALID_FIELD, f"'{name}' must be {expected}, got {type(value).__name__}", _context(message))
     return value
 
 
@@ -101,25 +95,25 @@ def parse_voice(message: dict, voices: tuple[str, ...], default: str | None) -> 
         return None
     if (voice := resolve_voice(asked, voices)) is None:
         raise ProtocolError(
-            c.UNKNOWN_VOICE, f"unknown voice '{asked}'; available: {', '.join(voices + OPENAI_VOICES)}", _context(message)
+            v1.UNKNOWN_VOICE, f"unknown voice '{asked}'; available: {', '.join(voices + OPENAI_VOICES)}", _context(message)
         )
     return voice
 
 
 def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
     voice = parse_voice(message, voices, voices[0])
-    fmt = _field(message, "format", str, c.DEFAULT_FORMAT)
-    if fmt not in c.FORMATS:
-        raise ProtocolError(c.UNSUPPORTED_FORMAT, f"unsupported format '{fmt}'; use one of {', '.join(c.FORMATS)}")
-    telephony = fmt in c.TELEPHONY_FORMATS
-    rate = _field(message, "sample_rate", int, c.TELEPHONY_SAMPLE_RATE if telephony else c.DEFAULT_SAMPLE_RATE)
-    if rate not in c.SAMPLE_RATES:
-        raise ProtocolError(c.INVALID_FIELD, f"sample_rate {rate} is not one of {c.SAMPLE_RATES}")
-    if telephony and rate != c.TELEPHONY_SAMPLE_RATE:
-        raise ProtocolError(c.INVALID_FIELD, f"{fmt} is {c.TELEPHONY_SAMPLE_RATE} Hz only, not {rate}")
-    frame_ms = _field(message, "frame_ms", int, c.DEFAULT_FRAME_MS)
-    if frame_ms not in c.FRAME_MS:
-        raise ProtocolError(c.INVALID_FIELD, f"frame_ms {frame_ms} is not one of {c.FRAME_MS}")
+    fmt = _field(message, "format", str, v1.DEFAULT_FORMAT)
+    if fmt not in v1.FORMATS:
+        raise ProtocolError(v1.UNSUPPORTED_FORMAT, f"unsupported format '{fmt}'; use one of {', '.join(v1.FORMATS)}")
+    telephony = fmt in v1.TELEPHONY_FORMATS
+    rate = _field(message, "sample_rate", int, v1.TELEPHONY_SAMPLE_RATE if telephony else v1.DEFAULT_SAMPLE_RATE)
+    if rate not in v1.SAMPLE_RATES:
+        raise ProtocolError(v1.INVALID_FIELD, f"sample_rate {rate} is not one of {v1.SAMPLE_RATES}")
+    if telephony and rate != v1.TELEPHONY_SAMPLE_RATE:
+        raise ProtocolError(v1.INVALID_FIELD, f"{fmt} is {v1.TELEPHONY_SAMPLE_RATE} Hz only, not {rate}")
+    frame_ms = _field(message, "frame_ms", int, v1.DEFAULT_FRAME_MS)
+    if frame_ms not in v1.FRAME_MS:
+        raise ProtocolError(v1.INVALID_FIELD, f"frame_ms {frame_ms} is not one of {v1.FRAME_MS}")
     return Config(
         voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), _field(message, "queue", bool, False),
         voice_params(message),
@@ -138,7 +132,7 @@ def voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:
             continue
         if not param.minimum <= value <= param.maximum:
             raise ProtocolError(
-                c.INVALID_FIELD, f"{key} {value} is out of range [{param.minimum}, {param.maximum}]", _context(message)
+                v1.INVALID_FIELD, f"{key} {value} is out of range [{param.minimum}, {param.maximum}]", _context(message)
             )
         values.append((param.name, value))
     return tuple(values)
@@ -147,15 +141,15 @@ def voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:
 def parse_context_message(message: dict, max_text_chars: int, voices: tuple[str, ...]) -> ContextMessage:
     kind = message["type"]
     context_id = _field(message, "context_id", str, required=True)
-    if not context_id or len(context_id) > c.MAX_CONTEXT_ID:
-        raise ProtocolError(c.INVALID_FIELD, f"context_id must be 1 to {c.MAX_CONTEXT_ID} characters")
+    if not context_id or len(context_id) > v1.MAX_CONTEXT_ID:
+        raise ProtocolError(v1.INVALID_FIELD, f"context_id must be 1 to {v1.MAX_CONTEXT_ID} characters")
     text = ""
     if kind in TEXT_TYPES:
         text = _field(message, "text", str, required=True)
         if not is_unicode(text):
-            raise ProtocolError(c.INVALID_FIELD, "text holds a lone surrogate (\\ud800-\\udfff escape)", context_id)
+            raise ProtocolError(v1.INVALID_FIELD, "text holds a lone surrogate (\\ud800-\\udfff escape)", context_id)
         if len(text) > max_text_chars:
-            raise ProtocolError(c.TEXT_TOO_LONG, f"text has {len(text)} characters; the limit is {max_text_chars}", context_id)
+            raise ProtocolError(v1.TEXT_TOO_LONG, f"text has {len(text)} characters; the limit is {max_text_chars}", context_id)
         return ContextMessage(kind, context_id, text, parse_voice(message, voices, None), voice_params(message))
     return ContextMessage(kind, context_id, text)
 
@@ -174,23 +168,23 @@ def is_unicode(text: str) -> bool:
 def parse_message(frame: str | bytes, voices: tuple[str, ...], max_text_chars: int) -> Config | ContextMessage:
     """Parse one client frame, or raise ProtocolError with a stable code."""
     if isinstance(frame, bytes):
-        raise ProtocolError(c.BINARY_NOT_ACCEPTED, "binary frames are not accepted from clients; send JSON text frames")
+        raise ProtocolError(v1.BINARY_NOT_ACCEPTED, "binary frames are not accepted from clients; send JSON text frames")
     try:
         message = json.loads(frame)
     except ValueError as e:
-        raise ProtocolError(c.INVALID_JSON, f"not valid JSON: {e}") from None
+        raise ProtocolError(v1.INVALID_JSON, f"not valid JSON: {e}") from None
     except RecursionError:
-        raise ProtocolError(c.INVALID_JSON, "JSON nested too deeply") from None
+        raise ProtocolError(v1.INVALID_JSON, "JSON nested too deeply") from None
     if not isinstance(message, dict):
-        raise ProtocolError(c.INVALID_MESSAGE, "a message must be a JSON object")
+        raise ProtocolError(v1.INVALID_MESSAGE, "a message must be a JSON object")
     kind = message.get("type")
     if not isinstance(kind, str):
-        raise ProtocolError(c.MISSING_FIELD if kind is None else c.INVALID_FIELD, "a message needs a string 'type'")
+        raise ProtocolError(v1.MISSING_FIELD if kind is None else v1.INVALID_FIELD, "a message needs a string 'type'")
     if kind == "config":
         return parse_config(message, voices)
     if kind in CONTEXT_TYPES:
         return parse_context_message(message, max_text_chars, voices)
-    raise ProtocolError(c.UNKNOWN_TYPE, f"unknown message type '{kind}'", _context(message))
+    raise ProtocolError(v1.UNKNOWN_TYPE, f"unknown message type '{kind}'", _context(message))
 
 
 def encode(kind: str, **fields: Any) -> str:
@@ -200,24 +194,3 @@ def encode(kind: str, **fields: Any) -> str:
 
 def error(code: str, message: str, context_id: str | None = None, retry_after_ms: int | None = None) -> str:
     return encode("error", context_id=context_id, code=code, message=message, retry_after_ms=retry_after_ms)
-
-
-def audio_frame(stream: int, seq: int, sample_offset: int, payload: bytes, last: bool) -> bytes:
-    return AUDIO_HEADER.pack(KIND_AUDIO, FLAG_LAST if last else 0, stream, seq, sample_offset) + payload
-
-
-@dataclass(frozen=True)
-class AudioFrame:
-    stream: int
-    seq: int
-    sample_offset: int
-    last: bool
-    payload: bytes
-
-
-def parse_audio_frame(frame: bytes) -> AudioFrame:
-    """The inverse of `audio_frame`, for clients."""
-    kind, flags, stream, seq, offset = AUDIO_HEADER.unpack_from(frame)
-    if kind != KIND_AUDIO:
-        raise ValueError(f"not an audio frame (kind {kind})")
-    return AudioFrame(stream, seq, offset, bool(flags & FLAG_LAST), frame[AUDIO_HEADER.size :])

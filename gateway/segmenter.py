@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from python_backends.contract import MAX_SENTENCE_CHARS
-from python_backends.text import DEFAULT_LANGUAGE, Sentence, split_sentences
+from contract.models import MAX_SENTENCE_CHARS
+from contract.text import DEFAULT_LANGUAGE, Sentence, split_sentences
 
 _PROBE = "X"  # a capital letter after the buffer: would a sentence start here?
 # Characters of whole sentences per `tts` request (about 30 s of speech): a request is

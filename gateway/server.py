@@ -13,17 +13,16 @@ import logging
 import resource
 
 from aiohttp import web
+from contract.voices import VoiceError
 
-from python_backends import contract as c
-from python_backends.catalog import VoiceError
-
-from . import http_api
-from . import settings as s
-from .backends import HEALTH_INTERVAL_S
-from .listener import listen
-from .service import GATEWAY, Gateway
-from .settings import Settings
-from .websocket import stream
+from gateway import http_api
+from gateway import settings as s
+from gateway.backends import HEALTH_INTERVAL_S
+from gateway.listener import listen
+from gateway.service import GATEWAY, Gateway
+from gateway.settings import Settings
+from gateway.websocket import stream
+from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -32,7 +31,7 @@ def application(gateway: Gateway) -> web.Application:
     # A speech request body is one message: the same limit as on the WebSocket.
     app = web.Application(client_max_size=gateway.settings.max_message_bytes)
     app[GATEWAY] = gateway
-    app.router.add_get(c.PROTOCOL_PATH, stream)
+    app.router.add_get(v1.PROTOCOL_PATH, stream)
     app.router.add_post(http_api.SPEECH_PATH, http_api.speech)
     app.router.add_get("/healthz", http_api.healthz)
     app.router.add_get("/readyz", http_api.readyz)
@@ -60,7 +59,7 @@ async def serve_forever(settings: Settings) -> None:
     listener = await listen(runner.server, settings)
     try:
         log.info("gateway on http://%s:%d (WebSocket %s), Triton at %s", settings.host, settings.port,
-                 c.PROTOCOL_PATH, ", ".join(settings.triton_urls))
+                 v1.PROTOCOL_PATH, ", ".join(settings.triton_urls))
         await asyncio.Event().wait()
     finally:
         watch.cancel()

@@ -9,18 +9,17 @@ from collections import Counter
 from collections.abc import Iterator
 
 from aiohttp import web
+from contract.voices import find_voices
 
-from python_backends import contract as c
-from python_backends.catalog import find_voices
-
-from .access import KeyFailures, log_refusal
-from .admission import AdmissionQueue
-from .backends import Backends
-from .metrics import Metrics
-from .protocol import ProtocolError
-from .session import Limits, Session
-from .settings import Settings
-from .synthesis import Synthesizer
+from gateway.access import KeyFailures, log_refusal
+from gateway.admission import AdmissionQueue
+from gateway.backends import Backends
+from gateway.metrics import Metrics
+from gateway.protocol import ProtocolError
+from gateway.session import Limits, Session
+from gateway.settings import Settings
+from gateway.synthesis import Synthesizer
+from contract import protocol as v1
 
 # A hint for a client refused a stream: its own streams end in seconds, not milliseconds.
 STREAM_RETRY_MS = 1000
@@ -68,12 +67,12 @@ class Gateway:
         if cap and streams[client] >= cap:
             log_refusal(f"a stream from {client}: {cap} already open")
             return ProtocolError(
-                c.TOO_MANY_STREAMS, f"at most {cap} streams at once per client", retry_after_ms=STREAM_RETRY_MS
+                v1.TOO_MANY_STREAMS, f"at most {cap} streams at once per client", retry_after_ms=STREAM_RETRY_MS
             )
         load, capacity = self.settings.admission_load, self.backends.capacity
         if load and capacity and not admits(streams, client, load * capacity):
             log_refusal(f"a stream from {client}: the server is at capacity ({capacity:.1f} real-time streams)")
-            return ProtocolError(c.SERVER_BUSY, "the server is at capacity; try again shortly",
+            return ProtocolError(v1.SERVER_BUSY, "the server is at capacity; try again shortly",
                                  retry_after_ms=BUSY_RETRY_MS)
         return None
 

@@ -26,14 +26,15 @@ from typing import Protocol
 
 import numpy as np
 
-from python_backends import contract as c
-from python_backends.catalog import EMBEDDED_ONLY, VoiceInfo
-from python_backends.text import Sentence
+from contract import models as c
+from contract.voices import EMBEDDED_ONLY, VoiceInfo
+from contract.text import Sentence
 
-from . import protocol as p
-from .audio import FrameEncoder, pre_skip
-from .segmenter import Segmenter, batches
-from .settings import Settings
+from gateway import protocol as p
+from gateway.audio import FrameEncoder, pre_skip
+from gateway.segmenter import Segmenter, batches
+from gateway.settings import Settings
+from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -199,46 +200,46 @@ class Session:
             return [self._error(e.code, e.message, e.context_id, e.retry_after_ms)]
         except Exception:
             log.exception("session %s: unexpected error handling a message", self.id)
-            return [self._error(c.INTERNAL_ERROR, "the server failed to handle this message")]
+            return [self._error(v1.INTERNAL_ERROR, "the server failed to handle this message")]
 
     def _parse(self, frame: str | bytes) -> p.Config | p.ContextMessage:
         size = len(frame) if isinstance(frame, bytes) else len(frame.encode("utf-8", "surrogatepass"))
         if size > self.limits.max_message_bytes:
             raise p.ProtocolError(
-                c.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.limits.max_message_bytes}"
+                v1.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.limits.max_message_bytes}"
             )
         return p.parse_message(frame, tuple(self.voices), self.limits.max_text_chars)
 
     def _handle(self, message: p.Config | p.ContextMessage) -> list[Action]:
         if isinstance(message, p.Config):
             if self._streams:
-                raise p.ProtocolError(c.CONFIG_TOO_LATE, "config must come before the first speak or text")
+                raise p.ProtocolError(v1.CONFIG_TOO_LATE, "config must come before the first speak or text")
             self.config = message
             return [self._ready()]
         context = self.contexts.get(message.context_id)
         if message.type in p.TEXT_TYPES:
             return self._text(context, message)
         if context is None:
-            raise p.ProtocolError(c.UNKNOWN_CONTEXT, f"no open context '{message.context_id}'", message.context_id)
+            raise p.ProtocolError(v1.UNKNOWN_CONTEXT, f"no open context '{message.context_id}'", message.context_id)
         if message.type == "cancel":
             return self._cancel(context)
         if context.closed:
-            raise p.ProtocolError(c.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
+            raise p.ProtocolError(v1.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
         return self._submit(context, *context.segmenter.flush(), Mark.FLUSH if message.type == "flush" else Mark.CLOSE)
 
     def _text(self, context: Context | None, message: p.ContextMessage) -> list[Action]:
         if context is not None and message.type == "speak":
-            raise p.ProtocolError(c.CONTEXT_EXISTS, f"context '{context.id}' is already open", context.id)
+            raise p.ProtocolError(v1.CONTEXT_EXISTS, f"context '{context.id}' is already open", context.id)
         if context is not None and context.closed:
-            raise p.ProtocolError(c.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
+            raise p.ProtocolError(v1.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
         if context is not None and (message.voice or message.voice_params):
             raise p.ProtocolError(
-                c.INVALID_FIELD, f"context '{context.id}' is open: its voice and parameters are set when it opens", context.id
+                v1.INVALID_FIELD, f"context '{context.id}' is open: its voice and parameters are set when it opens", context.id
             )
         waiting = 0 if context is None else context.waiting_chars
         if waiting + len(message.text) > self.limits.max_text_chars:
             raise p.ProtocolError(
-                c.TEXT_TOO_LONG,
+                v1.TEXT_TOO_LONG,
                 f"{waiting} characters are already waiting for synthesis; the limit is {self.limits.max_text_chars}",
                 message.context_id,
             )
@@ -256,16 +257,16 @@ class Session:
         capacity rather than be refused it."""
         context_id = message.context_id
         if len(self.contexts) >= self.limits.max_contexts:
-            raise p.ProtocolError(c.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts", context_id)
+            raise p.ProtocolError(v1.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts", context_id)
         cfg = self.config
         voice = self.voices[message.voice or cfg.voice]
         params = tuple((dict(cfg.voice_params) | dict(message.voice_params)).items())
         if problem := voice.speaker_problem(dict(params).get(c.SPEAKER, 0)):
-            raise p.ProtocolError(c.INVALID_FIELD, problem, context_id)
+            raise p.ProtocolError(v1.INVALID_FIELD, problem, context_id)
         position = None
         if refusal := self.admission.refusal():
             refusal.context_id = context_id
-            if refusal.code != c.SERVER_BUSY or not self.config.queue:
+            if refusal.code != v1.SERVER_BUSY or not self.config.queue:
                 raise refusal
             if (position := self.admission.wait(context_id)) is None:
                 refusal.message += "; the admission queue is full too"
@@ -376,7 +377,7 @@ class Session:
         if self.busy:
             return []
         log.info("session %s: idle for %g s, closing", self.id, seconds)
-        return [self._error(c.IDLE_TIMEOUT, f"no message for {seconds:g} s"), Close(1000, "idle timeout")]
+        return [self._error(v1.IDLE_TIMEOUT, f"no message for {seconds:g} s"), Close(1000, "idle timeout")]
 
     def abort(self) -> list[Action]:
         """The connection is gone: stop every job, give up every place in the queue."""
@@ -423,7 +424,7 @@ class Session:
         for i, payload in enumerate(payloads):
             end = last and i == len(payloads) - 1
             offset = first + i * encoder.frame_samples
-            actions.append(Send(p.audio_frame(context.stream, context.seq, offset, payload, end)))
+            actions.append(Send(v1.audio_frame(context.stream, context.seq, offset, payload, end)))
             context.seq += 1
         if payloads and context.ready_at is not None:
             self.observer.first_audio(self.clock() - context.ready_at)

@@ -11,8 +11,8 @@ import argparse
 import os
 from dataclasses import dataclass, field, fields
 
-from python_backends.catalog import AR_MODEL_ENV, VOICES_ENV
-from python_backends.contract import MAX_TEXT_CHARS
+from contract.voices import AR_MODEL_ENV, VOICES_ENV
+from contract.models import MAX_TEXT_CHARS
 
 
 def _setting(default, help: str, env: str | None = None, secret: bool = False):

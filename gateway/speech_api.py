@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from python_backends.catalog import VoiceInfo
-from python_backends.contract import CLIENT_PARAMS, LENGTH_SCALE, SPEAKER
+from contract.voices import VoiceInfo
+from contract.models import CLIENT_PARAMS, LENGTH_SCALE, SPEAKER
 
-from .audio import FrameEncoder
-from .containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
-from .protocol import OPENAI_VOICES, ProtocolError, is_unicode, resolve_voice, voice_params
+from gateway.audio import FrameEncoder
+from media.containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
+from gateway.protocol import OPENAI_VOICES, ProtocolError, is_unicode, resolve_voice, voice_params
 
 # OpenAI's speech model names, listed by GET /v1/models; any name is accepted.
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")

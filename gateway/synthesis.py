@@ -23,9 +23,10 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
-from python_backends import contract as c
+from contract import models as c
 
-from .backends import NOT_PROBED, Backend, Backends
+from gateway.backends import NOT_PROBED, Backend, Backends
+from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -44,7 +45,6 @@ class TtsChunk:
     pcm: np.ndarray  # float32 at the voice's rate
     sentence_index: int  # which of the request's sentences it speaks
     words: list[tuple[str, int, int]]  # (word, start, end sample of this request's audio)
-    capacity: float  # real-time streams the server sustains, as it measures them now
 
 
 # How a call fails when Triton cannot be reached (or goes away mid-call).
@@ -92,20 +92,20 @@ def tts_request(
 
 
 async def _stream(
-    client: grpcclient.InferenceServerClient, request: dict, progress_s: float,
-    first_response: Callable[[float], None] = lambda _: None,
+    backend: Backend, request: dict, progress_s: float, first_response: Callable[[float], None] = lambda _: None,
 ) -> AsyncIterator[TtsChunk]:
-    """One request on a gRPC stream of its own. Leaving early cancels the call, which
-    makes Triton cancel the request. A response that takes more than `progress_s` after
-    it was asked for fails the request: a stage that died or hangs must not hang the
-    stream (the wait while the caller sends audio to a slow client does not count)."""
+    """One request on a gRPC stream of its own; the capacity the model says first is
+    noted on `backend`. Leaving early cancels the call, which makes Triton cancel the
+    request. A response that takes more than `progress_s` after it was asked for fails
+    the request: a stage that died or hangs must not hang the stream (the wait while
+    the caller sends audio to a slow client does not count)."""
     sent = asyncio.Event()  # the request iterator stays open until the call ends
 
     async def requests():
         yield request
         await sent.wait()
 
-    call = client.stream_infer(requests())
+    call = backend.client.stream_infer(requests())
     responses = aiter(call)
     start = time.monotonic()
     try:
@@ -115,18 +115,18 @@ async def _stream(
             except StopAsyncIteration:
                 raise ConnectionError("Triton closed the stream") from None
             except asyncio.TimeoutError:  # not the builtin on Python 3.10
-                raise SynthesisFailed(c.SYNTHESIS_FAILED, f"Triton made no progress for {progress_s:g} s") from None
-            if start is not None:
-                first_response(time.monotonic() - start)
-                start = None
+                raise SynthesisFailed(v1.SYNTHESIS_FAILED, f"Triton made no progress for {progress_s:g} s") from None
             if error is not None:
-                raise SynthesisFailed(c.SYNTHESIS_FAILED, error.message())
+                raise SynthesisFailed(v1.SYNTHESIS_FAILED, error.message())
+            if (capacity := result.as_numpy(c.CAPACITY)) is not None:
+                backend.capacity[request["model_name"]] = float(capacity[0])
             if (pcm := result.as_numpy(c.PCM)) is not None:
+                if start is not None:
+                    first_response(time.monotonic() - start)
+                    start = None
                 names, spans = result.as_numpy(c.WORDS), result.as_numpy(c.WORD_SAMPLES)
                 words = [] if names is None else [(w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans)]
-                capacity = result.as_numpy(c.CAPACITY)  # None from a tts that does not measure: admit all
-                yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), words,
-                               0.0 if capacity is None else float(capacity[0]))
+                yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), words)
             if result.get_response().parameters["triton_final_response"].bool_param:
                 return
     finally:
@@ -144,7 +144,7 @@ class Synthesizer:
         self.backends = backends
         self.models = models  # the Triton model of each voice not spoken by `tts`
         self.progress_s = progress_s  # the longest wait for a response before the request fails
-        self._first_response = first_response  # told each request's seconds to its first response
+        self._first_response = first_response  # told each request's seconds to its first audio
 
     async def synthesize(
         self, sentences: Sequence[str], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
@@ -156,9 +156,8 @@ class Synthesizer:
         try:
             request = tts_request(sentences, params, client, voice, self.models.get(voice, c.TTS_MODEL))
             # Closed at once when the reader stops (a cancel, a client gone): that ends the call.
-            async with aclosing(_stream(backend.client, request, self.progress_s, self._first_response)) as chunks:
+            async with aclosing(_stream(backend, request, self.progress_s, self._first_response)) as chunks:
                 async for chunk in chunks:
-                    backend.capacity = chunk.capacity
                     yield chunk
         except SynthesisFailed as e:
             log.warning("Triton %s failed a request: %s", backend.url, e.message)
@@ -166,7 +165,7 @@ class Synthesizer:
         except UNREACHABLE as e:
             why = unreachable(e)
             backend.mark(False, why.splitlines()[0])
-            raise SynthesisFailed(c.BACKEND_UNAVAILABLE, f"Triton unavailable: {why}") from None
+            raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, f"Triton unavailable: {why}") from None
         finally:
             self.backends.release(backend)
 
@@ -174,8 +173,8 @@ class Synthesizer:
         """Synthesize a word through every stage of `backend` and note the outcome: the
         readiness that Triton's own (a model can be loaded and its stub dead) cannot tell."""
         try:
-            async for chunk in _stream(backend.client, tts_request([PROBE_TEXT]), self.progress_s):
-                backend.capacity = chunk.capacity
+            async for _ in _stream(backend, tts_request([PROBE_TEXT]), self.progress_s):
+                pass
         except SynthesisFailed as e:
             backend.probed(e.message)
         except UNREACHABLE as e:

@@ -18,14 +18,13 @@ from http import HTTPStatus
 
 from aiohttp import WSMsgType, web
 
-from python_backends import contract as c
-
-from .access import Refusal, log_refusal, refused_origin, unauthorized
-from .admission import Waiter
-from .protocol import ProtocolError
-from .service import GATEWAY, Gateway
-from .session import Action, Close, Job, Send, Session, Stop, Synthesize
-from .synthesis import SynthesisFailed
+from gateway.access import Refusal, log_refusal, refused_origin, unauthorized
+from gateway.admission import Waiter
+from gateway.protocol import ProtocolError
+from gateway.service import GATEWAY, Gateway
+from gateway.session import Action, Close, Job, Send, Session, Stop, Synthesize
+from gateway.synthesis import SynthesisFailed
+from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -187,7 +186,7 @@ class Connection:
             return
         except Exception:
             log.exception("session %s: job %d failed unexpectedly", session.id, job.id)
-            after = session.failed(job.id, c.INTERNAL_ERROR, "the server failed while speaking this context")
+            after = session.failed(job.id, v1.INTERNAL_ERROR, "the server failed while speaking this context")
         finally:
             self.jobs.pop(job.id, None)
         try:

@@ -33,12 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from python_backends import contract as c
-from python_backends.launcher import AR_VENV, PROJECT_ROOT, TritonServer
-from python_backends.triton_client import stream
+from contract import models as c
+from operations.launcher import AR_VENV, PROJECT_ROOT, TritonServer
+from operations.triton_client import stream
 
-from .report import pyplot
-from .servers import free_ports, triton_metrics
+from perf.report import pyplot
+from perf.servers import free_ports, triton_metrics
 
 TEXT = "The birch canoe slid on the smooth planks."
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from python_backends.ar.code2wav import Code2WavEngine
-from python_backends.ar.talker import TalkerEngine, TalkerParams
+from python_backends.ar.inputs import TalkerParams
+from python_backends.ar.talker import TalkerEngine
 
 TEXT = "The birch canoe slid on the smooth planks."
 

@@ -49,7 +49,7 @@ from perf.peers import start_piper_http, start_wyoming_piper
 from perf.report import write_report
 from perf.servers import Servers, cpu_seconds, stop, triton_metrics
 from perf.workloads import workload
-from python_backends.launcher import PROJECT_ROOT
+from operations.launcher import PROJECT_ROOT
 
 LEVELS = (1, 2, 4, 8, 16, 32)
 QUICK_LEVELS = (1, 2)

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 
 from websockets.exceptions import WebSocketException
 
-from gateway.client import SpeechClient, SpeechError
-from python_backends.launcher import TritonServer
+from client.speech import SpeechClient, SpeechError
+from operations.launcher import TritonServer
 
 # (name, the model whose stub it hits or None for tritonserver, the signal, seconds stopped)
 FAULTS = (

@@ -11,10 +11,9 @@ import json
 import socket
 
 from websockets.frames import Frame, Opcode
+from contract import protocol as v1
 
-from python_backends import contract as c
-
-HANDSHAKE = (f"GET {c.PROTOCOL_PATH} HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+HANDSHAKE = (f"GET {v1.PROTOCOL_PATH} HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
 
 

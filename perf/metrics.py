@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from perf.playback import stalls
-from python_backends.contract import PLAYER_LEAD_S, SERVER_BUSY
+from contract.models import PLAYER_LEAD_S
+from contract.protocol import SERVER_BUSY
 
 
 @dataclass

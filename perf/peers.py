@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import IO
 
 from perf.servers import free_ports, wait_for_http
-from python_backends.launcher import PROJECT_ROOT
-from python_backends.voice import embedded_voice_files
+from operations.launcher import PROJECT_ROOT
+from python_backends.piper.voice import embedded_voice_files
 
 PEERS_VENV = PROJECT_ROOT / ".venv-peers"
 PEER_PACKAGES = ("piper-tts[http]==1.8.0", "wyoming-piper==2.5.2")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perf.metrics import percentile
-from python_backends import contract as c
+from contract import models as c
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME
 
 INPUT_DATA = Path(__file__).parent / "tts_input.json"

@@ -8,7 +8,7 @@ after plays that much later.
 
 from __future__ import annotations
 
-from python_backends.contract import PLAYER_LEAD_S
+from contract.models import PLAYER_LEAD_S
 
 
 def stalls(arrivals: list[tuple[float, float]], lead_s: float = PLAYER_LEAD_S) -> tuple[int, float]:

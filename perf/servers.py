@@ -17,9 +17,8 @@ from typing import IO
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
-
-from python_backends import contract as c
-from python_backends.launcher import PROJECT_ROOT, TritonServer
+from operations.launcher import PROJECT_ROOT, TritonServer
+from contract import protocol as v1
 
 
 def free_ports(n: int) -> list[int]:
@@ -119,7 +118,7 @@ class Servers:
 
     @property
     def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}{c.PROTOCOL_PATH}"
+        return f"ws://127.0.0.1:{self.port}{v1.PROTOCOL_PATH}"
 
     def start(self) -> None:
         self._logs = [self.logs["gateway"].open("w"), self.logs["triton"].open("w")]

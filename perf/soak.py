@@ -45,14 +45,13 @@ import psutil
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from gateway import protocol as p
-from gateway.client import Event, Router, SpeechClient, connection
+from client.speech import Event, Router, SpeechClient, connection
 from perf.chaos import Fault, inject
 from perf.servers import Servers, triton_metrics
 from perf.workloads import harvard_sentences
-from python_backends import contract as c
-from python_backends.contract import TTS_ACTIVE_METRIC
-from python_backends.launcher import SHM, shm_mapped_by
+from contract.models import TTS_ACTIVE_METRIC
+from operations.launcher import SHM, shm_mapped_by
+from contract import protocol as v1
 
 MAX_DURATION_S = 600.0
 MIN_DURATION_S = 30.0
@@ -68,7 +67,7 @@ SAMPLE_S = 2.0  # memory sampling interval
 RSS_WINDOW_S = 10.0  # RSS is the median of the samples in a window this long
 READY_S = 120.0  # after a chaos run, Triton must be ready again within this
 # What a stream in flight may get when a stage fails under it (--chaos), and what a hang is.
-FAULT_ERRORS = {f"error_{c.BACKEND_UNAVAILABLE}", f"error_{c.SYNTHESIS_FAILED}"}
+FAULT_ERRORS = {f"error_{v1.BACKEND_UNAVAILABLE}", f"error_{v1.SYNTHESIS_FAILED}"}
 HANGS = {"stalled", "drain_timeout"}
 
 COMPLETED, CANCELLED, ABORTED = "completed", "cancelled", "aborted"
@@ -199,7 +198,7 @@ async def calibrate(url: str, seconds: float, streams: int, rng: random.Random) 
 
 @dataclass
 class Utterance:
-    """One context's events (routed by gateway.client), checked against protocol v1, and
+    """One context's events (routed by client.speech), checked against protocol v1, and
     the player's clock."""
 
     context_id: str
@@ -233,7 +232,7 @@ class Utterance:
             return None if self.cancel_sent else COMPLETED  # a cancel in flight still gets an answer
         elif kind == "cancelled" and self.cancel_sent:
             return COMPLETED if self.done else CANCELLED
-        elif kind == "error" and self.done and self.cancel_sent and m.get("code") == c.UNKNOWN_CONTEXT:
+        elif kind == "error" and self.done and self.cancel_sent and m.get("code") == v1.UNKNOWN_CONTEXT:
             return COMPLETED  # the cancel arrived after the context had ended: a race, not a fault
         elif kind == "error":
             raise Failure(f"error_{m.get('code')}")
@@ -241,7 +240,7 @@ class Utterance:
             raise Failure(f"unexpected_{kind}")
         return None
 
-    def frame(self, frame: p.AudioFrame) -> None:
+    def frame(self, frame: v1.AudioFrame) -> None:
         if self.last_frame:
             raise Failure("stray_frame")
         if frame.seq != self.next_seq:

@@ -12,9 +12,9 @@ import argparse
 import statistics
 
 from perf.workloads import WORKLOADS, workload
-from python_backends import contract as c
-from python_backends.triton_client import stream
-from python_backends.catalog import EMBEDDED
+from contract import models as c
+from operations.triton_client import stream
+from contract.voices import EMBEDDED
 
 SAMPLE_RATE = EMBEDDED.sample_rate
 

@@ -1,45 +1,25 @@
-"""The BLS models' stages over Triton: tts's requests to the acoustic and vocoder models
-of the same server, and the generic decoupled and plain requests tts_ar's stages use. Imported only inside Triton's Python backend (needs its `pb_utils`)."""
+"""Requests from a BLS model to the other models of its Triton server, shared by both
+families' BLS models. Imported only inside Triton's Python backend (needs its `pb_utils`)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import functools
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from . import contract as c
-from .streaming import LatentPiece
+from contract import models as c
 
 
-class BlsStages:
-    """Stages (python_backends.streaming) as BLS requests, shared by all streams."""
+class Bls:
+    """Decoupled and plain requests to the server's models, shared by all streams."""
 
     def __init__(self, waiters: int) -> None:
         # The BLS response iterator blocks; each decoupled request parks a thread on it.
         self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="stream-wait")
-
-    def for_voice(self, name: str, speaker: int = 0) -> VoiceStages:
-        return VoiceStages(self, name, speaker)
-
-    async def acoustic_pieces(
-        self, text: str, voice: Mapping[str, np.ndarray], head: int, voice_name: str
-    ) -> AsyncIterator[LatentPiece]:
-        """One acoustic request for one sentence, its responses as pieces."""
-        inputs = [string_tensor(c.TEXT, text), string_tensor(c.VOICE, voice_name)]
-        inputs += [pb_utils.Tensor(name, value) for name, value in voice.items()]
-        if head:
-            inputs.append(pb_utils.Tensor(c.HEAD_FRAMES, np.array([head], dtype=np.int32)))
-        outputs = [c.LATENT, c.DURATIONS, c.WORDS, c.WORD_FRAMES]
-        async with contextlib.aclosing(self.stream(c.ACOUSTIC_MODEL, inputs, outputs)) as responses:
-            async for r in responses:
-                yield latent_piece(r)
 
     async def stream(self, model: str, inputs: list, outputs: list[str]) -> AsyncIterator:
         """A decoupled request's responses, but the empty final one; a response that is
@@ -70,31 +50,8 @@ class BlsStages:
             raise c.StageError(r.error().message())
         return pb_utils.get_output_tensor_by_name(r, output).as_numpy()
 
-    async def vocode(self, window: np.ndarray, voice_name: str, speaker: int) -> np.ndarray:
-        inputs = [
-            pb_utils.Tensor(c.LATENT, window[None]), string_tensor(c.VOICE, voice_name, [1, 1]),
-            pb_utils.Tensor(c.SPEAKER, np.array([[speaker]], dtype=np.int64)),
-        ]
-        return (await self.infer(c.VOCODER_MODEL, inputs, c.PCM))[0]
-
     def close(self) -> None:
         self._waiters.shutdown(cancel_futures=True)
-
-
-@dataclass(frozen=True)
-class VoiceStages:
-    """The Stages of one voice and speaker: BlsStages' requests, each naming the voice.
-    The speaker reaches the acoustic stage among the voice parameters."""
-
-    bls: BlsStages
-    voice_name: str
-    speaker: int
-
-    def acoustic_pieces(self, text: str, voice: Mapping[str, np.ndarray], head: int) -> AsyncIterator[LatentPiece]:
-        return self.bls.acoustic_pieces(text, voice, head, self.voice_name)
-
-    def vocode(self, window: np.ndarray) -> Awaitable[np.ndarray]:
-        return self.bls.vocode(window, self.voice_name, self.speaker)
 
 
 def string_tensor(name: str, value: str, shape: tuple[int, ...] = (1,)):
@@ -102,9 +59,6 @@ def string_tensor(name: str, value: str, shape: tuple[int, ...] = (1,)):
     return pb_utils.Tensor(name, np.array([value.encode()], dtype=object).reshape(shape))
 
 
-def latent_piece(response) -> LatentPiece:
-    """An acoustic response as a piece: the inverse of streaming.acoustic_outputs."""
-    output = functools.partial(pb_utils.get_output_tensor_by_name, response)
-    spans, names = output(c.WORD_FRAMES).as_numpy(), output(c.WORDS).as_numpy()
-    words = tuple((w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans))
-    return LatentPiece(output(c.LATENT).as_numpy(), output(c.DURATIONS).as_numpy(), words)
+def tensors(arrays: dict[str, np.ndarray]) -> list:
+    """Named arrays as request inputs."""
+    return [pb_utils.Tensor(name, value) for name, value in arrays.items()]

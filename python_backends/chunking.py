@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from .contract import VOCODER_BUCKETS
+from contract.models import VOCODER_BUCKETS
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from .contract import PLAYER_LEAD_S
+from contract.models import PLAYER_LEAD_S
+from python_backends.capacity import CapacityMeter
 
 T = TypeVar("T")
 
@@ -45,8 +46,6 @@ T = TypeVar("T")
 URGENT_S = 1.0
 # A client that called within this long still has its share of the slots kept for it.
 RECENT_S = 5.0
-# The capacity measured is that of about the last this many seconds of work.
-CAPACITY_WINDOW_S = 30.0
 
 
 class Scheduler(Protocol):
@@ -185,38 +184,6 @@ class ClientScheduler:
 
     async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T:
         return await self.scheduler.run(deadline, work, self.client, borrow)
-
-
-class CapacityMeter:
-    """How many real-time streams the slots sustain, measured as they work: `slots` times
-    the audio made per second a slot was busy, over about the last CAPACITY_WINDOW_S of
-    work (older work decays exponentially). It follows what the cores really give, other
-    processes and contention included. Sans I/O; `now` is injected."""
-
-    def __init__(self, slots: int, now: Callable[[], float] = time.monotonic) -> None:
-        self.slots, self._now = slots, now
-        self._busy_s = self._audio_s = 0.0
-        self._at = now()
-
-    def worked(self, seconds: float) -> None:
-        """A call held a slot this long."""
-        self._decay()
-        self._busy_s += seconds
-
-    def made(self, audio_s: float) -> None:
-        """This much audio was delivered."""
-        self._decay()
-        self._audio_s += audio_s
-
-    @property
-    def streams(self) -> float:
-        """Real-time streams sustained; 0 until some work was measured."""
-        return self.slots * self._audio_s / self._busy_s if self._busy_s > 0 else 0.0
-
-    def _decay(self) -> None:
-        now = self._now()
-        factor = math.exp(-(now - self._at) / CAPACITY_WINDOW_S)
-        self._busy_s, self._audio_s, self._at = self._busy_s * factor, self._audio_s * factor, now
 
 
 class Streams:

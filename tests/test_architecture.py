@@ -1,5 +1,6 @@
 """The import contracts in pyproject.toml ([tool.importlinter]) hold, and they bite: a
-pure module that imports onnxruntime or Triton's client breaks them."""
+pure module that imports onnxruntime or Triton's client, or a package that imports one
+of another process's, breaks them."""
 
 import os
 import shutil
@@ -24,13 +25,22 @@ def test_the_import_contracts_are_kept():
     assert "BROKEN" not in result.stdout
 
 
+PACKAGES = ("contract", "python_backends", "gateway", "client", "media", "operations")
+
+
 @pytest.mark.parametrize("module,line", [
     ("python_backends/chunking.py", "import onnxruntime"),
     ("gateway/session.py", "import tritonclient.grpc.aio"),
     ("gateway/protocol.py", "from gateway import session"),  # a layer importing one above it
+    ("contract/models.py", "import aiohttp"),  # the contract is pure
+    ("contract/text.py", "from gateway import protocol"),  # and imports no process's package
+    ("gateway/service.py", "from python_backends import chunking"),  # the gateway runs no stage code
+    ("client/speech.py", "from gateway import protocol"),  # the client is apart from the gateway
+    ("python_backends/piper/pipeline.py", "from python_backends.ar import connector"),  # sibling families
+    ("python_backends/delivery.py", "from python_backends.piper import pipeline"),  # common code under families
 ])
 def test_a_wrong_import_breaks_a_contract(tmp_path, module, line):
-    for package in ("gateway", "python_backends"):
+    for package in PACKAGES:
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "static"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     source = tmp_path / module

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import orpheus
+from python_backends.ar import orpheus
 
 # A window is a chunk (1 to 16 frames by the contract's AR_CHUNK_PARAMS) plus up to 2 + 2
 # frames of context: 20 at most.

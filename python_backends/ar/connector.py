@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..chunking import Chunk, ChunkParams, chunk_sizes
+from python_backends.chunking import Chunk, ChunkParams, chunk_sizes
 
 
 @dataclass

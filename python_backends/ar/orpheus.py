@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import contract as c
-from .layouts import CodecTokens
+from contract import models as c
+from python_backends.ar.layouts import CodecTokens
 
 POSITIONS = 7
 CODEBOOK_SIZE = 4096

@@ -37,27 +37,15 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from .guidance import PairGate, Role, Row, apply, diverged_at, plan
-from .layouts import Allowed, CodecTokens, FrameAssembler, Layout, allowed
-from .orpheus import OrpheusTokens
+from python_backends.ar.guidance import PairGate, Role, Row, apply, diverged_at, plan
+from python_backends.ar.layouts import Allowed, CodecTokens, FrameAssembler, Layout, allowed
+from python_backends.ar.orpheus import OrpheusTokens
+from python_backends.ar.inputs import TalkerParams
 
 CODEC_ARG = "speechstream_codec"  # the SamplingParams.extra_args key of a request's layout
 GUIDANCE_ARG = "speechstream_guidance"  # and of its place in a guided pair: {"pair", "role", "scale"}
 GUIDED_LAG_S = 1.0  # how long a finished stream waits for its unconditional row's last output
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TalkerParams:
-    """One request's sampling (the contract's AR_PARAMS): greedy at temperature 0,
-    repeatable with a seed; top_p and the repetition penalty are Orpheus's own."""
-
-    temperature: float
-    max_frames: int
-    seed: int | None = None
-    top_p: float = 0.95
-    repetition_penalty: float = 1.1
-    guidance_scale: float | None = None  # None: one request, unguided
 
 
 @dataclass(frozen=True)

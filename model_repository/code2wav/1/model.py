@@ -2,12 +2,10 @@
 → PCM, batched (python_backends.ar.code2wav). Tensors cross by DLPack, so on a GPU
 instance (configs/gpu.pbtxt) codes that arrive on the device and the PCM stay there."""
 
-# The stub's isolated interpreter ignores PYTHONPATH; the launcher names the project and
-# the AR environment (torch, snac) here instead.
 import os
 import sys
 
-sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_AR_PYTHONPATH", "").split(os.pathsep))
+sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_AR_PYTHONPATH", "").split(os.pathsep))  # the stub ignores PYTHONPATH
 
 import locale
 
@@ -19,9 +17,9 @@ import torch
 import triton_python_backend_utils as pb_utils
 from torch.utils.dlpack import to_dlpack
 
-from python_backends import contract as c
+from contract import models as c
 from python_backends.ar.code2wav import Code2WavEngine
-from python_backends.triton_glue import declare, parameters, run_by_key
+from python_backends.serving import declare, parameters, run_by_key
 
 
 class TritonPythonModel:

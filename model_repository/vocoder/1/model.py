@@ -1,20 +1,18 @@
 """Triton shim for the vocoder stage (Code2Wav): latent windows → PCM, batched."""
 
-# The Python backend stub runs an isolated interpreter (PYTHONPATH is ignored); the
-# launcher names the project and its virtual environment here instead.
 import os
 import sys
 
-sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))
+sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))  # the stub ignores PYTHONPATH
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from python_backends import contract as c
-from python_backends.catalog import configured_voices
-from python_backends.engines import VocoderEngine
-from python_backends.triton_glue import declare, error, parameters, response, run_by_key
-from python_backends.voice import load_voice
+from contract import models as c
+from contract.voices import configured_voices
+from python_backends.piper.engines import VocoderEngine
+from python_backends.serving import declare, error, parameters, response, run_by_key
+from python_backends.piper.voice import load_voice
 
 
 class TritonPythonModel:

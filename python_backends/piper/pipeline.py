@@ -1,7 +1,7 @@
-"""The tts stage's engine: sentences in, ordered PCM chunks out (`synthesize`).
+"""The Piper family's `tts` engine: sentences in, ordered audio chunks out (`speak`).
 
 The stages are reached through a `Stages` object, so this runs the same against Triton
-(python_backends.bls) and against in-process engines (tests). Work is started a bounded
+(python_backends.piper.bls) and against in-process engines (tests). Work is started a bounded
 way ahead of the chunk being delivered, so the next sentence's acoustic work and the
 next chunks' vocoding overlap delivery, and nothing new is started once the request is
 cancelled. Each call waits for a slot of the scheduler that all streams share, with a
@@ -12,24 +12,23 @@ the most urgent stream is served first.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Protocol
 
 import numpy as np
 
-from . import contract as c
-from .chunking import Chunk, ChunkParams, bucket_frames, chunk_sizes, plan_chunks
-from .contract import SAMPLES_PER_FRAME
-from .scheduler import PlaybackClock, Scheduler
-from .text import Sentence
+from contract import models as c
+from contract.models import SAMPLES_PER_FRAME
+from contract.text import Sentence
+from python_backends.chunking import Chunk, ChunkParams, bucket_frames, chunk_sizes, plan_chunks
+from python_backends.delivery import AudioChunk, Words, ordered
+from python_backends.scheduler import PlaybackClock, Scheduler
 
-T = TypeVar("T")
 SENTENCE_LOOKAHEAD = 2  # acoustic requests a stream keeps open ahead of delivery
 CHUNK_LOOKAHEAD = 2  # vocoder calls a stream keeps open ahead of delivery
 SECONDS_PER_CHAR = 0.05  # of speech per character of text; 0.054-0.056 on the Harvard texts
-Words = tuple[tuple[str, int, int], ...]  # (word, start, end), in frames or samples
 
 
 @dataclass(frozen=True)
@@ -47,13 +46,22 @@ class LatentPiece:
         return int(self.durations.sum())
 
 
+def acoustic_outputs(piece: LatentPiece) -> dict[str, np.ndarray]:
+    """The `acoustic` response tensors of one piece."""
+    return {
+        c.LATENT: piece.frames,
+        c.DURATIONS: piece.durations.astype(np.int32),
+        c.WORDS: np.array([w.encode() for w, _, _ in piece.words], dtype=object),
+        c.WORD_FRAMES: np.array([(a, b) for _, a, b in piece.words], dtype=np.int32).reshape(-1, 2),
+    }
+
+
 class Stages(Protocol):
     """The two stages the tts stage calls, one call per sentence or per chunk."""
 
-    def acoustic_pieces(self, text: str, voice: Mapping[str, np.ndarray], head: int) -> AsyncIterator[LatentPiece]:
+    def acoustic_pieces(self, text: str, head: int) -> AsyncIterator[LatentPiece]:
         """One sentence's latent frames, as the acoustic stage sends them: its first
-        `head` frames alone when `head` > 0, then the rest. `voice` holds the voice
-        inputs as the client sent them. Nothing is asked of the stage before the first
+        `head` frames alone when `head` > 0, then the rest. Nothing is asked of the stage before the first
         piece is awaited, and closing the iterator early waits for what was asked."""
         ...
 
@@ -71,12 +79,6 @@ class Latent:
         self.filled = 0
         self._error: BaseException | None = None
         self._waiters: list[asyncio.Future] = []
-
-    @classmethod
-    def whole(cls, array: np.ndarray) -> Latent:
-        latent = cls(*array.shape)
-        latent.extend(array)
-        return latent
 
     @property
     def frames(self) -> int:
@@ -122,50 +124,12 @@ class LatentSentence:
     """What the tts stage needs of one sentence's acoustic result."""
 
     index: int  # in the request
-    span: tuple[int, int]  # the sentence's TEXT_SPAN
     latent: Latent
     words: Words = ()  # (word, start frame, end frame)
 
 
-@dataclass(frozen=True)
-class PcmChunk:
-    index: int
-    sample_offset: int
-    sentence_index: int
-    span: tuple[int, int]
-    pcm: np.ndarray  # float32 [samples]
-    words: Words = ()  # (word, start, end sample in the stream); on the first chunk of each sentence only
-
-
-def acoustic_outputs(piece: LatentPiece) -> dict[str, np.ndarray]:
-    """The `acoustic` response tensors of one piece."""
-    return {
-        c.LATENT: piece.frames,
-        c.DURATIONS: piece.durations.astype(np.int32),
-        c.WORDS: np.array([w.encode() for w, _, _ in piece.words], dtype=object),
-        c.WORD_FRAMES: np.array([(a, b) for _, a, b in piece.words], dtype=np.int32).reshape(-1, 2),
-    }
-
-
-def tts_outputs(chunk: PcmChunk, capacity: float) -> dict[str, np.ndarray]:
-    """The `tts` response tensors of one chunk, with the server's capacity as measured."""
-    outputs = {
-        c.PCM: chunk.pcm,
-        c.CAPACITY: np.array([capacity], dtype=np.float32),
-        c.CHUNK_INDEX: np.array([chunk.index], dtype=np.int32),
-        c.SAMPLE_OFFSET: np.array([chunk.sample_offset], dtype=np.int64),
-        c.SENTENCE_INDEX: np.array([chunk.sentence_index], dtype=np.int32),
-        c.TEXT_SPAN: np.array(chunk.span, dtype=np.int32),
-    }
-    if chunk.words:
-        outputs[c.WORDS] = np.array([w.encode() for w, _, _ in chunk.words], dtype=object)
-        outputs[c.WORD_SAMPLES] = np.array([(a, b) for _, a, b in chunk.words], dtype=np.int64)
-    return outputs
-
-
-async def synthesize(
+async def speak(
     sentences: Sequence[Sentence],
-    voice: Mapping[str, np.ndarray],
     stages: Stages,
     *,
     scheduler: Scheduler,
@@ -174,13 +138,13 @@ async def synthesize(
     clock: PlaybackClock,
     is_cancelled: Callable[[], bool] = lambda: False,
     pad_to_buckets: bool = False,
-) -> AsyncIterator[PcmChunk]:
-    """The PCM of `sentences`, chunk by chunk, in order: one acoustic request per
+) -> AsyncIterator[AudioChunk]:
+    """The audio of `sentences`, chunk by chunk, in order: one acoustic request per
     sentence, up to SENTENCE_LOOKAHEAD sentences ahead (the first sentence's first `head`
     frames sent alone, so vocoding starts before its flow has run to the end), and
     CHUNK_LOOKAHEAD vocoder calls ahead of delivery. Once `is_cancelled()`, no further
     call is issued; a stage's failure ends the stream with that error."""
-    latents = sentence_latents(sentences, voice, stages, scheduler, head, clock, is_cancelled)
+    latents = sentence_latents(sentences, stages, scheduler, head, clock, is_cancelled)
     chunks = stream_pcm(latents, stages, scheduler, chunking, clock, is_cancelled, pad_to_buckets=pad_to_buckets)
     async with aclosing(chunks):
         async for chunk in chunks:
@@ -189,7 +153,6 @@ async def synthesize(
 
 async def latent_sentence(
     index: int,
-    sentence: Sentence,
     pieces: AsyncIterator[LatentPiece],
     scheduler: Scheduler,
     deadline: float,
@@ -208,7 +171,7 @@ async def latent_sentence(
                 async for piece in pieces:
                     if latent is None:
                         latent = Latent(piece.frames.shape[0], piece.sentence_frames)
-                        first.set_result(LatentSentence(index, (sentence.start, sentence.end), latent, piece.words))
+                        first.set_result(LatentSentence(index, latent, piece.words))
                     latent.extend(piece.frames)
         except Exception as error:
             if latent is not None:
@@ -225,54 +188,8 @@ async def latent_sentence(
     return first.result()
 
 
-async def ordered(
-    jobs: AsyncIterator[tuple[Any, Awaitable[T]]],
-    depth: int,
-    is_cancelled: Callable[[], bool],
-) -> AsyncIterator[tuple[Any, T]]:
-    """Run the awaitables of `jobs`, at most `depth` not yet taken by the consumer,
-    and yield ``(tag, result)`` in job order. `jobs` is pulled only when a slot is
-    free; once `is_cancelled()`, nothing more is started."""
-    queue: asyncio.Queue = asyncio.Queue()
-    slots = asyncio.Semaphore(depth)
-
-    async def start() -> None:
-        try:
-            async with aclosing(jobs):
-                while True:
-                    await slots.acquire()
-                    if is_cancelled():
-                        return
-                    try:
-                        tag, work = await anext(jobs)
-                    except StopAsyncIteration:
-                        return
-                    queue.put_nowait((tag, asyncio.ensure_future(work)))
-        except Exception as error:  # handed to the consumer, which raises it in order
-            queue.put_nowait((None, error))
-        finally:
-            queue.put_nowait(None)
-
-    starter = asyncio.ensure_future(start())
-    try:
-        while (item := await queue.get()) is not None:
-            tag, work = item
-            if isinstance(work, Exception):
-                raise work
-            result = await work
-            slots.release()
-            yield tag, result
-    finally:
-        starter.cancel()
-        while not queue.empty():
-            item = queue.get_nowait()
-            if item is not None and isinstance(item[1], asyncio.Future):
-                item[1].cancel()
-
-
 async def sentence_latents(
     sentences: Sequence[Sentence],
-    voice: Mapping[str, np.ndarray],
     stages: Stages,
     scheduler: Scheduler,
     head: int,
@@ -290,8 +207,8 @@ async def sentence_latents(
         chars = 0
         for index, sentence in enumerate(sentences):
             before = max(clock.planned, round(chars * SECONDS_PER_CHAR * clock.rate))
-            pieces = stages.acoustic_pieces(sentence.text, voice, head if index == 0 else 0)
-            yield None, latent_sentence(index, sentence, pieces, scheduler, clock.deadline(before))
+            pieces = stages.acoustic_pieces(sentence.text, head if index == 0 else 0)
+            yield None, latent_sentence(index, pieces, scheduler, clock.deadline(before))
             chars += len(sentence.text) + 1
 
     async for _, latent in ordered(jobs(), depth, is_cancelled):
@@ -321,8 +238,8 @@ async def stream_pcm(
     is_cancelled: Callable[[], bool] = lambda: False,
     depth: int = CHUNK_LOOKAHEAD,
     pad_to_buckets: bool = False,
-) -> AsyncIterator[PcmChunk]:
-    """Yield the PCM of every sentence, chunk by chunk, in order; the clock starts when
+) -> AsyncIterator[AudioChunk]:
+    """Yield the audio of every sentence, chunk by chunk, in order; the clock starts when
     the first chunk is yielded. Padding windows to buckets lets Triton batch chunks of
     different streams, which pays where batching is cheaper than one call per window
     (a GPU); on a CPU a batch costs as much as its calls, so padding is pure waste."""
@@ -339,13 +256,12 @@ async def stream_pcm(
                     work = vocode_chunk(stages, scheduler, sentence.latent, chunk, deadline, pad_to_buckets)
                     yield (sentence, chunk), work
 
-    index = offset = 0
+    offset = 0
     async for (sentence, chunk), pcm in ordered(jobs(), depth, is_cancelled):
         words = ()
         if chunk.start == 0:
             f = SAMPLES_PER_FRAME
             words = tuple((w, offset + a * f, offset + b * f) for w, a, b in sentence.words)
         clock.start()
-        yield PcmChunk(index, offset, sentence.index, sentence.span, pcm, words)
-        index += 1
+        yield AudioChunk(pcm, sentence.index, words)
         offset += pcm.size

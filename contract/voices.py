@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from .contract import AR_SAMPLE_RATE, DEFAULT_VOICE, ORPHEUS_VOICES, TTS_AR_MODEL, TTS_MODEL
+from contract.models import AR_SAMPLE_RATE, DEFAULT_VOICE, ORPHEUS_VOICES, TTS_AR_MODEL, TTS_MODEL
 
 VOICES_ENV = "SPEECHSTREAM_VOICES"
 # An Orpheus-format model directory: its voices are served by the autoregressive family.

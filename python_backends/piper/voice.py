@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .catalog import EMBEDDED, VoiceError, VoiceInfo
+from contract.voices import EMBEDDED, VoiceError, VoiceInfo
 
 log = logging.getLogger(__name__)
 

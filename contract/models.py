@@ -1,10 +1,9 @@
-"""The contract every process of the product shares: names, types, defaults, limits.
+"""The Triton models' contract: their names, tensors, parameters with defaults and
+ranges, metrics and limits.
 
-This module is the single source of truth, and it is pure (the standard library only),
-so any process can import it. The Triton models declare their tensors from it
-(``auto_complete_config``) and validate requests with it; the gateway, the protocol-v1
-client, perf and the tests import it to build requests and messages. Nothing here is
-written twice anywhere else.
+The single source of truth, and pure (the standard library only), so any process can
+import it. The models declare their tensors from it (``auto_complete_config``) and
+check requests with it; the gateway, perf and the tests build requests from it.
 """
 
 from __future__ import annotations
@@ -22,12 +21,12 @@ TTS_AR_MODEL = "tts_ar"
 DECOUPLED_MODELS = (ACOUSTIC_MODEL, TTS_MODEL, TALKER_MODEL, TTS_AR_MODEL)
 
 # The embedded default voice (Piper's en_US-joe-medium); others come from a voices
-# directory (python_backends.catalog).
+# directory (contract.voices).
 DEFAULT_VOICE = "en_US-joe-medium"
 # A latent frame is this many samples at the voice's rate (11.6 ms at 22,050 Hz).
 SAMPLES_PER_FRAME = 256
 # A listener's player starts this long after the first audio arrives, then plays in
-# real time (DESIGN.md's underrun model): the tts scheduler's deadlines and perf's
+# real time (docs/design.md's underrun model): the tts scheduler's deadlines and perf's
 # stall count both assume it.
 PLAYER_LEAD_S = 0.05
 
@@ -60,7 +59,7 @@ NOISE_W = "NOISE_W"
 SEED = "SEED"
 # A multi-speaker voice's speaker id, 0 to its speakers - 1 (INT64 [1]; 0 without it).
 SPEAKER = "SPEAKER"
-# Input of all three models: the voice's name (BYTES [1]; the default voice without it).
+# Input of every model that speaks with a voice: its name (BYTES [1]; the default voice without it).
 VOICE = "VOICE"
 
 # Input of `acoustic`: send the sentence's first HEAD_FRAMES frames as a response of
@@ -84,15 +83,12 @@ WORD_FRAMES = "WORD_FRAMES"  # [words, 2] int32, [start, end) frame of each word
 # Output of `vocoder`; inputs are LATENT (a window of frames), VOICE and SPEAKER.
 PCM = "PCM"  # [samples] float32 in [-1, 1] at the voice's sample rate
 
-# Outputs of `tts` (one response per chunk, then an empty final response).
-CHUNK_INDEX = "CHUNK_INDEX"  # [1] int32, 0, 1, 2, ... across the whole request
-SAMPLE_OFFSET = "SAMPLE_OFFSET"  # [1] int64, first sample of this chunk in the stream
+# Outputs of `tts` and `tts_ar`, one response contract for both families: first a
+# response with CAPACITY alone, then one per chunk of audio, then an empty final response.
 SENTENCE_INDEX = "SENTENCE_INDEX"  # [1] int32, the chunk's sentence: its index in SENTENCES, or among TEXT's sentences
-TEXT_SPAN = "TEXT_SPAN"  # [2] int32, that sentence's [start, end) in TEXT in code points; with SENTENCES,
-# [0, length of its element)
 WORD_SAMPLES = "WORD_SAMPLES"  # [words, 2] int64, [start, end) sample of each word in the stream;
-# WORDS and WORD_SAMPLES come with the first chunk of each sentence only.
-CAPACITY = "CAPACITY"  # [1] fp32, real-time streams this server sustains, as measured now (0: not yet)
+# WORDS and WORD_SAMPLES come with the first chunk of each sentence only, from voices with word timings.
+CAPACITY = "CAPACITY"  # [1] fp32, real-time streams this server sustains, as the model measures it now (0: not yet)
 
 
 # A `tts` request parameter (Triton's request `parameters`, not a tensor): who asked, as an
@@ -114,6 +110,11 @@ class Param:
     @property
     def is_integer(self) -> bool:
         return self.triton_type in ("TYPE_INT32", "TYPE_INT64")
+
+    @property
+    def dtype(self) -> str:
+        """The numpy dtype of its tensor."""
+        return {"TYPE_FP32": "float32", "TYPE_INT32": "int32", "TYPE_INT64": "int64"}[self.triton_type]
 
 
 SEED_PARAM = Param(SEED, "TYPE_INT64", None, 0, 2**63 - 1)
@@ -239,70 +240,16 @@ def model_outputs(model: str) -> list[dict]:
             _tensor(WORDS, "TYPE_STRING", [-1]),
             _tensor(WORD_FRAMES, "TYPE_INT32", [-1, 2]),
         ]
-    if model == TTS_MODEL:
+    if model in (TTS_MODEL, TTS_AR_MODEL):
         return [
             _tensor(PCM, "TYPE_FP32", [-1]),
-            _tensor(CHUNK_INDEX, "TYPE_INT32", [1]),
-            _tensor(SAMPLE_OFFSET, "TYPE_INT64", [1]),
+            _tensor(SENTENCE_INDEX, "TYPE_INT32", [1]),
             _tensor(WORDS, "TYPE_STRING", [-1]),
             _tensor(WORD_SAMPLES, "TYPE_INT64", [-1, 2]),
-            _tensor(SENTENCE_INDEX, "TYPE_INT32", [1]),
-            _tensor(TEXT_SPAN, "TYPE_INT32", [2]),
             _tensor(CAPACITY, "TYPE_FP32", [1]),
         ]
     if model == VOCODER_MODEL or model == CODE2WAV_MODEL:
         return [_tensor(PCM, "TYPE_FP32", [-1])]
     if model == TALKER_MODEL:
         return [_tensor(CODES, "TYPE_INT32", [-1, AR_POSITIONS])]
-    if model == TTS_AR_MODEL:
-        return [
-            _tensor(PCM, "TYPE_FP32", [-1]),
-            _tensor(CHUNK_INDEX, "TYPE_INT32", [1]),
-            _tensor(SAMPLE_OFFSET, "TYPE_INT64", [1]),
-            _tensor(SENTENCE_INDEX, "TYPE_INT32", [1]),
-            _tensor(TEXT_SPAN, "TYPE_INT32", [2]),
-        ]
     raise KeyError(model)
-
-
-# Client protocol v1 (the WebSocket at PROTOCOL_PATH): what a client may ask for.
-PROTOCOL_PATH = "/v1/stream"
-FORMATS = ("opus", "pcm_s16le", "mulaw", "alaw")
-SAMPLE_RATES = (48000, 24000, 16000, 8000)
-# G.711, what telephony media streams carry: 8 kHz only, a byte per sample.
-TELEPHONY_FORMATS, TELEPHONY_SAMPLE_RATE = ("mulaw", "alaw"), 8000
-# Bytes per sample of the formats whose frames are raw samples (an Opus packet's vary).
-BYTES_PER_SAMPLE = {"pcm_s16le": 2, "mulaw": 1, "alaw": 1}
-FRAME_MS = (10, 20, 40, 60)  # Opus packet durations a client may ask for
-DEFAULT_FORMAT, DEFAULT_SAMPLE_RATE, DEFAULT_FRAME_MS = "opus", 48000, 20
-MAX_CONTEXT_ID = 64
-
-# Stable error codes of protocol v1 (and of the HTTP API's metrics): clients branch on
-# these, so they never change meaning.
-INVALID_JSON = "invalid_json"
-INVALID_MESSAGE = "invalid_message"
-UNKNOWN_TYPE = "unknown_type"
-MISSING_FIELD = "missing_field"
-INVALID_FIELD = "invalid_field"
-UNKNOWN_VOICE = "unknown_voice"
-UNSUPPORTED_FORMAT = "unsupported_format"
-BINARY_NOT_ACCEPTED = "binary_not_accepted"
-CONFIG_TOO_LATE = "config_too_late"
-UNKNOWN_CONTEXT = "unknown_context"
-CONTEXT_EXISTS = "context_exists"
-CONTEXT_CLOSED = "context_closed"
-TEXT_TOO_LONG = "text_too_long"
-TOO_MANY_CONTEXTS = "too_many_contexts"
-TOO_MANY_STREAMS = "too_many_streams"  # the client address's streams, all connections and HTTP
-SERVER_BUSY = "server_busy"  # the streams open fill the capacity Triton measures
-MESSAGE_TOO_LARGE = "message_too_large"
-IDLE_TIMEOUT = "idle_timeout"
-BACKEND_UNAVAILABLE = "backend_unavailable"
-SYNTHESIS_FAILED = "synthesis_failed"
-INTERNAL_ERROR = "internal_error"
-ERROR_CODES = (
-    INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, MISSING_FIELD, INVALID_FIELD, UNKNOWN_VOICE, UNSUPPORTED_FORMAT,
-    BINARY_NOT_ACCEPTED, CONFIG_TOO_LATE, UNKNOWN_CONTEXT, CONTEXT_EXISTS, CONTEXT_CLOSED, TEXT_TOO_LONG,
-    TOO_MANY_CONTEXTS, TOO_MANY_STREAMS, SERVER_BUSY, MESSAGE_TOO_LARGE, IDLE_TIMEOUT, BACKEND_UNAVAILABLE,
-    SYNTHESIS_FAILED, INTERNAL_ERROR,
-)

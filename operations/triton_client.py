@@ -10,6 +10,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from contract.models import CAPACITY
+
 
 def make_inputs(values: dict[str, object]) -> list[grpcclient.InferInput]:
     """InferInputs from plain values: str becomes BYTES [1], numbers keep their dtype."""
@@ -59,11 +61,11 @@ class Stream:
         return Response(t - self._sent, result, final)
 
     def responses(self, timeout: float = 60) -> list[Response]:
-        """Every response up to the final one (which is dropped if empty)."""
+        """Every response with outputs up to the final one, but a BLS model's capacity."""
         out = []
         while True:
             r = self.next(timeout)
-            if r.result.get_response().outputs:
+            if {o.name for o in r.result.get_response().outputs} - {CAPACITY}:  # audio, not the capacity said first
                 out.append(r)
             if r.final:
                 return out

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import psutil
 
-from . import contract as c
-from .catalog import AR_MODEL_ENV, VOICES_ENV, VoiceError, find_voices
-from .voice import cache_dir, load_voice
+from contract import models as c
+from contract.voices import AR_MODEL_ENV, VOICES_ENV, VoiceError, find_voices
+from python_backends.piper.voice import cache_dir, load_voice
 
 log = logging.getLogger("speechstream.triton")
 

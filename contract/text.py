@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pysbd
 
-from .contract import MAX_SENTENCE_CHARS
+from contract.models import MAX_SENTENCE_CHARS
 
 DEFAULT_LANGUAGE = "en"
 

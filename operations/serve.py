@@ -14,11 +14,11 @@ import os
 import signal
 import threading
 
-from python_backends.catalog import VoiceError
-from python_backends.launcher import TritonServer, add_gpu_argument
+from contract.voices import VoiceError
+from operations.launcher import TritonServer, add_gpu_argument
 
-from . import settings as s
-from .server import serve_forever
+from gateway import settings as s
+from gateway.server import serve_forever
 
 log = logging.getLogger("speechstream.serve")
 

@@ -31,10 +31,8 @@ from typing import Any, Protocol
 
 import websockets
 import websockets.sync.client
+from contract import protocol as v1
 
-from python_backends import contract as c
-
-from . import protocol as p
 
 # A context ends, for a client, with its `done`, its `cancelled`, or an `error` naming it.
 ENDING = ("done", "cancelled", "error")
@@ -61,7 +59,7 @@ class Event:
     at: float  # time.perf_counter() when it arrived
     context_id: str | None  # None: the connection's (ready, an error naming no context), or a frame of no known stream
     message: dict | None = None  # a JSON message's fields; None for a frame
-    frame: p.AudioFrame | None = None  # a binary audio frame; None for a message
+    frame: v1.AudioFrame | None = None  # a binary audio frame; None for a message
 
     @property
     def kind(self) -> str | None:
@@ -99,9 +97,9 @@ class Router:
         return Event(at, context_id, message=m)
 
 
-def _parse_frame(data: bytes) -> p.AudioFrame:
+def _parse_frame(data: bytes) -> v1.AudioFrame:
     try:
-        return p.parse_audio_frame(data)
+        return v1.parse_audio_frame(data)
     except struct.error:
         raise ValueError(f"a binary message of {len(data)} bytes is no audio frame") from None
 
@@ -130,11 +128,11 @@ def _ready(message: str | bytes) -> dict:
     return _expect(Router().route(message), "ready")
 
 
-def audio_end_s(frame: p.AudioFrame, ready: dict) -> float:
+def audio_end_s(frame: v1.AudioFrame, ready: dict) -> float:
     """Where the frame's audio ends, in seconds from its context's first sample, given the
     connection's `ready`: a PCM frame's length is in its payload, an Opus packet holds frame_ms."""
     rate = ready["sample_rate"]
-    if (size := c.BYTES_PER_SAMPLE.get(ready["format"])) is not None:
+    if (size := v1.BYTES_PER_SAMPLE.get(ready["format"])) is not None:
         samples = len(frame.payload) // (size * ready["channels"])
     else:
         samples = rate * ready["frame_ms"] // 1000
@@ -202,12 +200,12 @@ class Context:
             if event.ends:
                 return
 
-    async def messages(self) -> AsyncIterator[p.AudioFrame | dict]:
+    async def messages(self) -> AsyncIterator[v1.AudioFrame | dict]:
         """`events()` without the arrival times: audio frames and message dicts."""
         async for event in self.events():
             yield event.frame or event.message
 
-    async def frames(self) -> AsyncIterator[p.AudioFrame]:
+    async def frames(self) -> AsyncIterator[v1.AudioFrame]:
         async for event in self.events():
             if event.frame:
                 yield event.frame
@@ -252,7 +250,7 @@ class SpeechClient:
         self._contexts[context.id] = context
         return context
 
-    async def speak(self, text: str, **voice: Any) -> AsyncIterator[p.AudioFrame]:
+    async def speak(self, text: str, **voice: Any) -> AsyncIterator[v1.AudioFrame]:
         """Speak `text` in a new context (with its own `voice` and voice parameters, as
         Context.speak); yield its audio frames until `done`."""
         context = self.context()
@@ -353,7 +351,7 @@ class SyncSpeechClient:
             if event.ends:
                 return
 
-    def speak(self, text: str) -> Iterator[p.AudioFrame]:
+    def speak(self, text: str) -> Iterator[v1.AudioFrame]:
         """Speak `text`; yield its audio frames until `done` (see `events`)."""
         for event in self.events(text):
             if event.frame:
@@ -402,6 +400,6 @@ class Recorder:
         frames of no known stream."""
         return [e for e in self.events if e.frame is not None and e.context_id == context_id]
 
-    def audio(self, context_id: str | None) -> list[p.AudioFrame]:
+    def audio(self, context_id: str | None) -> list[v1.AudioFrame]:
         """The context's audio frames received so far."""
         return [e.frame for e in self.frames(context_id)]

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import websockets
 
-from python_backends.contract import PROTOCOL_PATH
+from contract.protocol import PROTOCOL_PATH
 
-from .client import SpeechClient, SpeechError, audio_end_s
-from .containers import FRAME_FORMATS, ContainerWriter
+from client.speech import SpeechClient, SpeechError, audio_end_s
+from media.containers import FRAME_FORMATS, ContainerWriter
 
 RATE = 48000
 FRAME_MS = 20

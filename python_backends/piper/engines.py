@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from . import voice as v
-from .chunking import flow_pieces
-from .phonemes import BOS, EOS, PAD, Espeak, phoneme_ids
-from .requests import VoiceParams
-from .streaming import LatentPiece
-from .text import Sentence, normalize
-from .timing import stretch_durations, word_timings
+from python_backends.piper import voice as v
+from python_backends.chunking import flow_pieces
+from python_backends.piper.phonemes import BOS, EOS, PAD, Espeak, phoneme_ids
+from python_backends.inputs import VoiceParams
+from python_backends.piper.pipeline import LatentPiece
+from contract.text import Sentence, normalize
+from python_backends.piper.timing import stretch_durations, word_timings
 
 # The flow is convolutional: frames computed with this many frames of context on each
 # side match the whole sentence's flow, so a sentence's latent can be made in pieces, its

@@ -1,0 +1,77 @@
+"""Client protocol v1, the contract between the gateway and its clients: the WebSocket's path,
+what a client may ask for, the stable error codes and the binary audio frame. Pure.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+# What a client may ask for.
+PROTOCOL_PATH = "/v1/stream"
+FORMATS = ("opus", "pcm_s16le", "mulaw", "alaw")
+SAMPLE_RATES = (48000, 24000, 16000, 8000)
+# G.711, what telephony media streams carry: 8 kHz only, a byte per sample.
+TELEPHONY_FORMATS, TELEPHONY_SAMPLE_RATE = ("mulaw", "alaw"), 8000
+# Bytes per sample of the formats whose frames are raw samples (an Opus packet's vary).
+BYTES_PER_SAMPLE = {"pcm_s16le": 2, "mulaw": 1, "alaw": 1}
+FRAME_MS = (10, 20, 40, 60)  # Opus packet durations a client may ask for
+DEFAULT_FORMAT, DEFAULT_SAMPLE_RATE, DEFAULT_FRAME_MS = "opus", 48000, 20
+MAX_CONTEXT_ID = 64
+
+# Stable error codes of protocol v1 (and of the HTTP API's metrics): clients branch on
+# these, so they never change meaning.
+INVALID_JSON = "invalid_json"
+INVALID_MESSAGE = "invalid_message"
+UNKNOWN_TYPE = "unknown_type"
+MISSING_FIELD = "missing_field"
+INVALID_FIELD = "invalid_field"
+UNKNOWN_VOICE = "unknown_voice"
+UNSUPPORTED_FORMAT = "unsupported_format"
+BINARY_NOT_ACCEPTED = "binary_not_accepted"
+CONFIG_TOO_LATE = "config_too_late"
+UNKNOWN_CONTEXT = "unknown_context"
+CONTEXT_EXISTS = "context_exists"
+CONTEXT_CLOSED = "context_closed"
+TEXT_TOO_LONG = "text_too_long"
+TOO_MANY_CONTEXTS = "too_many_contexts"
+TOO_MANY_STREAMS = "too_many_streams"  # the client address's streams, all connections and HTTP
+SERVER_BUSY = "server_busy"  # the streams open fill the capacity Triton measures
+MESSAGE_TOO_LARGE = "message_too_large"
+IDLE_TIMEOUT = "idle_timeout"
+BACKEND_UNAVAILABLE = "backend_unavailable"
+SYNTHESIS_FAILED = "synthesis_failed"
+INTERNAL_ERROR = "internal_error"
+ERROR_CODES = (
+    INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, MISSING_FIELD, INVALID_FIELD, UNKNOWN_VOICE, UNSUPPORTED_FORMAT,
+    BINARY_NOT_ACCEPTED, CONFIG_TOO_LATE, UNKNOWN_CONTEXT, CONTEXT_EXISTS, CONTEXT_CLOSED, TEXT_TOO_LONG,
+    TOO_MANY_CONTEXTS, TOO_MANY_STREAMS, SERVER_BUSY, MESSAGE_TOO_LARGE, IDLE_TIMEOUT, BACKEND_UNAVAILABLE,
+    SYNTHESIS_FAILED, INTERNAL_ERROR,
+)
+
+# Binary audio frame: u8 kind (1 = audio) · u8 flags (bit 0 = last) · u16 stream ·
+# u32 seq · u32 sample_offset, little-endian, then one Opus packet or PCM chunk.
+AUDIO_HEADER = struct.Struct("<BBHII")
+KIND_AUDIO = 1
+FLAG_LAST = 1
+
+
+def audio_frame(stream: int, seq: int, sample_offset: int, payload: bytes, last: bool) -> bytes:
+    return AUDIO_HEADER.pack(KIND_AUDIO, FLAG_LAST if last else 0, stream, seq, sample_offset) + payload
+
+
+@dataclass(frozen=True)
+class AudioFrame:
+    stream: int
+    seq: int
+    sample_offset: int
+    last: bool
+    payload: bytes
+
+
+def parse_audio_frame(frame: bytes) -> AudioFrame:
+    """The inverse of `audio_frame`, for clients."""
+    kind, flags, stream, seq, offset = AUDIO_HEADER.unpack_from(frame)
+    if kind != KIND_AUDIO:
+        raise ValueError(f"not an audio frame (kind {kind})")
+    return AudioFrame(stream, seq, offset, bool(flags & FLAG_LAST), frame[AUDIO_HEADER.size :])

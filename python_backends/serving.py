@@ -1,0 +1,172 @@
+"""What every model shim shares: declaring tensors from the contract, reading requests,
+and serving a decoupled model (`DecoupledModel`), its responses sent in order, its
+errors sent as the client should read them. Imported only inside Triton's Python
+backend (needs its `pb_utils`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from contextlib import aclosing
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from contract.models import DECOUPLED_MODELS, InvalidRequest, StageError, model_inputs, model_outputs
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def log_error(message: str) -> None:
+    pb_utils.Logger.log_error(message)  # looked up per call: absent during auto-complete
+
+
+def declare(config, model: str):
+    """Fill a model's auto-complete config with its tensors from the contract."""
+    for tensor in model_inputs(model):
+        config.add_input(tensor)
+    for tensor in model_outputs(model):
+        config.add_output(tensor)
+    if model in DECOUPLED_MODELS:
+        config.set_model_transaction_policy({"decoupled": True})
+    return config
+
+
+def parameters(args: dict) -> dict[str, str]:
+    """The `parameters` of a model's config.pbtxt, as plain strings."""
+    config = json.loads(args["model_config"])
+    return {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+
+
+def request_inputs(request, model: str) -> dict[str, np.ndarray]:
+    """The inputs present in `request`, as numpy arrays."""
+    arrays = {}
+    for tensor in model_inputs(model):
+        value = pb_utils.get_input_tensor_by_name(request, tensor["name"])
+        if value is not None:
+            arrays[tensor["name"]] = value.as_numpy()
+    return arrays
+
+
+def request_parameter(request, name: str, default: str = "") -> str:
+    """A request parameter (Triton's request `parameters` map) as a string."""
+    return str(json.loads(request.parameters() or "{}").get(name, default))
+
+
+def run_by_key(keys: Sequence[Hashable], run: Callable[[Hashable, list[int]], Any]) -> list:
+    """What a batched model answers each request of a batch with: `run(key, indices)`
+    once per distinct key (requests that can share one call), its rows (of a numpy array
+    or torch tensor) handed back to those requests in order; None for the requests of a
+    key `run` answered None for."""
+    rows: list = [None] * len(keys)
+    for key in dict.fromkeys(keys):
+        same = [i for i, k in enumerate(keys) if k == key]
+        if (out := run(key, same)) is not None:
+            for row, i in enumerate(same):
+                rows[i] = out[row : row + 1]
+    return rows
+
+
+def response(outputs: dict[str, np.ndarray]):
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+
+
+def error(message: str):
+    """A response that is an error the client sees as is."""
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+
+
+def send(sender, outputs: dict[str, np.ndarray] | None = None, error_message: str | None = None) -> None:
+    """One response of a decoupled request (`outputs`), or its end: the final flag,
+    with an error the client sees as is, or with nothing."""
+    if outputs is not None:
+        sender.send(response(outputs))
+    elif error_message is not None:
+        sender.send(error(error_message), flags=FINAL)
+    else:
+        sender.send(flags=FINAL)
+
+
+def gauge(name: str, description: str):
+    """A gauge on Triton's metrics endpoint (the Python backend's custom metrics)."""
+    family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.GAUGE)
+    return family, family.Metric(labels={})
+
+
+def counter(name: str, description: str):
+    """A counter on Triton's metrics endpoint."""
+    family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.COUNTER)
+    return family, family.Metric(labels={})
+
+
+class DecoupledModel:
+    """A decoupled Triton Python model: one stream of responses per request.
+
+    A shim subclasses it, names its `model` from the contract and writes `respond`, an
+    async generator of output dicts for one request. Each request is served as a task;
+    each output goes out as a response, and nothing more is asked of `respond` once
+    Triton cancels the request. A request ends with the final flag, or with an error:
+    InvalidRequest and StageError as their message (the client's to read), anything else
+    logged and reported as the model's failure."""
+
+    model: str
+
+    @classmethod
+    def auto_complete_config(cls, config):
+        return declare(config, cls.model)
+
+    async def execute(self, requests) -> None:
+        await asyncio.gather(*(self.serve(request) for request in requests))
+
+    async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
+        raise NotImplementedError
+        yield
+
+    def deliver(self, sender, outputs: dict[str, np.ndarray] | None = None, error_message: str | None = None) -> None:
+        """How responses leave: at once (a model with a ResponseLoop hands them to it)."""
+        send(sender, outputs, error_message)
+
+    async def serve(self, request) -> None:
+        sender = request.get_response_sender()
+        try:
+            async with aclosing(self.respond(request)) as responses:
+                async for outputs in responses:
+                    if request.is_cancelled():
+                        break
+                    self.deliver(sender, outputs)
+            self.deliver(sender)
+        except (InvalidRequest, StageError) as e:
+            self.deliver(sender, error_message=str(e))
+        except Exception as e:
+            log_error(f"{self.model}: request failed: {e!r}")
+            self.deliver(sender, error_message=f"{self.model} failed: {e}")
+
+
+class ResponseLoop:
+    """Sends responses from a thread of its own, in the order given, so that the loop
+    that makes them (an engine's) never waits on Triton; `close` sends what is queued,
+    then stops (Triton's vllm_backend does the same)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="responses", daemon=True)
+        self._thread.start()
+
+    def put(self, sender, outputs: dict[str, np.ndarray] | None = None, error_message: str | None = None) -> None:
+        self._queue.put((sender, outputs, error_message))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            sender, outputs, error_message = item
+            try:
+                send(sender, outputs, error_message)
+            except Exception as e:  # a request Triton has dropped; the others go on
+                log_error(f"a response could not be sent: {e!r}")
+
+    def close(self, timeout: float) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
