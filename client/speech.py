@@ -1,5 +1,5 @@
 """The Python client of protocol v1: the one place that knows how received messages
-map to contexts, and three ways to drive it.
+map to contexts, and two ways to drive it.
 
 - `Router` (sans I/O): each received message or audio frame → an `Event` naming its
   context, stamped with its arrival time (`time.perf_counter()`).
@@ -7,8 +7,6 @@ map to contexts, and three ways to drive it.
   every event to its context.
 - `SyncSpeechClient` (blocking): one utterance at a time, over websockets.sync or any
   socket with send/recv/close (the Locust users' websocket-client).
-- `Recorder` (asyncio): reads only when asked and keeps every event, for tests and
-  tools that look at the wire itself.
 
     async with await SpeechClient.connect("ws://127.0.0.1:8080/v1/stream") as client:
         async for frame in client.speak("Hello there."):
@@ -359,47 +357,3 @@ class SyncSpeechClient:
 
     def close(self) -> None:
         self.ws.close()
-
-
-class Recorder:
-    """A protocol v1 connection read one message at a time, every event kept with its
-    arrival time: for tests and tools that look at the wire. It reads only when asked,
-    so a caller can also leave the server's frames unread (backpressure)."""
-
-    def __init__(self, ws: websockets.ClientConnection) -> None:
-        self.ws = ws
-        self.events: list[Event] = []  # everything received, in order
-        self._router = Router()
-
-    async def send(self, **message: Any) -> float:
-        """Send one JSON message; return when it went out (time.perf_counter() just before)."""
-        sent = time.perf_counter()
-        await self.ws.send(json.dumps(message))
-        return sent
-
-    async def read(self) -> Event:
-        """Receive, route and keep one message or frame."""
-        event = self._router.route(await self.ws.recv())
-        self.events.append(event)
-        return event
-
-    async def until(self, kind: str, context_id: str | None = None, timeout: float = 60) -> dict:
-        """Read until a message of `kind` (for `context_id`, when given) arrives; return it."""
-        async with asyncio.timeout(timeout):
-            while True:
-                event = await self.read()
-                if event.kind == kind and (context_id is None or event.context_id == context_id):
-                    return event.message
-
-    def messages(self, kind: str | None = None) -> list[dict]:
-        """The messages received so far (of `kind`, when given)."""
-        return [e.message for e in self.events if e.message is not None and (kind is None or e.kind == kind)]
-
-    def frames(self, context_id: str | None) -> list[Event]:
-        """The context's audio frames received so far, with their arrival times; None:
-        frames of no known stream."""
-        return [e for e in self.events if e.frame is not None and e.context_id == context_id]
-
-    def audio(self, context_id: str | None) -> list[v1.AudioFrame]:
-        """The context's audio frames received so far."""
-        return [e.frame for e in self.frames(context_id)]

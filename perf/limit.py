@@ -102,6 +102,7 @@ def _timed(steps: dict[str, list[float]], step: str, call, *args):
 def _ttfp_floor_worker(text: str, runs: int, results: multiprocessing.Queue) -> None:
     from python_backends.chunking import head_frames
     from python_backends.piper.engines import AcousticEngine, VocoderEngine
+    from contract.models import CHUNK_PARAMS
     from python_backends.inputs import read_chunk_params
     from contract.text import split_sentences
     from python_backends.piper.voice import load_voice
@@ -109,7 +110,7 @@ def _ttfp_floor_worker(text: str, runs: int, results: multiprocessing.Queue) -> 
     voice = load_voice()
     acoustic, vocoder = AcousticEngine(voice, threads=1), VocoderEngine(voice, threads=1)
     params, first = acoustic.default_params(), split_sentences(text)[0]
-    chunking = read_chunk_params({})  # the defaults a client gets
+    chunking = read_chunk_params({}, CHUNK_PARAMS)  # the defaults a client gets
     window = chunking.initial_frames + chunking.right_context
     head = head_frames(chunking.initial_frames, chunking.frames, chunking.right_context)
 

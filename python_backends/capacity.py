@@ -62,10 +62,11 @@ class CapacityMeter:
 
     def _decay(self) -> None:
         now = self._now()
-        if self._open:
-            self._busy_s += now - self._at
         factor = math.exp(-(now - self._at) / CAPACITY_WINDOW_S)
-        self._busy_s, self._audio_s, self._at = self._busy_s * factor, self._audio_s * factor, now
+        self._busy_s, self._audio_s = self._busy_s * factor, self._audio_s * factor
+        if self._open:  # the time since the last call was busy, and is recent
+            self._busy_s += now - self._at
+        self._at = now
 
 
 def capacity_outputs(streams: float) -> dict[str, np.ndarray]:

@@ -1,7 +1,7 @@
 import pytest
 
 from perf.servers import free_ports, start_gateway, stop
-from python_backends.launcher import TritonServer
+from operations.launcher import TritonServer
 from tests.voices import build_german_voice, build_trio_voice
 
 

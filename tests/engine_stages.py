@@ -6,25 +6,26 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from python_backends import contract as c
+from contract import models as c
 from python_backends.chunking import sized_for_load
-from python_backends.requests import read_tts_request, read_voice_params
+from python_backends.piper.inputs import VoiceParams, read_tts_request
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
-from python_backends.streaming import PcmChunk, synthesize
-from python_backends.catalog import EMBEDDED
+from python_backends.delivery import AudioChunk
+from python_backends.piper.pipeline import Latent, speak
+from contract.voices import EMBEDDED
 
 
 class EngineStages:
     """Stages over the in-process engines, as the acoustic and vocoder models run them;
     `calls` logs each vocoder window's frames."""
 
-    def __init__(self, acoustic, vocoder):
+    def __init__(self, acoustic, vocoder, params=VoiceParams()):
         self.acoustic, self.vocoder, self.calls = acoustic, vocoder, []
+        self.params = params.over(acoustic.default_params())
         self.workers = ThreadPoolExecutor(2)
 
-    def acoustic_pieces(self, text, voice, head):
-        params = read_voice_params(voice, self.acoustic.default_params())
-        return self.acoustic.pieces(text, params, head, self.workers)
+    def acoustic_pieces(self, text, head):
+        return self.acoustic.pieces(text, self.params, head, self.workers)
 
     async def vocode(self, window):
         self.calls.append(window.shape[1])
@@ -38,16 +39,24 @@ def strings(*values):
 
 async def stream_request(
     stages, inputs, *, loaded=False, cancel_after=None, pad_to_buckets=False, scheduler=None
-) -> list[PcmChunk]:
+) -> list[AudioChunk]:
     """The chunks of a tts request of `inputs`, synthesized by `stages` as the tts model
     does, chunked as it chunks a stream while `loaded` (streams outnumber the slots) or not."""
     request = read_tts_request(inputs, c.MAX_TEXT_CHARS)
     chunking, head = sized_for_load(request.chunking, request.chunking_asked, loaded)
     out = []
-    async for chunk in synthesize(
-        request.sentences, request.voice, stages, scheduler=scheduler or DeadlineScheduler(2), chunking=chunking,
+    stages.params = request.params.over(stages.acoustic.default_params())
+    async for chunk in speak(
+        request.sentences, stages, scheduler=scheduler or DeadlineScheduler(2), chunking=chunking,
         head=head, clock=PlaybackClock(EMBEDDED.sample_rate), pad_to_buckets=pad_to_buckets,
         is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after,
     ):
         out.append(chunk)
     return out
+
+
+def whole_latent(array: np.ndarray) -> Latent:
+    """A sentence's latent with all its frames in."""
+    latent = Latent(*array.shape)
+    latent.extend(array)
+    return latent

@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
-from gateway.client import SpeechClient, SpeechError
+from client.speech import SpeechClient, SpeechError
+from contract import protocol as v1
 from perf.servers import gateway_metric, start_gateway, stop
 from perf.workloads import workload
-from python_backends import contract as c
 
 pytestmark = pytest.mark.triton
 
@@ -51,7 +51,7 @@ def post_speech(port: int) -> tuple[int, dict, str | None]:
 
 
 def test_streams_past_the_measured_capacity_are_told_busy_and_later_ones_are_admitted(admitting):
-    url = f"ws://127.0.0.1:{admitting.port}{c.PROTOCOL_PATH}"
+    url = f"ws://127.0.0.1:{admitting.port}{v1.PROTOCOL_PATH}"
     capacity = "speechstream_triton_capacity_streams"
     assert gateway_metric(admitting.port, capacity, admitting.triton_url) == 0  # nothing spoken, nothing measured
 
@@ -77,14 +77,14 @@ def test_streams_past_the_measured_capacity_are_told_busy_and_later_ones_are_adm
     outcomes, (status, error, retry_after), again = asyncio.run(run())
     codes = [code for code, _ in outcomes]
     assert codes[0] == "done"  # the first context is admitted
-    assert c.SERVER_BUSY in codes and set(codes) <= {"done", c.SERVER_BUSY}
-    assert all(retry > 0 for code, retry in outcomes if code == c.SERVER_BUSY)
+    assert v1.SERVER_BUSY in codes and set(codes) <= {"done", v1.SERVER_BUSY}
+    assert all(retry > 0 for code, retry in outcomes if code == v1.SERVER_BUSY)
     assert again  # capacity freed: admitted and spoken
-    assert status == 429 and error["error"]["code"] == c.SERVER_BUSY and int(retry_after) > 0
+    assert status == 429 and error["error"]["code"] == v1.SERVER_BUSY and int(retry_after) > 0
 
 
 def test_at_capacity_streams_that_asked_to_queue_wait_their_turn_and_all_speak(admitting):
-    url = f"ws://127.0.0.1:{admitting.port}{c.PROTOCOL_PATH}"
+    url = f"ws://127.0.0.1:{admitting.port}{v1.PROTOCOL_PATH}"
 
     async def run():
         client = await SpeechClient.connect(url, format="pcm_s16le", queue=True)

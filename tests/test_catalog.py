@@ -6,9 +6,9 @@ import json
 import onnx
 import pytest
 
-from python_backends import contract as c
-from python_backends.catalog import EMBEDDED, VoiceError, find_voices
-from python_backends.voice import load_voice
+from contract import models as c
+from contract.voices import EMBEDDED, VoiceError, find_voices
+from python_backends.piper.voice import load_voice
 from tests.voices import GERMAN, GERMAN_RATE, build_german_voice
 
 

@@ -11,8 +11,9 @@ from python_backends.chunking import (
     plan_chunks,
     sized_for_load,
 )
-from python_backends.contract import VOCODER_BUCKETS
-from python_backends.requests import read_chunk_params
+from contract.models import VOCODER_BUCKETS
+from contract.models import CHUNK_PARAMS
+from python_backends.inputs import read_chunk_params
 
 
 def test_chunk_sizes_double_from_the_first_up_to_the_cap():
@@ -80,7 +81,7 @@ def test_the_first_chunk_grows_under_load_unless_the_client_chose_it():
 
 
 def test_a_stream_is_sized_for_load_with_a_head_only_while_unloaded():
-    defaults = read_chunk_params({})  # initial 8, chunk 128, right context 8
+    defaults = read_chunk_params({}, CHUNK_PARAMS)  # initial 8, chunk 128, right context 8
     params, head = sized_for_load(defaults, asked=False, loaded=False)
     assert (params, head) == (defaults, 8 + 16 + 8)  # the first two chunks and the second's look-ahead
     params, head = sized_for_load(defaults, asked=False, loaded=True)

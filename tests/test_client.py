@@ -4,15 +4,14 @@ import asyncio
 
 import pytest
 
-from gateway import protocol as p
-from gateway.client import SpeechClient, SpeechError, SyncSpeechClient
+from client.speech import SpeechClient, SpeechError, SyncSpeechClient
+from contract import protocol as v1
 from perf.workloads import workload
-from python_backends import contract as c
 
 pytestmark = pytest.mark.triton
 
 
-def contiguous(frames: list[p.AudioFrame]) -> bool:
+def contiguous(frames: list[v1.AudioFrame]) -> bool:
     return bool(frames) and frames[-1].last and [f.seq for f in frames] == list(range(len(frames)))
 
 
@@ -36,11 +35,11 @@ def test_async_contexts_run_side_by_side_on_one_connection(gateway):
 
     (a, b, gone), whole, deltas = asyncio.run(run())
     for events, context in ((a, whole), (b, deltas)):
-        frames = [e for e in events if isinstance(e, p.AudioFrame)]
+        frames = [e for e in events if isinstance(e, v1.AudioFrame)]
         assert contiguous(frames) and context.done["audio_ms"] > 2000
         assert any(isinstance(e, dict) and e["type"] == "timestamps" for e in events)
     # Same seed, same sentence: the deltas give the same audio as the whole text.
-    assert len([e for e in a if isinstance(e, p.AudioFrame)]) == len([e for e in b if isinstance(e, p.AudioFrame)])
+    assert len([e for e in a if isinstance(e, v1.AudioFrame)]) == len([e for e in b if isinstance(e, v1.AudioFrame)])
     assert gone[-1]["type"] == "cancelled"
 
 
@@ -56,7 +55,7 @@ def test_async_errors_raise_speech_error(gateway):
                     pass
         return refused.value.code, too_long.value.code
 
-    assert asyncio.run(run()) == (c.UNKNOWN_VOICE, c.TEXT_TOO_LONG)
+    assert asyncio.run(run()) == (v1.UNKNOWN_VOICE, v1.TEXT_TOO_LONG)
 
 
 def test_sync_client_speaks(gateway):
@@ -67,4 +66,4 @@ def test_sync_client_speaks(gateway):
             list(client.speak("x" * 30_000))
     assert contiguous(first) and contiguous(second) and len(second) > len(first)
     assert all(len(f.payload) == 2 * 16000 * 20 // 1000 for f in first)
-    assert refused.value.code == c.TEXT_TOO_LONG
+    assert refused.value.code == v1.TEXT_TOO_LONG

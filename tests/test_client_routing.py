@@ -1,4 +1,4 @@
-"""gateway/client.py without a server: the router on scripted messages, and the clients
+"""client/speech.py without a server: the router on scripted messages, and the clients
 over fake sockets that replay them."""
 
 import asyncio
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from gateway import protocol as p
-from gateway.client import Recorder, Router, SpeechClient, SpeechError, SyncSpeechClient, audio_end_s
-from python_backends import contract as c
+from client.speech import Router, SpeechClient, SpeechError, SyncSpeechClient, audio_end_s
+from tests.recorder import Recorder
+from contract import protocol as v1
 
 READY = {"type": "ready", "session_id": "s", "format": "opus", "sample_rate": 48000, "channels": 1, "frame_ms": 20, "voices": []}
 
@@ -18,7 +18,7 @@ def msg(**fields) -> str:
 
 
 def frame(stream: int, seq: int, last: bool = False) -> bytes:
-    return p.audio_frame(stream, seq, seq * 960, b"\x00" * 8, last)
+    return v1.audio_frame(stream, seq, seq * 960, b"\x00" * 8, last)
 
 
 def start(context_id: str, stream: int) -> str:
@@ -56,10 +56,10 @@ def test_an_error_ends_its_context_for_a_client_but_its_frames_still_route():
     # context_closed refuses one message; the context's audio goes on to its `done`.
     router = Router()
     router.route(start("a", 3))
-    error = router.route(msg(type="error", context_id="a", code=c.CONTEXT_CLOSED, message="closed"))
+    error = router.route(msg(type="error", context_id="a", code=v1.CONTEXT_CLOSED, message="closed"))
     assert error.ends and error.context_id == "a"
     assert router.route(frame(3, 0)).context_id == "a"
-    unnamed = router.route(msg(type="error", code=c.INVALID_JSON, message="bad"))
+    unnamed = router.route(msg(type="error", code=v1.INVALID_JSON, message="bad"))
     assert unnamed.context_id is None and not unnamed.ends
 
 
@@ -71,7 +71,7 @@ def test_arrival_time_defaults_to_perf_counter():
     assert before <= at <= time.perf_counter()
 
 
-@pytest.mark.parametrize("message", [b"\x01\x00", p.audio_frame(1, 0, 0, b"", False).replace(b"\x01", b"\x02", 1),
+@pytest.mark.parametrize("message", [b"\x01\x00", v1.audio_frame(1, 0, 0, b"", False).replace(b"\x01", b"\x02", 1),
                                      "[]", "{}", '{"type": 5}', "{not json"])
 def test_a_message_that_is_not_protocol_v1_raises_value_error(message):
     with pytest.raises(ValueError):
@@ -79,7 +79,7 @@ def test_a_message_that_is_not_protocol_v1_raises_value_error(message):
 
 
 def test_audio_end_counts_frame_ms_for_opus_and_the_payload_for_pcm():
-    f = p.AudioFrame(1, 2, 1920, False, b"\x00" * 640)
+    f = v1.AudioFrame(1, 2, 1920, False, b"\x00" * 640)
     assert audio_end_s(f, READY) == pytest.approx((1920 + 960) / 48000)
     assert audio_end_s(f, READY | {"format": "pcm_s16le", "sample_rate": 16000}) == pytest.approx((1920 + 320) / 16000)
 
@@ -126,8 +126,8 @@ def test_speech_client_routes_interleaved_contexts_and_raises_the_one_that_faile
     ws = FakeSocket([
         start("a", 1), start("b", 2), frame(1, 0), frame(2, 0),
         msg(type="timestamps", context_id="a", words=["Hi"], start_ms=[0], end_ms=[10]),
-        msg(type="error", context_id="b", code=c.SYNTHESIS_FAILED, message="no"), frame(1, 1, last=True),
-        done("a"), msg(type="error", code=c.INVALID_JSON, message="bad"),
+        msg(type="error", context_id="b", code=v1.SYNTHESIS_FAILED, message="no"), frame(1, 1, last=True),
+        done("a"), msg(type="error", code=v1.INVALID_JSON, message="bad"),
     ])
 
     async def run():
@@ -144,9 +144,9 @@ def test_speech_client_routes_interleaved_contexts_and_raises_the_one_that_faile
     client, a, events, code = asyncio.run(run())
     assert [e.frame.seq if e.frame else e.kind for e in events] == [0, "timestamps", 1, "done"]
     assert all(x.at <= y.at for x, y in zip(events, events[1:]))
-    assert a.done["audio_ms"] == 40 and code == c.SYNTHESIS_FAILED
+    assert a.done["audio_ms"] == 40 and code == v1.SYNTHESIS_FAILED
     assert ws.sent == [{"type": "speak", "context_id": "a", "text": "Hi."}]
-    assert [e["code"] for e in client.errors] == [c.INVALID_JSON] and ws.closed
+    assert [e["code"] for e in client.errors] == [v1.INVALID_JSON] and ws.closed
 
 
 def test_a_context_ends_quietly_when_the_connection_does():
@@ -164,7 +164,7 @@ def test_sync_client_skips_an_abandoned_context_and_times_its_utterance():
     ws = FakeSyncSocket([
         msg(**READY), msg(**READY | {"format": "pcm_s16le"}),
         start("c1", 1), frame(1, 0), start("c2", 2), frame(1, 1), frame(2, 0), frame(2, 1, last=True), done("c2"),
-        start("c3", 3), msg(type="error", context_id="c3", code=c.TEXT_TOO_LONG, message="long"),
+        start("c3", 3), msg(type="error", context_id="c3", code=v1.TEXT_TOO_LONG, message="long"),
     ])
     client = SyncSpeechClient.over(ws, format="pcm_s16le")
     assert client.ready["format"] == "pcm_s16le"
@@ -174,15 +174,15 @@ def test_sync_client_skips_an_abandoned_context_and_times_its_utterance():
     assert client.sent <= events[0].at and client.done["context_id"] == "c2"
     with pytest.raises(SpeechError) as refused:
         list(client.speak("x" * 30_000))
-    assert refused.value.code == c.TEXT_TOO_LONG and client.done is None
+    assert refused.value.code == v1.TEXT_TOO_LONG and client.done is None
     assert [m["type"] for m in ws.sent] == ["config", "speak", "speak", "speak"]
 
 
 def test_sync_client_closes_the_socket_when_the_config_is_refused():
-    ws = FakeSyncSocket([msg(**READY), msg(type="error", code=c.UNKNOWN_VOICE, message="nobody")])
+    ws = FakeSyncSocket([msg(**READY), msg(type="error", code=v1.UNKNOWN_VOICE, message="nobody")])
     with pytest.raises(SpeechError) as refused:
         SyncSpeechClient.over(ws, voice="nobody")
-    assert refused.value.code == c.UNKNOWN_VOICE and ws.closed
+    assert refused.value.code == v1.UNKNOWN_VOICE and ws.closed
 
 
 def test_recorder_keeps_every_event_and_reads_until_asked():

@@ -9,15 +9,16 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
-from python_backends import contract as c
-from python_backends.catalog import AR_MODEL_ENV, VOICES_ENV
-from python_backends.launcher import GPU_CONFIG, TritonServer
+from contract import models as c
+from contract.voices import AR_MODEL_ENV, VOICES_ENV
+from operations.launcher import GPU_CONFIG, TritonServer
+from contract import protocol as v1
 
 ROOT = Path(__file__).parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 GPU = yaml.safe_load((ROOT / "docker-compose.gpu.yml").read_text())
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
-README = (ROOT / "README.md").read_text()
+README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])  # and its pages
 
 
 def stage(name: str) -> str:
@@ -116,4 +117,4 @@ def test_copied_paths_exist():
 def test_the_gpu_override_reserves_an_nvidia_gpu_for_triton():
     devices = GPU["services"]["triton"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
-    assert "docker compose" in README and c.PROTOCOL_PATH in README
+    assert "docker compose" in README and v1.PROTOCOL_PATH in README

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from perf.workloads import harvard_sentences
-from python_backends import contract as c
-from python_backends.engines import AcousticEngine, VocoderEngine
-from python_backends.requests import VoiceParams
-from python_backends.text import split_sentences
-from python_backends.voice import load_voice
+from contract import models as c
+from python_backends.piper.engines import AcousticEngine, VocoderEngine
+from python_backends.piper.inputs import VoiceParams
+from contract.text import split_sentences
+from python_backends.piper.voice import load_voice
 from tests.audio import snr_db
 from tests.engine_stages import EngineStages, stream_request, strings
 

@@ -14,14 +14,16 @@ import soxr
 import websockets
 
 from gateway.audio import G711_CODECS
-from gateway.client import Recorder, SpeechClient, connection
+from client.speech import SpeechClient, connection
+from tests.recorder import Recorder
 from perf.servers import start_gateway, stop
 from perf.workloads import workload
-from python_backends import contract as c
-from python_backends.catalog import EMBEDDED
-from python_backends.triton_client import inference_count, stream
+from contract import models as c
+from contract.voices import EMBEDDED
+from operations.triton_client import inference_count, stream
+from contract import protocol as v1
 
-from .test_triton_faults import active_tts_requests
+from tests.test_triton_faults import active_tts_requests
 
 pytestmark = pytest.mark.triton
 
@@ -32,7 +34,7 @@ BUFFERED_BYTES = 16 * 1024
 def gateway_with(triton, tmp_path_factory, *flags):
     with (tmp_path_factory.mktemp("gateway") / "gateway.log").open("w") as log:
         process, port = start_gateway(triton.grpc_url, log, *flags)
-        process.port, process.url = port, f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}"
+        process.port, process.url = port, f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"
         yield process
         stop(process)
 
@@ -217,7 +219,7 @@ def test_cancel_stops_one_context_while_another_plays_to_its_end(gateway, triton
 
 
 def test_timestamps_cover_every_word_in_order_and_end_with_the_audio(gateway):
-    from python_backends.timing import text_words
+    from python_backends.piper.timing import text_words
 
     text = workload("paragraph") + " It cost $42, said Dr. Jones."
 

@@ -5,7 +5,7 @@ import pytest
 import soxr
 
 from gateway.audio import G711_CODECS, FrameEncoder, pre_skip
-from python_backends import contract as c
+from contract import protocol as v1
 
 SOURCE = 22050
 
@@ -83,9 +83,9 @@ def test_finish_mid_stream_delivers_everything_and_goes_on():
     assert np.max(np.abs(audio[: whole.size] - whole)) < 1e-3  # nothing of the first part held back
 
 
-@pytest.mark.parametrize("fmt", c.TELEPHONY_FORMATS)
+@pytest.mark.parametrize("fmt", v1.TELEPHONY_FORMATS)
 def test_telephony_frames_are_g711_bytes_that_decode_to_the_signal_at_8_khz(fmt):
-    assert set(G711_CODECS) == set(c.TELEPHONY_FORMATS)  # an encoder for every format the protocol offers
+    assert set(G711_CODECS) == set(v1.TELEPHONY_FORMATS)  # an encoder for every format the protocol offers
     signal = tone(1.0)
     enc, payloads = encode(signal, 8000, fmt)
     assert all(len(p) == 160 for p in payloads)  # 20 ms at 8 kHz, a byte per sample

@@ -3,7 +3,8 @@ from collections import Counter
 from gateway.backends import Backend, Backends, choose
 from gateway.service import Gateway, admits
 from gateway.settings import Settings
-from python_backends import contract as c
+from contract import models as c
+from contract import protocol as v1
 
 
 def backend(url, up=True, outstanding=0):
@@ -60,10 +61,23 @@ def test_capacity_is_known_once_every_server_up_has_measured_its_own():
     a, b, gone = backend("a"), backend("b"), backend("c", up=False)
     backends = Backends(())
     backends.all = [a, b, gone]
-    a.capacity = 6.0
+    a.capacity = {c.TTS_MODEL: 6.0}
     assert backends.capacity is None  # b has not measured yet
-    b.capacity, gone.capacity = 4.5, 100.0
+    b.capacity, gone.capacity = {c.TTS_MODEL: 4.5}, {c.TTS_MODEL: 100.0}
     assert backends.capacity == 10.5  # what is down does not count
+
+
+def test_a_model_that_has_not_measured_does_not_switch_admission_off():
+    """An AR stream's capacity (0 until tts_ar has measured) once overwrote the one
+    `tts` had measured, and admission was off for every voice until the next Piper chunk."""
+    server = backend("a")
+    backends = Backends(())
+    backends.all = [server]
+    server.capacity[c.TTS_MODEL] = 6.0
+    server.capacity[c.TTS_AR_MODEL] = 0.0  # what tts_ar says before it has measured
+    assert backends.capacity == 6.0
+    server.capacity[c.TTS_AR_MODEL] = 2.5  # both families share the cores: the least counts
+    assert backends.capacity == 2.5
 
 
 def test_streams_past_the_admission_load_of_the_capacity_are_refused_as_busy():
@@ -72,11 +86,11 @@ def test_streams_past_the_admission_load_of_the_capacity_are_refused_as_busy():
     gateway.backends.all = [server]
     gateway.http_streams.update({"10.0.0.1": 1, "10.0.0.2": 2})
     assert gateway.stream_refusal("10.0.0.3") is None  # capacity not measured: admit
-    server.capacity = 8.0
+    server.capacity = {c.TTS_MODEL: 8.0}
     assert gateway.stream_refusal("10.0.0.3") is None  # 3 open < 0.5 × 8
     gateway.http_streams["10.0.0.3"] += 1
     refusal = gateway.stream_refusal("10.0.0.3")
-    assert refusal.code == c.SERVER_BUSY and refusal.retry_after_ms > 0
+    assert refusal.code == v1.SERVER_BUSY and refusal.retry_after_ms > 0
     unlimited = Gateway(Settings(triton_urls=(), admission_load=0))
     unlimited.backends.all = [server]
     unlimited.http_streams.update({"10.0.0.1": 100})

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gateway.audio import FrameEncoder
-from gateway.containers import FRAME_FORMATS, ContainerWriter
+from media.containers import FRAME_FORMATS, ContainerWriter
 
 SOURCE_RATE, FRAME_MS = 22050, 20
 

@@ -9,11 +9,11 @@ import time
 import psutil
 import pytest
 
-from gateway.client import SyncSpeechClient
+from client.speech import SyncSpeechClient
 from gateway.settings import Settings
+from contract import protocol as v1
 from perf import floods
 from perf.servers import start_gateway, stop
-from python_backends import contract as c
 
 pytestmark = pytest.mark.triton
 
@@ -23,7 +23,7 @@ DEFAULTS = Settings()
 
 def speak_once(port: int) -> tuple[int, dict]:
     """One sentence from the normal client: (audio frames, the `done` message)."""
-    with SyncSpeechClient.connect(f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}", format="pcm_s16le") as client:
+    with SyncSpeechClient.connect(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}", format="pcm_s16le") as client:
         frames = sum(1 for _ in client.speak("A normal client is served all the while."))
         return frames, client.done
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import pytest
 import websockets
 
-from gateway import protocol as p
-from gateway.client import Recorder, connection
+from client.speech import connection
+from tests.recorder import Recorder
 from gateway.settings import Settings
+from contract import protocol as v1
 from perf.workloads import workload
-from python_backends import contract as c
 
 pytestmark = pytest.mark.triton
 
@@ -47,74 +47,74 @@ class Case:
 MANY = LIMITS.max_contexts
 CASES = {
     # Not JSON, or not an object.
-    "invalid json": Case(["{not json"], [c.INVALID_JSON]),
-    "truncated json": Case(['{"type": "speak"'], [c.INVALID_JSON]),
-    "empty frame": Case([""], [c.INVALID_JSON]),
-    "nested 100000 deep": Case(["[" * 100_000 + "]" * 100_000], [c.INVALID_JSON]),
-    "json null": Case(["null"], [c.INVALID_MESSAGE]),
-    "json array": Case(["[]"], [c.INVALID_MESSAGE]),
-    "json string": Case(['"speak"'], [c.INVALID_MESSAGE]),
-    "json number": Case(["42"], [c.INVALID_MESSAGE]),
+    "invalid json": Case(["{not json"], [v1.INVALID_JSON]),
+    "truncated json": Case(['{"type": "speak"'], [v1.INVALID_JSON]),
+    "empty frame": Case([""], [v1.INVALID_JSON]),
+    "nested 100000 deep": Case(["[" * 100_000 + "]" * 100_000], [v1.INVALID_JSON]),
+    "json null": Case(["null"], [v1.INVALID_MESSAGE]),
+    "json array": Case(["[]"], [v1.INVALID_MESSAGE]),
+    "json string": Case(['"speak"'], [v1.INVALID_MESSAGE]),
+    "json number": Case(["42"], [v1.INVALID_MESSAGE]),
     # Wrong or missing types.
-    "empty object": Case(["{}"], [c.MISSING_FIELD]),
-    "type null": Case(['{"type": null}'], [c.MISSING_FIELD]),
-    "type number": Case(['{"type": 7}'], [c.INVALID_FIELD]),
-    "unknown type": Case([msg(type="sing")], [c.UNKNOWN_TYPE]),
-    "type in capitals": Case([msg(type="SPEAK", context_id="a", text="Hi.")], [c.UNKNOWN_TYPE]),
+    "empty object": Case(["{}"], [v1.MISSING_FIELD]),
+    "type null": Case(['{"type": null}'], [v1.MISSING_FIELD]),
+    "type number": Case(['{"type": 7}'], [v1.INVALID_FIELD]),
+    "unknown type": Case([msg(type="sing")], [v1.UNKNOWN_TYPE]),
+    "type in capitals": Case([msg(type="SPEAK", context_id="a", text="Hi.")], [v1.UNKNOWN_TYPE]),
     # Wrong fields.
-    "speak without context": Case([msg(type="speak", text="Hi.")], [c.MISSING_FIELD]),
-    "speak without text": Case([msg(type="speak", context_id="a")], [c.MISSING_FIELD]),
-    "text is a number": Case([msg(type="speak", context_id="a", text=42)], [c.INVALID_FIELD]),
-    "text is null": Case([msg(type="speak", context_id="a", text=None)], [c.INVALID_FIELD]),
-    "text is a list": Case([msg(type="text", context_id="a", text=["Hi."])], [c.INVALID_FIELD]),
-    "context id a number": Case([msg(type="speak", context_id=5, text="Hi.")], [c.INVALID_FIELD]),
-    "context id empty": Case([speak("", "Hi.")], [c.INVALID_FIELD]),
-    "context id too long": Case([speak("x" * 65, "Hi.")], [c.INVALID_FIELD]),
-    "lone surrogate in text": Case(['{"type": "speak", "context_id": "a", "text": "Hi \\ud800."}'], [c.INVALID_FIELD]),
-    "text over the limit": Case([speak("a", "word " * (LIMITS.max_text_chars // 5 + 1))], [c.TEXT_TOO_LONG]),
+    "speak without context": Case([msg(type="speak", text="Hi.")], [v1.MISSING_FIELD]),
+    "speak without text": Case([msg(type="speak", context_id="a")], [v1.MISSING_FIELD]),
+    "text is a number": Case([msg(type="speak", context_id="a", text=42)], [v1.INVALID_FIELD]),
+    "text is null": Case([msg(type="speak", context_id="a", text=None)], [v1.INVALID_FIELD]),
+    "text is a list": Case([msg(type="text", context_id="a", text=["Hi."])], [v1.INVALID_FIELD]),
+    "context id a number": Case([msg(type="speak", context_id=5, text="Hi.")], [v1.INVALID_FIELD]),
+    "context id empty": Case([speak("", "Hi.")], [v1.INVALID_FIELD]),
+    "context id too long": Case([speak("x" * 65, "Hi.")], [v1.INVALID_FIELD]),
+    "lone surrogate in text": Case(['{"type": "speak", "context_id": "a", "text": "Hi \\ud800."}'], [v1.INVALID_FIELD]),
+    "text over the limit": Case([speak("a", "word " * (LIMITS.max_text_chars // 5 + 1))], [v1.TEXT_TOO_LONG]),
     "text piling up past the limit": Case(
         [msg(type="text", context_id="a", text="w" * (LIMITS.max_text_chars // 2)) for _ in range(3)]
         + [msg(type="cancel", context_id="a")],
-        [c.TEXT_TOO_LONG],
+        [v1.TEXT_TOO_LONG],
     ),
     # Fewer characters than max_message_bytes, but more UTF-8 bytes.
-    "message over max_message_bytes": Case([speak("a", "é" * (LIMITS.max_message_bytes // 2 + 1))], [c.MESSAGE_TOO_LARGE]),
+    "message over max_message_bytes": Case([speak("a", "é" * (LIMITS.max_message_bytes // 2 + 1))], [v1.MESSAGE_TOO_LARGE]),
     # Config.
-    "unknown voice": Case([msg(type="config", voice="nobody")], [c.UNKNOWN_VOICE]),
-    "unknown format": Case([msg(type="config", format="mp3")], [c.UNSUPPORTED_FORMAT]),
-    "odd sample rate": Case([msg(type="config", sample_rate=44100)], [c.INVALID_FIELD]),
-    "sample rate as a string": Case([msg(type="config", sample_rate="48000")], [c.INVALID_FIELD]),
-    "odd frame length": Case([msg(type="config", frame_ms=25)], [c.INVALID_FIELD]),
-    "timestamps as a string": Case([msg(type="config", timestamps="yes")], [c.INVALID_FIELD]),
-    "length_scale out of range": Case([msg(type="config", length_scale=100)], [c.INVALID_FIELD]),
-    "length_scale NaN": Case(['{"type": "config", "length_scale": NaN}'], [c.INVALID_FIELD]),
-    "noise_scale infinite": Case(['{"type": "config", "noise_scale": 1e400}'], [c.INVALID_FIELD]),
-    "noise_w a boolean": Case([msg(type="config", noise_w=True)], [c.INVALID_FIELD]),
-    "seed fractional": Case([msg(type="config", seed=1.5)], [c.INVALID_FIELD]),
-    "seed past int64": Case([msg(type="config", seed=2**70)], [c.INVALID_FIELD]),
+    "unknown voice": Case([msg(type="config", voice="nobody")], [v1.UNKNOWN_VOICE]),
+    "unknown format": Case([msg(type="config", format="mp3")], [v1.UNSUPPORTED_FORMAT]),
+    "odd sample rate": Case([msg(type="config", sample_rate=44100)], [v1.INVALID_FIELD]),
+    "sample rate as a string": Case([msg(type="config", sample_rate="48000")], [v1.INVALID_FIELD]),
+    "odd frame length": Case([msg(type="config", frame_ms=25)], [v1.INVALID_FIELD]),
+    "timestamps as a string": Case([msg(type="config", timestamps="yes")], [v1.INVALID_FIELD]),
+    "length_scale out of range": Case([msg(type="config", length_scale=100)], [v1.INVALID_FIELD]),
+    "length_scale NaN": Case(['{"type": "config", "length_scale": NaN}'], [v1.INVALID_FIELD]),
+    "noise_scale infinite": Case(['{"type": "config", "noise_scale": 1e400}'], [v1.INVALID_FIELD]),
+    "noise_w a boolean": Case([msg(type="config", noise_w=True)], [v1.INVALID_FIELD]),
+    "seed fractional": Case([msg(type="config", seed=1.5)], [v1.INVALID_FIELD]),
+    "seed past int64": Case([msg(type="config", seed=2**70)], [v1.INVALID_FIELD]),
     # Out of order.
-    "flush unknown context": Case([msg(type="flush", context_id="none")], [c.UNKNOWN_CONTEXT]),
-    "cancel unknown context": Case([msg(type="cancel", context_id="none")], [c.UNKNOWN_CONTEXT]),
-    "close unknown context": Case([msg(type="close", context_id="none")], [c.UNKNOWN_CONTEXT]),
+    "flush unknown context": Case([msg(type="flush", context_id="none")], [v1.UNKNOWN_CONTEXT]),
+    "cancel unknown context": Case([msg(type="cancel", context_id="none")], [v1.UNKNOWN_CONTEXT]),
+    "close unknown context": Case([msg(type="close", context_id="none")], [v1.UNKNOWN_CONTEXT]),
     "speak twice on one context": Case(
-        [speak("a", workload("paragraph")), speak("a", "Again.")], [c.CONTEXT_EXISTS], speaks="a"
+        [speak("a", workload("paragraph")), speak("a", "Again.")], [v1.CONTEXT_EXISTS], speaks="a"
     ),
     "text after close": Case(
-        [speak("a", workload("paragraph")), msg(type="text", context_id="a", text="More.")], [c.CONTEXT_CLOSED], speaks="a"
+        [speak("a", workload("paragraph")), msg(type="text", context_id="a", text="More.")], [v1.CONTEXT_CLOSED], speaks="a"
     ),
     "flush after close": Case(
-        [speak("a", workload("paragraph")), msg(type="flush", context_id="a")], [c.CONTEXT_CLOSED], speaks="a"
+        [speak("a", workload("paragraph")), msg(type="flush", context_id="a")], [v1.CONTEXT_CLOSED], speaks="a"
     ),
-    "config after speech": Case([speak("a", "Hi."), msg(type="config", format="pcm_s16le")], [c.CONFIG_TOO_LATE], speaks="a"),
+    "config after speech": Case([speak("a", "Hi."), msg(type="config", format="pcm_s16le")], [v1.CONFIG_TOO_LATE], speaks="a"),
     "too many contexts": Case(
         [msg(type="text", context_id=f"k{i}", text="waiting") for i in range(MANY + 1)]
         + [msg(type="cancel", context_id=f"k{i}") for i in range(MANY)],
-        [c.TOO_MANY_CONTEXTS],
+        [v1.TOO_MANY_CONTEXTS],
     ),
     # Binary from the client.
-    "binary frame": Case([b"\x01\x02\x03"], [c.BINARY_NOT_ACCEPTED]),
-    "empty binary frame": Case([b""], [c.BINARY_NOT_ACCEPTED]),
-    "fake audio frame": Case([p.audio_frame(1, 0, 0, b"\xff" * 80, True)], [c.BINARY_NOT_ACCEPTED]),
+    "binary frame": Case([b"\x01\x02\x03"], [v1.BINARY_NOT_ACCEPTED]),
+    "empty binary frame": Case([b""], [v1.BINARY_NOT_ACCEPTED]),
+    "fake audio frame": Case([v1.audio_frame(1, 0, 0, b"\xff" * 80, True)], [v1.BINARY_NOT_ACCEPTED]),
     # Text that must simply be spoken.
     "unknown fields ignored": Case([msg(type="speak", context_id="a", text="Hello there.", extra={"x": 1})], speaks="a"),
     "empty text": Case([speak("a", "")], speaks="a"),

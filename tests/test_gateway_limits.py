@@ -15,9 +15,10 @@ import urllib.request
 import pytest
 import websockets
 
-from gateway.client import Recorder
+from tests.recorder import Recorder
 from perf.servers import free_ports, start_gateway, stop
-from python_backends import contract as c
+from contract import models as c
+from contract import protocol as v1
 
 KEY = "s3cret-key"
 ORIGIN = "http://app.example"
@@ -54,7 +55,7 @@ def impatient(tmp_path_factory):
 
 
 def url(gateway, query=""):
-    return f"ws://127.0.0.1:{gateway.port}{c.PROTOCOL_PATH}{query}"
+    return f"ws://127.0.0.1:{gateway.port}{v1.PROTOCOL_PATH}{query}"
 
 
 def connect(gateway, query="", headers=None, origin=None, **kwargs):
@@ -135,7 +136,7 @@ def test_a_large_message_gets_an_error_and_an_abusive_one_closes_the_connection(
                 await client.until("never", timeout=10)
             return error["code"], ws.protocol.close_rcvd.code
 
-    assert asyncio.run(run()) == (c.MESSAGE_TOO_LARGE, 1009)
+    assert asyncio.run(run()) == (v1.MESSAGE_TOO_LARGE, 1009)
 
 
 def test_idle_connections_are_closed(impatient):
@@ -156,7 +157,7 @@ def test_idle_connections_are_closed(impatient):
     outcomes, closed_after = asyncio.run(run())
     for messages, code in outcomes:
         assert [m["type"] for m in messages if m["type"] != "audio_start"] == ["ready", "error"]
-        assert messages[-1]["code"] == c.IDLE_TIMEOUT and code == 1000
+        assert messages[-1]["code"] == v1.IDLE_TIMEOUT and code == 1000
     assert closed_after >= IDLE_S
 
 
@@ -240,7 +241,7 @@ def test_streams_are_capped_per_address_across_connections_and_http(tmp_path_fac
 
     for gateway in gateway_with(tmp_path_factory, "--max-streams-per-client", "2"):
         refused, status, headers, after = asyncio.run(run(gateway))
-        assert refused["code"] == c.TOO_MANY_STREAMS and refused["retry_after_ms"] > 0
+        assert refused["code"] == v1.TOO_MANY_STREAMS and refused["retry_after_ms"] > 0
         assert status == 429 and int(headers["Retry-After"]) >= 1
         assert after == 503  # admitted: no Triton behind this gateway
 
@@ -321,7 +322,7 @@ def handshake(gateway) -> socket.socket:
     sent on it are exactly as written (a client library masks every frame)."""
     sock = raw(gateway)
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET {c.PROTOCOL_PATH} HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\n"
+    sock.sendall((f"GET {v1.PROTOCOL_PATH} HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\n"
                   f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
                   f"X-API-Key: {KEY}\r\n\r\n").encode())
     data = b""

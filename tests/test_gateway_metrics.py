@@ -7,15 +7,16 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.client import Recorder, connection
-from python_backends import contract as c
-from python_backends.catalog import EMBEDDED
+from client.speech import connection
+from tests.recorder import Recorder
+from contract.voices import EMBEDDED
+from contract import protocol as v1
 
 pytestmark = pytest.mark.triton
 
 
 def http(gateway: str) -> str:
-    return gateway.replace("ws://", "http://").removesuffix(c.PROTOCOL_PATH)
+    return gateway.replace("ws://", "http://").removesuffix(v1.PROTOCOL_PATH)
 
 
 def scrape(gateway: str) -> dict[tuple[str, tuple], float]:
@@ -57,7 +58,7 @@ def test_counters_move_as_requests_are_served(gateway):
     for name in ("speechstream_ttfp_seconds_count", "speechstream_triton_first_response_seconds_count"):
         assert value(after, name) - value(before, name) >= 1
     errors = "speechstream_errors_total"
-    assert value(after, errors, code=c.INVALID_JSON) - value(before, errors, code=c.INVALID_JSON) == 1
+    assert value(after, errors, code=v1.INVALID_JSON) - value(before, errors, code=v1.INVALID_JSON) == 1
     assert value(after, "speechstream_ttfp_seconds_sum") > value(before, "speechstream_ttfp_seconds_sum")
 
 

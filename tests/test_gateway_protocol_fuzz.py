@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import protocol as p
-from python_backends import contract as c
+from contract import protocol as v1
 
 VOICES = ("en_US-joe-medium",)
 MAX_TEXT = 200
@@ -31,7 +31,7 @@ def outcome(frame: str | bytes):
     try:
         return p.parse_message(frame, VOICES, MAX_TEXT)
     except p.ProtocolError as e:
-        assert e.code in c.ERROR_CODES and e.message
+        assert e.code in v1.ERROR_CODES and e.message
         return e
 
 
@@ -47,20 +47,20 @@ def test_message_shaped_objects_are_messages_or_coded_errors(message):
     result = outcome(json.dumps(message))
     if isinstance(result, p.ContextMessage):
         assert result.type == message["type"] and result.context_id == message["context_id"]
-        assert 0 < len(result.context_id) <= c.MAX_CONTEXT_ID and len(result.text) <= MAX_TEXT
+        assert 0 < len(result.context_id) <= v1.MAX_CONTEXT_ID and len(result.text) <= MAX_TEXT
         result.text.encode("utf-8")  # what reaches Triton is always encodable
     elif isinstance(result, p.Config):
-        assert message["type"] == "config" and result.voice in VOICES and result.format in c.FORMATS
-        assert result.sample_rate in c.SAMPLE_RATES and result.frame_ms in c.FRAME_MS
+        assert message["type"] == "config" and result.voice in VOICES and result.format in v1.FORMATS
+        assert result.sample_rate in v1.SAMPLE_RATES and result.frame_ms in v1.FRAME_MS
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from(p.CONTEXT_TYPES), st.text(min_size=1, max_size=c.MAX_CONTEXT_ID), st.text(max_size=MAX_TEXT))
+@given(st.sampled_from(p.CONTEXT_TYPES), st.text(min_size=1, max_size=v1.MAX_CONTEXT_ID), st.text(max_size=MAX_TEXT))
 def test_valid_context_messages_parse_to_what_was_sent(kind, context_id, text):
     message = {"type": kind, "context_id": context_id, "text": text}
     result = outcome(json.dumps(message))
     surrogate = any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
     if kind in p.TEXT_TYPES and surrogate:
-        assert isinstance(result, p.ProtocolError) and result.code == c.INVALID_FIELD
+        assert isinstance(result, p.ProtocolError) and result.code == v1.INVALID_FIELD
     else:
         assert result == p.ContextMessage(kind, context_id, text if kind in p.TEXT_TYPES else "")

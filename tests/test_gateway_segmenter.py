@@ -2,7 +2,7 @@ import random
 
 from gateway.segmenter import Segmenter, batches
 from perf.workloads import workload
-from python_backends.text import Sentence, split_sentences
+from contract.text import Sentence, split_sentences
 
 
 def texts(sentences: list[Sentence]) -> list[str]:

@@ -9,8 +9,9 @@ import pytest
 from gateway import protocol as p
 from gateway.segmenter import REQUEST_CHARS
 from gateway.session import Close, Job, Limits, Send, Session, Stop, Synthesize
-from python_backends import contract as c
-from python_backends.catalog import EMBEDDED
+from contract import models as c
+from contract.voices import EMBEDDED
+from contract import protocol as v1
 
 RATE = EMBEDDED.sample_rate
 
@@ -50,7 +51,7 @@ def messages(actions):
 
 
 def frames(actions):
-    return [p.parse_audio_frame(a.data) for a in actions if isinstance(a, Send) and isinstance(a.data, bytes)]
+    return [v1.parse_audio_frame(a.data) for a in actions if isinstance(a, Send) and isinstance(a.data, bytes)]
 
 
 def jobs(actions) -> list[Job]:
@@ -74,8 +75,8 @@ def test_ready_on_start_and_after_config_then_config_is_too_late_once_a_context_
     assert (ready["format"], ready["sample_rate"], ready["frame_ms"], ready["pre_skip"]) == ("pcm_s16le", 16000, 40, 0)
     send(s, type="text", context_id="a", text="Hi")
     (error,) = messages(send(s, type="config"))
-    assert error["code"] == c.CONFIG_TOO_LATE
-    assert recorder.errors == [c.CONFIG_TOO_LATE]
+    assert error["code"] == v1.CONFIG_TOO_LATE
+    assert recorder.errors == [v1.CONFIG_TOO_LATE]
 
 
 def test_speak_runs_one_job_then_the_last_frame_is_flagged_and_done_gives_the_duration():
@@ -143,13 +144,13 @@ def test_cancel_stops_the_job_first_and_its_late_audio_is_dropped():
 
 
 @pytest.mark.parametrize("message,code", [
-    ({"type": "flush", "context_id": "nope"}, c.UNKNOWN_CONTEXT),
-    ({"type": "speak", "context_id": "a", "text": "Again."}, c.CONTEXT_EXISTS),
-    ({"type": "text", "context_id": "closed", "text": "More."}, c.CONTEXT_CLOSED),
-    ({"type": "close", "context_id": "closed"}, c.CONTEXT_CLOSED),
-    ({"type": "text", "context_id": "a", "text": "x" * 60}, c.TEXT_TOO_LONG),
-    ({"type": "speak", "context_id": "c", "text": "One too many."}, c.TOO_MANY_CONTEXTS),
-    ({"type": "nope"}, c.UNKNOWN_TYPE),
+    ({"type": "flush", "context_id": "nope"}, v1.UNKNOWN_CONTEXT),
+    ({"type": "speak", "context_id": "a", "text": "Again."}, v1.CONTEXT_EXISTS),
+    ({"type": "text", "context_id": "closed", "text": "More."}, v1.CONTEXT_CLOSED),
+    ({"type": "close", "context_id": "closed"}, v1.CONTEXT_CLOSED),
+    ({"type": "text", "context_id": "a", "text": "x" * 60}, v1.TEXT_TOO_LONG),
+    ({"type": "speak", "context_id": "c", "text": "One too many."}, v1.TOO_MANY_CONTEXTS),
+    ({"type": "nope"}, v1.UNKNOWN_TYPE),
 ])
 def test_refused_messages_get_their_code_and_change_nothing(message, code):
     s, recorder, _ = session(max_contexts=2, max_text_chars=100)
@@ -167,15 +168,15 @@ def test_oversized_binary_and_malformed_frames_are_refused():
     s.receive(json.dumps({"type": "text", "context_id": "a", "text": "x" * 100}))
     s.receive(b"\x00")
     s.receive("{not json")
-    assert recorder.errors == [c.MESSAGE_TOO_LARGE, c.BINARY_NOT_ACCEPTED, c.INVALID_JSON]
+    assert recorder.errors == [v1.MESSAGE_TOO_LARGE, v1.BINARY_NOT_ACCEPTED, v1.INVALID_JSON]
 
 
 def test_a_failed_job_ends_its_context_with_an_error_and_spares_the_others():
     s, _, _ = session()
     (a,) = jobs(send(s, type="speak", context_id="a", text="One."))
     (b,) = jobs(send(s, type="speak", context_id="b", text="Two."))
-    (error,) = messages(s.failed(a.id, c.BACKEND_UNAVAILABLE, "Triton unavailable"))
-    assert error == {"type": "error", "context_id": "a", "code": c.BACKEND_UNAVAILABLE, "message": "Triton unavailable"}
+    (error,) = messages(s.failed(a.id, v1.BACKEND_UNAVAILABLE, "Triton unavailable"))
+    assert error == {"type": "error", "context_id": "a", "code": v1.BACKEND_UNAVAILABLE, "message": "Triton unavailable"}
     assert list(s.contexts) == ["b"] and s.is_current(b.id)
 
 
@@ -185,7 +186,7 @@ def test_idle_closes_only_when_nothing_is_being_spoken():
     assert s.idle(5) == []
     s.finished(job.id)
     actions = s.idle(5)  # the context is open, but has nothing to say
-    assert messages(actions)[0]["code"] == c.IDLE_TIMEOUT and actions[-1] == Close(1000, "idle timeout")
+    assert messages(actions)[0]["code"] == v1.IDLE_TIMEOUT and actions[-1] == Close(1000, "idle timeout")
 
 
 def test_timestamps_are_in_the_contexts_time_and_name_the_sentences_span():
@@ -230,14 +231,14 @@ class Admission:
 
 
 def busy():
-    return p.ProtocolError(c.SERVER_BUSY, "the server is at capacity; try again shortly", retry_after_ms=2000)
+    return p.ProtocolError(v1.SERVER_BUSY, "the server is at capacity; try again shortly", retry_after_ms=2000)
 
 
 def test_a_context_the_gateway_does_not_admit_gets_its_error_with_a_retry_hint():
-    admission = Admission(p.ProtocolError(c.TOO_MANY_STREAMS, "at most 2 streams at once per client", retry_after_ms=1000))
+    admission = Admission(p.ProtocolError(v1.TOO_MANY_STREAMS, "at most 2 streams at once per client", retry_after_ms=1000))
     s = Session(Limits(), Recorder(), admission=admission)
     (error,) = messages(send(s, type="speak", context_id="a", text="Hello."))
-    assert error == {"type": "error", "context_id": "a", "code": c.TOO_MANY_STREAMS,
+    assert error == {"type": "error", "context_id": "a", "code": v1.TOO_MANY_STREAMS,
                      "message": "at most 2 streams at once per client", "retry_after_ms": 1000}
     assert s.contexts == {}
     admission.said = None
@@ -266,19 +267,19 @@ def test_a_full_queue_or_a_client_that_did_not_ask_gets_server_busy():
     admission = Admission(busy(), room=1)
     s = Session(Limits(), Recorder(), admission=admission)
     (error,) = messages(send(s, type="speak", context_id="a", text="Hello."))
-    assert error["code"] == c.SERVER_BUSY and admission.waiting == []
+    assert error["code"] == v1.SERVER_BUSY and admission.waiting == []
     send(s, type="config", queue=True)
     assert messages(send(s, type="speak", context_id="a", text="Hello."))[0]["type"] == "queued"
     (error,) = messages(send(s, type="speak", context_id="b", text="Hello."))
-    assert error["code"] == c.SERVER_BUSY and error["retry_after_ms"] == 2000 and "queue is full" in error["message"]
+    assert error["code"] == v1.SERVER_BUSY and error["retry_after_ms"] == 2000 and "queue is full" in error["message"]
     assert list(s.contexts) == ["a"]
 
 
 def test_other_refusals_are_not_queued_and_a_lost_connection_gives_up_its_places():
-    admission = Admission(p.ProtocolError(c.TOO_MANY_STREAMS, "at most 2", retry_after_ms=1000), room=4)
+    admission = Admission(p.ProtocolError(v1.TOO_MANY_STREAMS, "at most 2", retry_after_ms=1000), room=4)
     s = Session(Limits(), Recorder(), admission=admission)
     send(s, type="config", queue=True)
-    assert messages(send(s, type="speak", context_id="a", text="Hello."))[0]["code"] == c.TOO_MANY_STREAMS
+    assert messages(send(s, type="speak", context_id="a", text="Hello."))[0]["code"] == v1.TOO_MANY_STREAMS
     admission.said = busy()
     send(s, type="speak", context_id="a", text="Hello.")
     send(s, type="speak", context_id="b", text="Hello.")
@@ -296,8 +297,8 @@ def test_each_context_may_open_with_its_own_voice_and_parameters_over_the_config
     assert messages(actions)[0]["voice"] == c.DEFAULT_VOICE  # OpenAI's names speak with the default voice
     send(s, type="text", context_id="t", text="Three", length_scale=2.0)
     (error,) = messages(send(s, type="text", context_id="t", text=" more.", length_scale=1.0))
-    assert (error["code"], error["context_id"]) == (c.INVALID_FIELD, "t") and "when it opens" in error["message"]
+    assert (error["code"], error["context_id"]) == (v1.INVALID_FIELD, "t") and "when it opens" in error["message"]
     (error,) = messages(send(s, type="speak", context_id="u", text="Hi.", voice="nobody"))
-    assert (error["code"], error["context_id"]) == (c.UNKNOWN_VOICE, "u") and "u" not in s.contexts
+    assert (error["code"], error["context_id"]) == (v1.UNKNOWN_VOICE, "u") and "u" not in s.contexts
     (error,) = messages(send(s, type="speak", context_id="v", text="Hi.", length_scale=9))
-    assert (error["code"], error["context_id"]) == (c.INVALID_FIELD, "v") and "out of range" in error["message"]
+    assert (error["code"], error["context_id"]) == (v1.INVALID_FIELD, "v") and "out of range" in error["message"]

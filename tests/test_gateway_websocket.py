@@ -10,13 +10,12 @@ import json
 import numpy as np
 import pytest
 
-from gateway import protocol as p
 from gateway.service import Gateway
 from gateway.session import Synthesize
 from gateway.settings import Settings
 from gateway.websocket import Connection, JobUnwanted
-from python_backends import contract as c
-from python_backends.catalog import EMBEDDED
+from contract.voices import EMBEDDED
+from contract import protocol as v1
 
 
 class SlowSocket:
@@ -31,7 +30,7 @@ class SlowSocket:
         self.sent.append(json.loads(data)["type"])
 
     async def send_bytes(self, data):
-        self.sent.append(("frame", p.parse_audio_frame(data).seq))
+        self.sent.append(("frame", v1.parse_audio_frame(data).seq))
         await self.release.wait()  # written, then waiting for the client to drain
 
 

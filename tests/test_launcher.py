@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from perf.servers import free_ports
-from python_backends.launcher import GPU_CONFIG, backend_directory, server_environment
+from operations.launcher import GPU_CONFIG, backend_directory, server_environment
 
 pytestmark = pytest.mark.triton
 
@@ -35,7 +35,7 @@ def test_serves_on_ports_from_the_environment_and_stops_cleanly_on_sigterm(tmp_p
     env = dict(os.environ, TRITON_HTTP_PORT=str(http), TRITON_GRPC_PORT=str(grpc), TRITON_METRICS_PORT=str(metrics),
                SPEECHSTREAM_GPU="1")
     log = (tmp_path / "launcher.log").open("w")
-    launcher = subprocess.Popen([sys.executable, "-m", "python_backends.launcher"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    launcher = subprocess.Popen([sys.executable, "-m", "operations.launcher"], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while "ready: gRPC" not in (tmp_path / "launcher.log").read_text():

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from python_backends.phonemes import Espeak, clause_terminator, join_clauses, phoneme_ids
-from python_backends.voice import load_voice
+from python_backends.piper.phonemes import Espeak, clause_terminator, join_clauses, phoneme_ids
+from python_backends.piper.voice import load_voice
 
 CASES = json.loads((Path(__file__).parent / "data" / "piper_phonemes.json").read_text(encoding="utf-8"))
 LINKING_GLIDE = re.compile(r"ʲ(?= ˈ?[aeiouæɑɐɔəɛɜɪʊʌ])")

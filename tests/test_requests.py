@@ -1,16 +1,10 @@
 import numpy as np
 import pytest
 
-from python_backends import contract as c
-from python_backends.requests import (
-    VoiceParams,
-    read_chunk_params,
-    read_sentences,
-    read_text,
-    read_tts_request,
-    read_voice_params,
-)
-from python_backends.text import Sentence
+from contract import models as c
+from python_backends.inputs import read_chunk_params, read_sentences, read_text
+from python_backends.piper.inputs import VoiceParams, read_tts_request, read_voice_params
+from contract.text import Sentence
 
 DEFAULTS = VoiceParams(1.0, 0.667, 0.8)
 LONG = c.MAX_SENTENCE_CHARS + 1  # characters: one too many for a sentence
@@ -43,15 +37,17 @@ def test_text_must_be_one_string():
 
 
 def test_absent_parameters_take_defaults():
-    assert read_voice_params({}, DEFAULTS) == DEFAULTS
-    p = read_chunk_params({})
+    assert read_voice_params({}).over(DEFAULTS) == DEFAULTS
+    p = read_chunk_params({}, c.CHUNK_PARAMS)
     assert (p.initial_frames, p.frames, p.left_context, p.right_context) == tuple(x.default for x in c.CHUNK_PARAMS)
 
 
 def test_given_parameters_are_used():
     inputs = {c.LENGTH_SCALE: np.array([1.5], np.float32), c.SEED: np.array([9], np.int64)}
-    assert read_voice_params(inputs, DEFAULTS) == VoiceParams(1.5, 0.667, 0.8, 9)
-    assert read_chunk_params({c.CHUNK_FRAMES: np.array([32], np.int32)}).frames == 32
+    assert read_voice_params(inputs).over(DEFAULTS) == VoiceParams(1.5, 0.667, 0.8, 9)
+    assert read_voice_params(inputs).tensors() == {c.LENGTH_SCALE: inputs[c.LENGTH_SCALE], c.SEED: inputs[c.SEED],
+                                                   c.SPEAKER: np.array([0], np.int64)}
+    assert read_chunk_params({c.CHUNK_FRAMES: np.array([32], np.int32)}, c.CHUNK_PARAMS).frames == 32
 
 
 @pytest.mark.parametrize("name,value", [
@@ -69,12 +65,12 @@ def test_out_of_range_voice_parameters_are_refused(name, value):
 ])
 def test_out_of_range_chunk_parameters_are_refused(name, value):
     with pytest.raises(c.InvalidRequest, match=name):
-        read_chunk_params({name: np.array([value], np.int32)})
+        read_chunk_params({name: np.array([value], np.int32)}, c.CHUNK_PARAMS)
 
 
 def test_a_parameter_must_be_a_single_value():
     with pytest.raises(c.InvalidRequest, match="single value"):
-        read_chunk_params({c.CHUNK_FRAMES: np.array([8, 8], np.int32)})
+        read_chunk_params({c.CHUNK_FRAMES: np.array([8, 8], np.int32)}, c.CHUNK_PARAMS)
 
 
 def sentences(*values):
@@ -109,10 +105,10 @@ def test_bad_sentences_are_refused_with_a_reason(values, message):
         read_sentences(sentences(*values), 100)
 
 
-def test_a_tts_request_keeps_the_voice_inputs_as_sent_and_notes_a_chosen_first_chunk():
+def test_a_tts_request_keeps_the_voice_parameters_as_set_and_notes_a_chosen_first_chunk():
     seed = np.array([7], np.int64)
     request = read_tts_request(sentences("Hi.") | {c.SEED: seed, c.INITIAL_CHUNK_FRAMES: np.array([4], np.int32)}, 100)
-    assert request.sentences == (Sentence(0, 3, "Hi."),) and request.voice == {c.SEED: seed}
+    assert request.sentences == (Sentence(0, 3, "Hi."),) and request.params == VoiceParams(seed=7)
     assert request.chunking.initial_frames == 4 and request.chunking_asked
     assert not read_tts_request(text(b"Hi."), 100).chunking_asked
 

@@ -11,7 +11,7 @@ import av
 import pytest
 from websockets.sync.server import serve
 
-from gateway import say
+from client import say
 from perf.workloads import workload
 
 
@@ -22,7 +22,7 @@ def test_say_writes_a_file_of_the_spoken_duration(gateway, tmp_path, suffix):
     text.write_text(workload("short"), encoding="utf-8")
     out = tmp_path / f"speech{suffix}"
     run = subprocess.run(
-        [sys.executable, "-m", "gateway.say", "--file", str(text), "--out", str(out), "--url", gateway, "--seed", "3"],
+        [sys.executable, "-m", "client.say", "--file", str(text), "--out", str(out), "--url", gateway, "--seed", "3"],
         capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr
@@ -45,7 +45,7 @@ def test_play_streams_pcm_into_the_player(gateway, tmp_path):
     sink = tmp_path / "played.raw"
     player = f"{sys.executable} -c \"import shutil,sys; shutil.copyfileobj(sys.stdin.buffer, open(r'{sink}', 'wb'))\""
     run = subprocess.run(
-        [sys.executable, "-m", "gateway.say", workload("short"), "--play", "--player", player, "--url", gateway],
+        [sys.executable, "-m", "client.say", workload("short"), "--play", "--player", player, "--url", gateway],
         capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr
@@ -56,7 +56,7 @@ def test_play_streams_pcm_into_the_player(gateway, tmp_path):
 
 def test_say_reports_an_unreachable_server(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "gateway.say", "Hi.", "--out", str(tmp_path / "x.wav"), "--url", "ws://127.0.0.1:9/v1/stream"],
+        [sys.executable, "-m", "client.say", "Hi.", "--out", str(tmp_path / "x.wav"), "--url", "ws://127.0.0.1:9/v1/stream"],
         capture_output=True, text=True, timeout=60,
     )
     assert run.returncode == 1 and "speechstream-say:" in run.stderr

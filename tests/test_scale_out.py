@@ -6,13 +6,15 @@ import time
 
 import pytest
 
-from gateway.client import Recorder, connection
+from client.speech import connection
+from tests.recorder import Recorder
 from perf.servers import free_ports, gateway_metric, start_gateway, stop, triton_metrics
 from perf.workloads import workload
-from python_backends import contract as c
-from python_backends.launcher import TritonServer
+from contract import models as c
+from operations.launcher import TritonServer
+from contract import protocol as v1
 
-from .test_triton_faults import kill_tree, readiness
+from tests.test_triton_faults import kill_tree, readiness
 
 pytestmark = pytest.mark.triton
 
@@ -49,7 +51,7 @@ def test_contexts_spread_across_two_tritons_and_survive_losing_one(two_tritons, 
 
 
 def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:
-    url = f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}"
+    url = f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"
 
     async def first_wave():
         async with connection(url) as ws:
@@ -73,7 +75,7 @@ def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:
     spread, outstanding, ends, client = asyncio.run(first_wave())
     assert spread == [2, 2] and outstanding == [2, 2]  # two contexts on each server
     kinds = sorted(m["type"] if m["type"] == "done" else m["code"] for m in ends.values())
-    assert kinds == [c.BACKEND_UNAVAILABLE] * 2 + ["done"] * 2  # the survivor's streams finished
+    assert kinds == [v1.BACKEND_UNAVAILABLE] * 2 + ["done"] * 2  # the survivor's streams finished
     for context_id, m in ends.items():
         if m["type"] == "done":
             frames = client.audio(context_id)

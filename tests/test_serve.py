@@ -12,18 +12,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gateway.client import SpeechClient, SpeechError
+from client.speech import SpeechClient, SpeechError
 from perf.servers import free_ports, stop, wait_for_http
 from perf.workloads import workload
-from python_backends.contract import PROTOCOL_PATH, SYNTHESIS_FAILED
-from python_backends.launcher import SHM_PREFIX, alive, stub_running
+from contract.protocol import PROTOCOL_PATH, SYNTHESIS_FAILED
+from operations.launcher import SHM_PREFIX, alive, stub_running
 
 pytestmark = pytest.mark.triton
 
 
 def test_serves_speech_and_stops_both_on_sigterm(tmp_path):
     gateway, http, grpc, metrics = free_ports(4)
-    cmd = [sys.executable, "-m", "gateway.serve", "--port", str(gateway), "--triton-http-port", str(http),
+    cmd = [sys.executable, "-m", "operations.serve", "--port", str(gateway), "--triton-http-port", str(http),
            "--triton-grpc-port", str(grpc), "--triton-metrics-port", str(metrics)]
     log_path = tmp_path / "serve.log"
     serve = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
@@ -98,7 +98,7 @@ def test_recovers_from_stopped_and_killed_stubs_and_a_killed_tritonserver_and_le
     crash) or tritonserver itself dies; the gateway finds it again. After the stop, none
     of its processes and no shared memory of theirs remain."""
     gateway, http, grpc, metrics = free_ports(4)
-    cmd = [sys.executable, "-m", "gateway.serve", "--port", str(gateway), "--triton-http-port", str(http),
+    cmd = [sys.executable, "-m", "operations.serve", "--port", str(gateway), "--triton-http-port", str(http),
            "--triton-grpc-port", str(grpc), "--triton-metrics-port", str(metrics),
            "--stage-timeout", "3", "--probe-interval", "1"]
     log_path = tmp_path / "serve.log"

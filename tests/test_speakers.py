@@ -17,14 +17,16 @@ import onnxruntime as ort
 import openai
 import pytest
 
-from gateway.client import Recorder, connection
-from python_backends import contract as c
-from python_backends.catalog import find_voices
-from python_backends.engines import AcousticEngine, VocoderEngine
-from python_backends.requests import VoiceParams
-from python_backends.text import split_sentences
-from python_backends.triton_client import StreamError, stream
-from python_backends.voice import load_voice
+from client.speech import connection
+from tests.recorder import Recorder
+from contract import models as c
+from contract.voices import find_voices
+from python_backends.piper.engines import AcousticEngine, VocoderEngine
+from python_backends.piper.inputs import VoiceParams
+from contract.text import split_sentences
+from operations.triton_client import StreamError, stream
+from python_backends.piper.voice import load_voice
+from contract import protocol as v1
 from tests.audio import snr_db
 from tests.voices import TRIO
 
@@ -135,7 +137,7 @@ def test_two_speakers_of_one_voice_on_one_socket_and_a_bad_id_refused(gateway):
             return client, error
 
     client, error = asyncio.run(run())
-    assert (error["code"], error["message"]) == (c.INVALID_FIELD, f"speaker 3: voice {TRIO} has 3 speakers, 0 to 2")
+    assert (error["code"], error["message"]) == (v1.INVALID_FIELD, f"speaker 3: voice {TRIO} has 3 speakers, 0 to 2")
     starts = {m["context_id"]: (m["voice"], m["speaker"]) for m in client.messages("audio_start")}
     assert starts == {"one": (TRIO, 1), "two": (TRIO, 2), "again": (TRIO, 1)}
     one, two, again = (pcm(b"".join(f.payload for f in client.audio(cid))) for cid in ("one", "two", "again"))

@@ -9,8 +9,8 @@ import pytest
 
 from gateway.protocol import OPENAI_VOICES
 from gateway.speech_api import ApiError, SpeechBody, parse_speech_request, sse_delta, sse_done
-from python_backends.catalog import EMBEDDED_ONLY
-from python_backends.contract import DEFAULT_VOICE, GUIDANCE_SCALE, LENGTH_SCALE, NOISE_W, SEED, TEMPERATURE
+from contract.voices import EMBEDDED_ONLY
+from contract.models import DEFAULT_VOICE, GUIDANCE_SCALE, LENGTH_SCALE, NOISE_W, SEED, TEMPERATURE
 
 VOICES = EMBEDDED_ONLY
 

@@ -14,11 +14,11 @@ import numpy as np
 import openai
 import pytest
 
-from gateway.client import SyncSpeechClient
+from client.speech import SyncSpeechClient
 from perf.servers import start_gateway, stop, triton_metrics
 from perf.workloads import workload
-from python_backends import contract as c
-from python_backends.triton_client import inference_count
+from contract import models as c
+from operations.triton_client import inference_count
 from tests.test_speech_api import flac_total_samples
 
 pytestmark = pytest.mark.triton

@@ -1,4 +1,4 @@
-"""The tts engine (python_backends.streaming) over scripted in-process stages: no
+"""The tts engine (python_backends.piper.pipeline) over scripted in-process stages: no
 onnxruntime, no Triton. Each latent frame holds a label, and the scripted vocoder turns
 a frame into 256 samples of its label, so the PCM shows which frames were spoken in
 which order."""
@@ -8,22 +8,21 @@ import asyncio
 import numpy as np
 import pytest
 
-from python_backends import contract as c
+from contract import models as c
 from python_backends.chunking import ChunkParams
+from python_backends.delivery import AudioChunk, chunk_outputs
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
-from python_backends.streaming import (
+from python_backends.piper.pipeline import (
     CHUNK_LOOKAHEAD,
     SECONDS_PER_CHAR,
     SENTENCE_LOOKAHEAD,
     LatentPiece,
-    PcmChunk,
     acoustic_outputs,
     latent_sentence,
     sentence_latents,
-    synthesize,
-    tts_outputs,
+    speak,
 )
-from python_backends.text import Sentence, split_sentences
+from contract.text import Sentence, split_sentences
 
 CHUNKING = ChunkParams(4, 16, 2, 2)
 
@@ -42,7 +41,7 @@ class ScriptedStages:
         self.frames, self.delays, self.failures = frames, delays or {}, failures or {}
         self.log: list[tuple] = []
 
-    async def acoustic_pieces(self, text, voice, head):
+    async def acoustic_pieces(self, text, head):
         i = int(text[1:])
         self.log.append(("acoustic", i, head))
         try:
@@ -74,8 +73,8 @@ def run(stages, count, head=8, cancel_after=None, scheduler=None):
 
     async def main():
         try:
-            async for chunk in synthesize(
-                sentences, {}, stages, scheduler=scheduler or DeadlineScheduler(4), chunking=CHUNKING, head=head,
+            async for chunk in speak(
+                sentences, stages, scheduler=scheduler or DeadlineScheduler(4), chunking=CHUNKING, head=head,
                 clock=PlaybackClock(22050), is_cancelled=lambda: len(chunks) >= (cancel_after or float("inf")),
             ):
                 chunks.append(chunk)
@@ -95,9 +94,8 @@ def test_every_sentence_is_spoken_once_in_order_even_when_later_ones_are_ready_f
     assert error is None
     spoken = np.concatenate([chunk.pcm for chunk in chunks])[::256]
     assert spoken.tolist() == np.concatenate([labels(i, n)[0] for i, n in enumerate(frames)]).tolist()
-    assert [chunk.index for chunk in chunks] == list(range(len(chunks)))
     assert [chunk.sentence_index for chunk in chunks] == sorted(chunk.sentence_index for chunk in chunks)
-    assert {chunk.sentence_index: chunk.span for chunk in chunks} == {0: (0, 2), 1: (0, 2), 2: (0, 2)}
+    assert {chunk.sentence_index for chunk in chunks} == {0, 1, 2}
     firsts = [chunk for chunk in chunks if chunk.words]
     starts = [("s0", 0), ("s1", 30 * 256), ("s2", 35 * 256)]
     assert [(chunk.words[0][0], chunk.words[0][1]) for chunk in firsts] == starts
@@ -143,7 +141,7 @@ def test_a_stage_failing_after_the_first_piece_ends_the_stream_with_that_error()
 
 def test_a_sentence_without_frames_is_a_stage_error():
     class Silent(ScriptedStages):
-        async def acoustic_pieces(self, text, voice, head):
+        async def acoustic_pieces(self, text, head):
             return
             yield
 
@@ -189,11 +187,11 @@ def test_a_sentence_is_due_after_the_likely_audio_of_the_text_before_it():
     clock, scheduler = PlaybackClock(22050, now=lambda: 10.0), Recording()
 
     class Stages(ScriptedStages):
-        async def acoustic_pieces(self, text, voice, head):
+        async def acoustic_pieces(self, text, head):
             yield LatentPiece(np.zeros((1, 1), np.float32), np.array([1], np.int32))
 
     async def collect():
-        return [s.index async for s in sentence_latents(sentences, {}, Stages([]), scheduler, 0, clock)]
+        return [s.index async for s in sentence_latents(sentences, Stages([]), scheduler, 0, clock)]
 
     assert asyncio.run(collect()) == [0, 1]
     first, second = scheduler.deadlines  # both asked for before any audio was planned
@@ -207,7 +205,7 @@ def test_sentences_are_synthesized_in_order_a_bounded_way_ahead():
 
     async def collect():
         latents = sentence_latents(
-            sentences, {}, stages, DeadlineScheduler(8), 0, PlaybackClock(22050),
+            sentences, stages, DeadlineScheduler(8), 0, PlaybackClock(22050),
             is_cancelled=lambda: len(taken) >= 3, depth=2,
         )
         async for s in latents:
@@ -232,7 +230,7 @@ def read_pieces(pieces, log):
             yield piece
 
     async def main():
-        sentence = await latent_sentence(3, Sentence(0, 9, "whatever."), stream(), scheduler, 0.0)
+        sentence = await latent_sentence(3, stream(), scheduler, 0.0)
         log.append(("returned", sentence.latent.filled))
         try:
             frames = await sentence.latent.until(sentence.latent.frames)
@@ -255,7 +253,7 @@ def test_a_sentence_is_returned_at_its_first_piece_and_fills_in_holding_its_slot
     (sentence, frames), log = read_pieces([first, LatentPiece(b)], [])
     assert log[:2] == [("piece", 3, 1), ("returned", 3)]  # before the second piece
     assert log[2] == ("piece", 5, 1) and log[-1] == ("slot", 0)  # the slot is held to the last piece
-    assert (sentence.index, sentence.span, sentence.words) == (3, (0, 9), (("hi", 0, 8),))
+    assert (sentence.index, sentence.words) == (3, (("hi", 0, 8),))
     assert np.array_equal(frames, np.concatenate([a, b], axis=1))
 
 
@@ -269,15 +267,17 @@ def test_a_sentence_failing_before_or_after_its_first_piece():
     assert isinstance(error, c.StageError) and "no frames" in str(error)
 
 
-def test_tts_outputs_of_a_chunk_carry_words_only_where_it_has_them():
+def test_chunk_outputs_are_declared_by_both_families_and_carry_words_only_where_a_chunk_has_them():
     pcm = np.zeros(256, np.float32)
-    plain = tts_outputs(PcmChunk(2, 512, 1, (10, 20), pcm), capacity=12.5)
-    assert set(plain) == {c.PCM, c.CHUNK_INDEX, c.SAMPLE_OFFSET, c.SENTENCE_INDEX, c.TEXT_SPAN, c.CAPACITY}
-    assert plain[c.CAPACITY].dtype == np.float32 and plain[c.CAPACITY].tolist() == [12.5]
-    assert plain[c.SAMPLE_OFFSET].dtype == np.int64 and plain[c.SAMPLE_OFFSET].tolist() == [512]
-    assert plain[c.TEXT_SPAN].tolist() == [10, 20] and plain[c.CHUNK_INDEX].tolist() == [2]
-    worded = tts_outputs(PcmChunk(0, 0, 0, (0, 5), pcm, (("héllo", 0, 256),)), capacity=0.0)
+    plain = chunk_outputs(AudioChunk(pcm, 1))
+    assert set(plain) == {c.PCM, c.SENTENCE_INDEX}
+    assert plain[c.SENTENCE_INDEX].dtype == np.int32 and plain[c.SENTENCE_INDEX].tolist() == [1]
+    worded = chunk_outputs(AudioChunk(pcm, 0, (("héllo", 0, 256),)))
     assert worded[c.WORDS].tolist() == ["héllo".encode()] and worded[c.WORD_SAMPLES].tolist() == [[0, 256]]
+    for model in (c.TTS_MODEL, c.TTS_AR_MODEL):  # one response contract
+        declared = {t["name"]: t for t in c.model_outputs(model)}
+        assert set(worded) < set(declared)
+        assert all(worded[name].ndim == len(declared[name]["dims"]) for name in worded)
 
 
 def test_acoustic_outputs_declare_every_output_of_acoustic_and_only_those():

@@ -1,6 +1,6 @@
 import pytest
 
-from python_backends.text import normalize, split_sentences
+from contract.text import normalize, split_sentences
 
 
 def texts(text, **kw):

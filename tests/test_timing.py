@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from python_backends.timing import align, spoken_words, stretch_durations, text_words, word_timings
+from python_backends.piper.timing import align, spoken_words, stretch_durations, text_words, word_timings
 
 SEP = {1, 2, 3}  # BOS, EOS, space
 PAD = 0

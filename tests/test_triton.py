@@ -8,9 +8,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from perf.workloads import harvard_sentences, workload
-from python_backends import contract as c
-from python_backends.text import split_sentences
-from python_backends.triton_client import InferenceServerException, Stream, StreamError, infer, inference_count, stream
+from contract import models as c
+from contract.text import split_sentences
+from operations.triton_client import InferenceServerException, Stream, StreamError, infer, inference_count, stream
 from tests.audio import snr_db
 
 pytestmark = pytest.mark.triton
@@ -42,13 +42,11 @@ def test_streamed_audio_matches_whole_utterance_vocoding(triton, name):
     ])
     chunks = stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text, c.SEED: np.int64(seed)})
     pcm = [r.get(c.PCM) for r in chunks]
-    assert [int(r.get(c.CHUNK_INDEX)[0]) for r in chunks] == list(range(len(chunks)))
-    assert [int(r.get(c.SAMPLE_OFFSET)[0]) for r in chunks] == list(np.cumsum([0] + [p.size for p in pcm[:-1]]))
     streamed = np.concatenate(pcm)
     assert streamed.size == whole.size
     assert snr_db(whole, streamed) >= 60
-    spans = {int(r.get(c.SENTENCE_INDEX)[0]): tuple(r.get(c.TEXT_SPAN)) for r in chunks}
-    assert [text[a:b] for _, (a, b) in sorted(spans.items())] == [s.text for s in split_sentences(text)]
+    indices = [int(r.get(c.SENTENCE_INDEX)[0]) for r in chunks]
+    assert indices == sorted(indices) and set(indices) == set(range(len(split_sentences(text))))
 
 
 def test_acoustic_sends_a_sentences_head_ahead_of_its_rest(triton):
@@ -77,13 +75,10 @@ def test_tts_speaks_each_of_sentences_as_one_sentence(triton):
     assert sorted({int(r.get(c.SENTENCE_INDEX)[0]) for r in as_text}) == [0, 1]
     one = stream(triton.grpc_url, c.TTS_MODEL, {c.SENTENCES: strings(text)})
     assert {int(r.get(c.SENTENCE_INDEX)[0]) for r in one} == {0}
-    assert all(r.get(c.TEXT_SPAN).tolist() == [0, len(text)] for r in one)
     elements = [text, "Then he left.", "Bye."]
     chunks = stream(triton.grpc_url, c.TTS_MODEL, {c.SENTENCES: strings(*elements)})
     indices = [int(r.get(c.SENTENCE_INDEX)[0]) for r in chunks]
     assert indices == sorted(indices) and set(indices) == {0, 1, 2}
-    spans = {i: tuple(r.get(c.TEXT_SPAN)) for i, r in zip(indices, chunks)}
-    assert spans == {i: (0, len(e)) for i, e in enumerate(elements)}
     words = [w.decode() for r in chunks if r.get(c.WORDS) is not None for w in r.get(c.WORDS)]
     assert words == " ".join(elements).split()
 

@@ -13,12 +13,14 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-from gateway.client import Recorder, connection
+from client.speech import connection
+from tests.recorder import Recorder
 from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from perf.workloads import workload
-from python_backends import contract as c
-from python_backends.launcher import TritonServer, stub_regions
-from python_backends.triton_client import inference_count
+from contract import models as c
+from operations.launcher import TritonServer, stub_regions
+from operations.triton_client import inference_count
+from contract import protocol as v1
 
 pytestmark = pytest.mark.triton
 
@@ -112,7 +114,7 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
     triton = own_triton(tmp_path, ports)
     log = (tmp_path / "gateway.log").open("w")
     gateway, port = start_gateway(f"127.0.0.1:{ports[1]}", log)
-    url = f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}"
+    url = f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"
     try:
         async def killed():
             async with connection(url) as a, connection(url) as b:
@@ -133,10 +135,10 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
                 return errors, seen_after, status, refused, refused_after
 
         errors, seen_after, status, refused, refused_after = asyncio.run(killed())
-        assert [e["code"] for e in errors] == [c.BACKEND_UNAVAILABLE] * 2 and seen_after < 1
+        assert [e["code"] for e in errors] == [v1.BACKEND_UNAVAILABLE] * 2 and seen_after < 1
         assert status[0] == 503 and not status[1]["ready"]
         assert status[1]["backends"][f"127.0.0.1:{ports[1]}"].startswith("down: ")
-        assert refused["code"] == c.BACKEND_UNAVAILABLE and refused_after < 2
+        assert refused["code"] == v1.BACKEND_UNAVAILABLE and refused_after < 2
         status, body = post_speech(port)
         assert status == 503 and "Triton unavailable" in body["error"]["message"]
         assert gateway.poll() is None
@@ -175,7 +177,7 @@ def test_triton_unloads_cleanly_after_clients_vanished(tmp_path):
     gateway, port = start_gateway(f"127.0.0.1:{ports[1]}", log)
     try:
         for _ in range(3):
-            asyncio.run(vanish_mid_stream(f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}", 4))
+            asyncio.run(vanish_mid_stream(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}", 4))
     finally:
         stop(gateway)
         log.close()
@@ -212,7 +214,7 @@ def test_a_killed_stage_ends_the_stream_with_an_error_and_readiness_turns_false(
     )
     try:
         async def killed():
-            async with connection(f"ws://127.0.0.1:{port}{c.PROTOCOL_PATH}") as ws:
+            async with connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}") as ws:
                 client = Recorder(ws)
                 await client.until("ready")
                 await client.send(type="speak", context_id="c", text=workload("long"))
@@ -224,7 +226,7 @@ def test_a_killed_stage_ends_the_stream_with_an_error_and_readiness_turns_false(
                 return error, time.monotonic() - killed_at
 
         error, after = asyncio.run(killed())
-        assert error["code"] in (c.SYNTHESIS_FAILED, c.BACKEND_UNAVAILABLE)
+        assert error["code"] in (v1.SYNTHESIS_FAILED, v1.BACKEND_UNAVAILABLE)
         assert after < STAGE_TIMEOUT_S + 1
         deadline = time.monotonic() + PROBE_INTERVAL_S + STAGE_TIMEOUT_S + 3
         while (state := readiness(port))[0] == 200 and time.monotonic() < deadline:

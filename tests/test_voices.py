@@ -11,11 +11,12 @@ import numpy as np
 import openai
 import pytest
 
-from gateway.client import Recorder, connection
-from python_backends.catalog import EMBEDDED, find_voices
-from python_backends.engines import AcousticEngine
-from python_backends.text import split_sentences
-from python_backends.voice import load_voice
+from client.speech import connection
+from tests.recorder import Recorder
+from contract.voices import EMBEDDED, find_voices
+from python_backends.piper.engines import AcousticEngine
+from contract.text import split_sentences
+from python_backends.piper.voice import load_voice
 from tests.voices import GERMAN, GERMAN_RATE
 
 pytestmark = pytest.mark.triton

@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 from perf.workloads import HARVARD
-from python_backends.voice import cache_dir, embedded_voice_files
+from python_backends.piper.voice import cache_dir, embedded_voice_files
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_PYTHON = ROOT / os.environ.get("BUILD_VENV", ".venv-build") / "bin" / "python"

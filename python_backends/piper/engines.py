@@ -15,7 +15,7 @@ import onnxruntime as ort
 from python_backends.piper import voice as v
 from python_backends.chunking import flow_pieces
 from python_backends.piper.phonemes import BOS, EOS, PAD, Espeak, phoneme_ids
-from python_backends.inputs import VoiceParams
+from python_backends.piper.inputs import VoiceParams
 from python_backends.piper.pipeline import LatentPiece
 from contract.text import Sentence, normalize
 from python_backends.piper.timing import stretch_durations, word_timings
