@@ -10,8 +10,8 @@ FROM nvcr.io/nvidia/tritonserver:24.10-py3 AS triton
 WORKDIR /opt/speechstream
 ENV SPEECHSTREAM_CACHE=/opt/speechstream/cache
 COPY pyproject.toml README.md ./
+COPY contract contract
 COPY python_backends python_backends
-COPY gateway gateway
 # The Python backend stub runs the image's Python 3.10; the project is installed into
 # it with the stages' dependencies only, so the model shims import python_backends as
 # any package. The voice's stage graphs are derived here, once, rather than by three
@@ -38,7 +38,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/speechstream
 COPY pyproject.toml README.md ./
-COPY python_backends python_backends
+COPY contract contract
+COPY media media
 COPY gateway gateway
 # The gateway's dependencies only: no onnxruntime, no tritonserver.
 RUN pip install --no-cache-dir ".[gateway]"
