@@ -83,8 +83,8 @@ WORD_FRAMES = "WORD_FRAMES"  # [words, 2] int32, [start, end) frame of each word
 # Output of `vocoder`; inputs are LATENT (a window of frames), VOICE and SPEAKER.
 PCM = "PCM"  # [samples] float32 in [-1, 1] at the voice's sample rate
 
-# Outputs of `tts` and `tts_ar`, one response contract for both families: first a
-# response with CAPACITY alone, then one per chunk of audio, then an empty final response.
+# Outputs of `tts` and `tts_ar`, one response contract for both families: one response
+# per chunk of audio, then one with CAPACITY alone, then an empty final response.
 SENTENCE_INDEX = "SENTENCE_INDEX"  # [1] int32, the chunk's sentence: its index in SENTENCES, or among TEXT's sentences
 WORD_SAMPLES = "WORD_SAMPLES"  # [words, 2] int64, [start, end) sample of each word in the stream;
 # WORDS and WORD_SAMPLES come with the first chunk of each sentence only, from voices with word timings.

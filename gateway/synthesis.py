@@ -94,7 +94,7 @@ def tts_request(
 async def _stream(
     backend: Backend, request: dict, progress_s: float, first_response: Callable[[float], None] = lambda _: None,
 ) -> AsyncIterator[TtsChunk]:
-    """One request on a gRPC stream of its own; the capacity the model says first is
+    """One request on a gRPC stream of its own; the capacity the model says at its end is
     noted on `backend`. Leaving early cancels the call, which makes Triton cancel the
     request. A response that takes more than `progress_s` after it was asked for fails
     the request: a stage that died or hangs must not hang the stream (the wait while

@@ -65,7 +65,7 @@ class Stream:
         out = []
         while True:
             r = self.next(timeout)
-            if {o.name for o in r.result.get_response().outputs} - {CAPACITY}:  # audio, not the capacity said first
+            if {o.name for o in r.result.get_response().outputs} - {CAPACITY}:  # not the capacity said last
                 out.append(r)
             if r.final:
                 return out

@@ -1,6 +1,6 @@
 """What a BLS model says of its server's capacity: how many real-time streams it
 sustains, measured as it works. Both families measure it the same way (`CapacityMeter`),
-and send it the same way, as the first response of every stream (`capacity_outputs`),
+and send it the same way, as the last response of every stream (`capacity_outputs`),
 apart from the audio: the gateway admits streams by it. Sans I/O; `now` is injected.
 """
 

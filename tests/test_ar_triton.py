@@ -109,19 +109,21 @@ def test_tts_ar_speaks_each_sentence_as_a_talker_request(ar_triton):
 
 
 @pytest.mark.parametrize("model", [c.TTS_MODEL, c.TTS_AR_MODEL])
-def test_each_family_says_the_capacity_it_measured_before_its_audio(ar_triton, model):
+def test_each_family_says_the_capacity_it_measured_after_its_audio(ar_triton, model):
     """The gateway admits streams by it; tts_ar once said none, and the 0 it stood for
     switched admission off for every voice."""
     values = {c.TEXT: SENTENCE} | ({c.MAX_FRAMES: np.int32(6), **GREEDY} if model == c.TTS_AR_MODEL else {})
-    stream(ar_triton.grpc_url, model, values)  # work to measure
     s = Stream(ar_triton.grpc_url)
     try:
         s.send(model, values)
-        first = s.next()
-        assert first.get(c.PCM) is None and first.get(c.CAPACITY)[0] > 0
-        assert s.responses()  # the audio follows
+        responses = [s.next()]
+        while not responses[-1].final:
+            responses.append(s.next())
     finally:
         s.close()
+    said = [r for r in responses if r.get(c.CAPACITY) is not None]
+    assert len(said) == 1 and said[0].get(c.PCM) is None and said[0].get(c.CAPACITY)[0] > 0
+    assert responses.index(said[0]) > 0 and all(r.get(c.PCM) is not None for r in responses[:responses.index(said[0])])
 
 
 @pytest.mark.parametrize("values,message", [

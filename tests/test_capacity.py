@@ -1,4 +1,4 @@
-"""The capacity a BLS model measures and says first in every stream."""
+"""The capacity a BLS model measures and says at the end of every stream."""
 
 import numpy as np
 import pytest

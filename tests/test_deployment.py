@@ -108,7 +108,7 @@ def test_the_gateway_stage_listens_on_every_address_at_the_readme_port():
 
 def test_copied_paths_exist():
     copies = [line.split()[1:-1] for line in DOCKERFILE.splitlines() if line.startswith("COPY ")]
-    assert len(copies) == 7
+    assert len(copies) == 8
     for sources in copies:
         for source in sources:
             assert (ROOT / source).exists(), source

@@ -82,7 +82,6 @@ class TtsArModel(DecoupledModel):
 
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         tts = read_tts_ar_request(request_inputs(request, self.model), self.max_text_chars)
-        yield capacity_outputs(self.capacity.streams)
         chunks = speak(tts.sentences, BlsStages(self.bls, tts.voice, tts.params), tts.chunking,
                        orpheus.SAMPLES_PER_FRAME, request.is_cancelled, self._first_chunk)
         self.capacity.opened()
@@ -93,6 +92,7 @@ class TtsArModel(DecoupledModel):
                     yield chunk_outputs(chunk)
         finally:
             self.capacity.closed()
+        yield capacity_outputs(self.capacity.streams)  # this stream's work measured too
 
     def finalize(self) -> None:
         self.bls.close()

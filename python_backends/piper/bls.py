@@ -84,7 +84,6 @@ class TtsModel(DecoupledModel):
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         client = request_parameter(request, c.CLIENT_PARAMETER)
         tts = read_tts_request(request_inputs(request, self.model), self.max_text_chars, self.voices)
-        yield capacity_outputs(self.slots.capacity.streams)
         rate = tts.voice.sample_rate
         self.active.increment(1)
         try:
@@ -100,6 +99,7 @@ class TtsModel(DecoupledModel):
                     async for chunk in chunks:
                         self.slots.capacity.made(chunk.pcm.size / rate)
                         yield chunk_outputs(chunk)
+            yield capacity_outputs(self.slots.capacity.streams)  # this stream's work measured too
         finally:
             self.active.increment(-1)
 
