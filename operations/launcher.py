@@ -161,6 +161,7 @@ class TritonServer:
             log.warning("removed %d shared-memory regions left by Triton processes that are gone", removed)
         log.info("starting %s", " ".join(self.command()))
         self._stdout = stdout
+        self._started_at = time.time()
         # A session of its own: a signal Triton or a dying stub sends to its process group
         # does not reach the supervisor, which stops Triton itself.
         self.process = subprocess.Popen(
@@ -234,6 +235,7 @@ class TritonServer:
         stale = [region for region in regions if region.exists()]
         for region in stale:
             region.unlink(missing_ok=True)
+        remove_unmapped(self._shm_since_start())
         return Stopped(self.process.returncode, round(time.monotonic() - started, 1), len(left), len(stale))
 
     def restart(self, why: str) -> None:
@@ -251,9 +253,16 @@ class TritonServer:
         self._kill_session_leftovers()
         for region in regions:
             region.unlink(missing_ok=True)
+        remove_unmapped(self._shm_since_start())
         self.start(self._stdout)
         self.wait_ready()
         log.info("tritonserver is back")
+
+    def _shm_since_start(self) -> set[str]:
+        """The /dev/shm names made since Triton started: its stubs' regions, and vLLM's
+        shared memory and semaphores, which its engine processes leave behind when killed
+        (some made during the shutdown itself)."""
+        return {path.name for path in SHM.iterdir() if path.stat().st_mtime >= self._started_at}
 
     def _kill_session_leftovers(self) -> None:
         """Kill what is left of Triton's session once Triton and its stubs are gone: a
@@ -333,6 +342,13 @@ def shm_mapped_by(pids) -> set[str]:
             continue
         names.update(line.split("/dev/shm/", 1)[1].split(" ")[0] for line in maps.splitlines() if "/dev/shm/" in line)
     return names
+
+
+def remove_unmapped(names: set[str]) -> None:
+    """Remove those of `names` in /dev/shm that no process maps (a live one's are mapped)."""
+    in_use = shm_mapped_by(psutil.pids())
+    for name in names - in_use:
+        (SHM / name).unlink(missing_ok=True)
 
 
 def remove_stale_regions() -> int:

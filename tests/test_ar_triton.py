@@ -25,7 +25,7 @@ from perf.servers import start_gateway, stop, triton_metrics
 
 from contract import models as c
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME, frame_budget
-from operations.launcher import TritonServer, session_of
+from operations.launcher import SHM, TritonServer, session_of, shm_mapped_by
 from operations.triton_client import Stream, StreamError, infer, stream
 from tests.audio import snr_db
 from perf import perf_analyzer as pa
@@ -295,3 +295,21 @@ def test_a_server_that_fails_to_start_leaves_no_vllm_process(tmp_path):
         server.stop()
     assert "already in use" in (tmp_path / "tritonserver.log").read_text()
     assert [p.name() for p in psutil.process_iter() if session_of(p) == session] == []
+
+
+def test_stopping_removes_the_shared_memory_of_triton_and_vllm(tmp_path):
+    """vLLM's engine processes keep shared memory and semaphores in /dev/shm (hundreds of
+    MB); a stop that has to kill them (a model that does not unload in time) left those
+    behind, run after run. Here the stop gives Triton no time to unload."""
+    before = {path.name for path in SHM.iterdir()}
+    server = TritonServer(*free_ports(3), ar_model=str(build_orpheus_model()))
+    with (tmp_path / "tritonserver.log").open("w") as log:
+        server.start(stdout=log)
+        try:
+            server.wait_ready(timeout=300)
+            session = [p.pid for p in psutil.process_iter() if session_of(p) == server.process.pid]
+            assert any(name.startswith("psm_") for name in shm_mapped_by(session))  # vLLM's, not only the stubs'
+        finally:
+            server.stop(timeout=0.1)
+    left = {path.name for path in SHM.iterdir()} - before
+    assert not left - shm_mapped_by(psutil.pids())  # only what live processes (other servers) use
