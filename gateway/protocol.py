@@ -6,7 +6,6 @@ README for the contract.
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator

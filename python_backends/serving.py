@@ -9,7 +9,7 @@ import asyncio
 import json
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -121,10 +121,6 @@ class DecoupledModel:
 
     async def execute(self, requests) -> None:
         await asyncio.gather(*(self.serve(request) for request in requests))
-
-    async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
-        raise NotImplementedError
-        yield
 
     def deliver(self, sender, outputs: dict[str, np.ndarray] | None = None, error_message: str | None = None) -> None:
         """How responses leave: at once (a model with a ResponseLoop hands them to it)."""

@@ -14,7 +14,7 @@ from python_backends.piper.engines import AcousticEngine, VocoderEngine
 from python_backends.inputs import read_chunk_params
 from python_backends.piper.inputs import VoiceParams
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock
-from python_backends.piper.pipeline import Latent, LatentSentence, stream_pcm
+from python_backends.piper.pipeline import LatentSentence, stream_pcm
 from contract.text import split_sentences
 from contract.voices import EMBEDDED, voice_info
 from python_backends.piper.voice import embedded_voice_files, load_voice

@@ -5,7 +5,6 @@ import asyncio
 import numpy as np
 import pytest
 
-from python_backends.capacity import CAPACITY_WINDOW_S, CapacityMeter
 from python_backends.chunking import ChunkParams
 from python_backends.scheduler import (
     PLAYER_LEAD_S,
@@ -15,7 +14,7 @@ from python_backends.scheduler import (
     PlaybackClock,
     Streams,
 )
-from python_backends.piper.pipeline import Latent, LatentSentence, stream_pcm
+from python_backends.piper.pipeline import LatentSentence, stream_pcm
 from tests.engine_stages import whole_latent
 
 
