@@ -47,6 +47,11 @@ MODEL_INPUTS = {
     "code2wav": ["--input-data", "zero", "--shape", f"CODES:{CODE2WAV_WINDOW},{c.AR_POSITIONS}"],
 }
 NS = 1e9
+# Named, not left for perf_analyzer to infer: unnamed, it picks the version whose server
+# statistics grew during the run, and Triton counts a decoupled request when it releases
+# it, which can come after its final response reached perf_analyzer; on a loaded host none
+# had grown yet ("failed to find the requested model version", seen in CI).
+MODEL_VERSION = "1"
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,7 @@ def command(url: str, model: str, concurrency: int, request_count: int, export: 
     """One level per run: perf_analyzer refuses --request-count with a concurrency range."""
     return [
         str(Path(sys.executable).parent / "perf_analyzer"),
-        "-m", model, "-u", url, "-i", "grpc", *MODEL_INPUTS[model],
+        "-m", model, "-x", MODEL_VERSION, "-u", url, "-i", "grpc", *MODEL_INPUTS[model],
         "--concurrency-range", str(concurrency),
         "--request-count", str(request_count),
         "--profile-export-file", str(export),
