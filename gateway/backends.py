@@ -113,3 +113,7 @@ class Backends:
 
         await asyncio.gather(*(ready(b) for b in self.all))
 
+    async def close(self) -> None:
+        """Close every server's gRPC channel (streams on it end)."""
+        await asyncio.gather(*(b.client.close() for b in self.all))
+

@@ -1,36 +1,47 @@
 """`speechstream-gateway`: protocol v1 over WebSocket and OpenAI's speech API over HTTP,
 on one port, with audio from Triton's `tts` model.
 
-This file assembles the application: the routes (websocket.py, http_api.py), and the
-lifetime of the Triton health watch.
+This file assembles the application: the routes (websocket.py, http_api.py), and its
+lifetime as aiohttp runs it: the Triton health watch and the admission queue run in the
+app's cleanup context and are awaited when it ends; on shutdown each open WebSocket is
+closed with 1001 (going away), and the gRPC channels to Triton are closed last. SIGTERM
+and SIGINT stop the gateway that way.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import resource
+import signal
+import weakref
+from collections.abc import AsyncIterator, Awaitable
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 from contract.voices import VoiceError
 
 from gateway import http_api
 from gateway import settings as s
 from gateway.backends import HEALTH_INTERVAL_S
 from gateway.listener import listen
-from gateway.service import GATEWAY, Gateway
+from gateway.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.settings import Settings
 from gateway.websocket import stream
 from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
+# How long shutdown waits for handlers still running once the WebSockets are closed (an
+# HTTP speech response mid-body) before it cancels them.
+SHUTDOWN_TIMEOUT_S = 5.0
 
 
 def application(gateway: Gateway) -> web.Application:
     # A speech request body is one message: the same limit as on the WebSocket.
     app = web.Application(client_max_size=gateway.settings.max_message_bytes)
     app[GATEWAY] = gateway
+    app[WEBSOCKETS] = weakref.WeakSet()
     app.router.add_get(v1.PROTOCOL_PATH, stream)
     app.router.add_post(http_api.SPEECH_PATH, http_api.speech)
     app.router.add_get("/healthz", http_api.healthz)
@@ -44,16 +55,43 @@ def application(gateway: Gateway) -> web.Application:
     app.on_response_prepare.append(http_api.on_prepare)
     app.router.add_get("/", http_api.page)
     app.router.add_static("/static/", http_api.STATIC)
+    app.cleanup_ctx.append(background_tasks)
+    app.on_shutdown.append(close_websockets)
     return app
 
 
+async def background_tasks(app: web.Application) -> AsyncIterator[None]:
+    """The Triton health watch and the admission queue's pump, for the app's lifetime;
+    then the gRPC channels, which the stopped tasks and streams no longer use."""
+    gateway = app[GATEWAY]
+    tasks = [
+        asyncio.create_task(gateway.synthesizer.watch(HEALTH_INTERVAL_S, gateway.settings.probe_interval_s)),
+        asyncio.create_task(gateway.admit_queued()),
+    ]
+    yield
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await gateway.backends.close()
+
+
+async def close_websockets(app: web.Application) -> None:
+    """Close each open WebSocket with 1001: its handler then stops its streams and returns,
+    which aiohttp's shutdown waits for."""
+    for ws in set(app[WEBSOCKETS]):
+        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
+
+
 async def serve_forever(settings: Settings) -> None:
+    """Serve until cancelled, then shut down as aiohttp does: stop listening, close the
+    WebSockets, wait for handlers, stop the background tasks."""
     gateway = Gateway(settings)
-    watch = asyncio.create_task(gateway.synthesizer.watch(HEALTH_INTERVAL_S, settings.probe_interval_s))
-    admit_queued = asyncio.create_task(gateway.admit_queued())
     # aiohttp's keepalive timeout runs from the connection's start until a request's head
     # is read, and between requests: the bound on slow and silent clients.
-    runner = web.AppRunner(application(gateway), access_log=None, keepalive_timeout=settings.header_timeout_s)
+    runner = web.AppRunner(application(gateway), access_log=None, keepalive_timeout=settings.header_timeout_s,
+                           shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     raise_open_file_limit(settings.max_connections)
     listener = await listen(runner.server, settings)
@@ -62,8 +100,7 @@ async def serve_forever(settings: Settings) -> None:
                  v1.PROTOCOL_PATH, ", ".join(settings.triton_urls))
         await asyncio.Event().wait()
     finally:
-        watch.cancel()
-        admit_queued.cancel()
+        log.info("gateway stopping: closing %d WebSockets", len(runner.app[WEBSOCKETS]))
         listener.close()
         await runner.cleanup()
 
@@ -88,10 +125,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        asyncio.run(serve_forever(s.from_arguments(args)))
+        asyncio.run(until_signalled(serve_forever(s.from_arguments(args))))
     except VoiceError as e:
         log.error("%s", e)
         raise SystemExit(2) from None
+
+
+async def until_signalled(serving: Awaitable[None]) -> None:
+    """Run `serving` until SIGTERM or SIGINT, which cancel it (and so shut it down)."""
+    task = asyncio.ensure_future(serving)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda sig=sig: (log.info("received %s", sig.name), task.cancel()))
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 if __name__ == "__main__":

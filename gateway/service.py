@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 
@@ -107,3 +108,5 @@ def admits(streams: Counter[str], client: str, limit: float) -> bool:
 
 
 GATEWAY = web.AppKey("gateway", Gateway)  # the application's Gateway
+# The application's open WebSockets, closed on shutdown.
+WEBSOCKETS = web.AppKey("websockets", weakref.WeakSet[web.WebSocketResponse])

@@ -21,7 +21,7 @@ from aiohttp import WSMsgType, web
 from gateway.access import Refusal, log_refusal, refused_origin, unauthorized
 from gateway.admission import Waiter
 from gateway.protocol import ProtocolError
-from gateway.service import GATEWAY, Gateway
+from gateway.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.session import Action, Close, Job, Send, Session, Stop, Synthesize
 from gateway.synthesis import SynthesisFailed
 from contract import protocol as v1
@@ -51,6 +51,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         return Refusal(HTTPStatus.UPGRADE_REQUIRED, "this path takes a WebSocket upgrade").as_text()
     limit_buffers(request, settings.max_buffered_bytes)
     await ws.prepare(request)
+    request.app[WEBSOCKETS].add(ws)
     client = request.remote or ""
     connection = Connection(ws, gateway, client, request.transport)
     gateway.sessions[connection.session] = client

@@ -45,6 +45,7 @@ async def run(args: argparse.Namespace) -> int:
                 log.error("stopping: %r", task.exception())
         log.info("stopping")
         gateway.cancel()
+        await asyncio.wait([gateway])  # its WebSockets closed before Triton stops
         return 0
     finally:
         stopping.set()

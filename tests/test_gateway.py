@@ -2,6 +2,7 @@
 
 import asyncio
 import random
+import signal
 import socket
 import time
 
@@ -342,3 +343,36 @@ def test_a_client_that_reads_nothing_is_dropped_and_nobody_else_notices(drops_no
 
     done, active = asyncio.run(run())
     assert done["audio_ms"] > 0 and active == 0
+
+
+def test_sigterm_closes_each_websocket_with_1001_and_the_gateway_exits_cleanly(triton, tmp_path):
+    """Shutdown as aiohttp runs it: on SIGTERM the gateway closes a WebSocket mid-stream with
+    1001 (going away), the stream's Triton work stops, and the process exits 0 once its
+    background tasks (health watch, admission queue) are awaited."""
+    log_path = tmp_path / "gateway.log"
+    with log_path.open("w") as log:
+        process, port = start_gateway(triton.grpc_url, log, "--probe-interval", "0")
+    try:
+        async def run():
+            async with connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}") as ws:
+                client = Recorder(ws)
+                await client.until("ready")
+                await client.send(type="speak", context_id="long", text=workload("long"))
+                while len(client.audio("long")) < 3:
+                    await asyncio.wait_for(client.read(), 30)
+                process.send_signal(signal.SIGTERM)
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    while True:
+                        await asyncio.wait_for(client.read(), 10)
+                return closed.value.rcvd
+
+        received = asyncio.run(run())
+        assert (received.code, received.reason) == (1001, "server shutting down")
+        assert process.wait(10) == 0
+    finally:
+        stop(process)
+    deadline = time.monotonic() + 10
+    while active_tts_requests(triton.metrics_port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert active_tts_requests(triton.metrics_port) == 0
+    assert "closing 1 WebSockets" in log_path.read_text()
