@@ -25,9 +25,12 @@ REACH = 2  # frames of SNAC's receptive field, as the contract's AR_CHUNK_PARAMS
 def main(directory: str) -> dict:
     rng = np.random.default_rng(0)
     windows = rng.integers(0, orpheus.CODEBOOK_SIZE, (3, 11, orpheus.POSITIONS)).astype(np.int32)
-    books = snac_books(torch.from_numpy(windows))
-    by_window = [orpheus.snac_codes(w) for w in windows]
-    books_match = all(np.array_equal(books[k][i].numpy(), by_window[i][k]) for i in range(3) for k in range(3))
+    # Frame f's position p holds 7f + p; orpheus_tts reads codes_0 ← i; codes_1 ← i+1, i+4;
+    # codes_2 ← i+2, i+3, i+5, i+6 (i = 7·frame), and a batch's rows are its windows.
+    numbered = torch.arange(2 * 2 * 7).reshape(2, 2, 7)
+    orpheus_books = [[0, 7], [1, 4, 8, 11], [2, 3, 5, 6, 9, 10, 12, 13]]
+    books_match = all(snac_books(numbered)[k][row].tolist() == [14 * row + i for i in orpheus_books[k]]
+                      for row in range(2) for k in range(3))
 
     plain = Code2WavEngine(directory, noise=False, buckets=False)
     padded = Code2WavEngine(directory, noise=False, buckets=True)  # 11 frames → 12, 3 rows → 4

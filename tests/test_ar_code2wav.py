@@ -21,7 +21,7 @@ def figures():
     return json.loads(run.stdout.splitlines()[-1])
 
 
-def test_a_batch_maps_to_snac_codebooks_as_each_window_does(figures):
+def test_a_batch_maps_to_snac_codebooks_as_orpheus_reads_each_window(figures):
     assert figures["books_match"]
 
 

@@ -1,18 +1,7 @@
-"""The Orpheus format (python_backends/ar/orpheus.py): SNAC's codebooks from 7-code
-frames as Orpheus's decoder reads them, the prompt, and the frame budget."""
+"""The Orpheus format (python_backends/ar/orpheus.py): the prompt and the frame budget
+(SNAC's codebooks from 7-code frames: tests/test_ar_code2wav.py)."""
 
-import numpy as np
-
-from python_backends.ar.orpheus import OrpheusTokens, frame_budget, snac_codes
-
-
-def test_frames_map_onto_snacs_three_codebooks_as_orpheus_reads_them():
-    frames = np.arange(2 * 7).reshape(2, 7)  # frame f, position p holds 7f + p
-    a, b, c = snac_codes(frames)
-    # orpheus_tts: codes_0 ← i; codes_1 ← i+1, i+4; codes_2 ← i+2, i+3, i+5, i+6 (i = 7·frame)
-    assert a.tolist() == [0, 7]
-    assert b.tolist() == [1, 4, 8, 11]
-    assert c.tolist() == [2, 3, 5, 6, 9, 10, 12, 13]
+from python_backends.ar.orpheus import OrpheusTokens, frame_budget
 
 
 def test_the_prompt_is_orpheus_human_turn_then_the_start_of_speech():

@@ -38,8 +38,9 @@ def pad_windows(windows: torch.Tensor, frames: int, batch: int) -> torch.Tensor:
 
 
 def snac_books(windows: torch.Tensor) -> list[torch.Tensor]:
-    """[B, F, 7] Orpheus frames → SNAC's three codebooks, [B, F], [B, 2F] and [B, 4F]
-    (orpheus.snac_codes for a batch, on the windows' device)."""
+    """[B, F, 7] Orpheus frames → SNAC's three codebooks, [B, F], [B, 2F] and [B, 4F], on
+    the windows' device: position p of a frame goes to codebook CODEBOOK_OF_POSITION[p],
+    slot SLOT_OF_POSITION[p] of that frame's codes there."""
     b, f, _ = windows.shape
     books = []
     for book in range(3):

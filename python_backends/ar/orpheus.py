@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from contract import models as c
 from python_backends.ar.layouts import CodecTokens
 
@@ -63,14 +61,3 @@ def frame_budget(text: str, max_frames: int) -> int:
     """The most frames the Talker may write for `text`: its length's limit, or
     `max_frames` if that is smaller."""
     return min(max_frames, FRAMES_LIMIT_FLOOR + FRAMES_PER_CHARACTER_LIMIT * len(text))
-
-
-def snac_codes(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """[F, 7] Orpheus frames → SNAC's three codebooks, [F], [2F] and [4F] codes."""
-    frames = np.asarray(frames)
-    count = frames.shape[0]
-    books = [np.empty(count * n, dtype=np.int64) for n in (1, 2, 4)]
-    for position, (book, slot) in enumerate(zip(CODEBOOK_OF_POSITION, SLOT_OF_POSITION)):
-        per_frame = len(books[book]) // count if count else 1
-        books[book][slot::per_frame] = frames[:, position]
-    return books[0], books[1], books[2]
