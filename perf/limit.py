@@ -29,7 +29,7 @@ def _utterance(acoustic, vocoder, sentences, params) -> tuple[float, float, floa
     start, samples, acoustic_cpu = time.perf_counter(), 0, 0.0
     for sentence in sentences:
         cpu = time.process_time()
-        latent = acoustic.synthesize(sentence, params).latent
+        latent = acoustic.latent(sentence, params).latent
         acoustic_cpu += time.process_time() - cpu
         samples += vocoder.vocode(latent[None]).shape[1]
     return samples / acoustic.voice.sample_rate, time.perf_counter() - start, acoustic_cpu

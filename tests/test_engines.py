@@ -46,7 +46,7 @@ def test_the_catalog_knows_the_embedded_voice_as_its_wheel_describes_it(voice):
 def test_split_graphs_equal_the_whole_piper_model_without_noise(acoustic, vocoder):
     sentence = split_sentences("The birch canoe slid on the smooth planks.")[0]
     params = VoiceParams(length_scale=1.0, noise_scale=0.0, noise_w=0.0)
-    ours = acoustic.synthesize(sentence, params)
+    ours = acoustic.latent(sentence, params)
     whole = ort.InferenceSession(str(embedded_voice_files()[0]), providers=["CPUExecutionProvider"])
     ids = acoustic.ids(sentence)[None, :]
     scales = np.array([0.0, 1.0, 0.0], dtype=np.float32)
@@ -61,9 +61,9 @@ def test_split_graphs_equal_the_whole_piper_model_without_noise(acoustic, vocode
 def test_seed_makes_synthesis_repeatable(acoustic):
     sentence = split_sentences("Glue the sheet to the dark blue background.")[0]
     params = acoustic.default_params()
-    a = acoustic.synthesize(sentence, VoiceParams(params.length_scale, params.noise_scale, params.noise_w, seed=3))
-    b = acoustic.synthesize(sentence, VoiceParams(params.length_scale, params.noise_scale, params.noise_w, seed=3))
-    c = acoustic.synthesize(sentence, VoiceParams(params.length_scale, params.noise_scale, params.noise_w, seed=4))
+    a = acoustic.latent(sentence, VoiceParams(params.length_scale, params.noise_scale, params.noise_w, seed=3))
+    b = acoustic.latent(sentence, VoiceParams(params.length_scale, params.noise_scale, params.noise_w, seed=3))
+    c = acoustic.latent(sentence, VoiceParams(params.length_scale, params.noise_scale, params.noise_w, seed=4))
     assert np.array_equal(a.latent, b.latent)
     assert a.latent.shape != c.latent.shape or not np.allclose(a.latent, c.latent)
 
@@ -71,8 +71,8 @@ def test_seed_makes_synthesis_repeatable(acoustic):
 def test_a_seeded_sentence_sounds_the_same_alone_or_within_a_text(acoustic):
     params = VoiceParams(1.0, 0.667, 0.8, seed=11)
     text = "Rice is often served in round bowls. The juice of lemons makes fine punch."
-    within = acoustic.synthesize(split_sentences(text)[1], params)
-    alone = acoustic.synthesize(split_sentences("The juice of lemons makes fine punch.")[0], params)
+    within = acoustic.latent(split_sentences(text)[1], params)
+    alone = acoustic.latent(split_sentences("The juice of lemons makes fine punch.")[0], params)
     assert np.array_equal(within.latent, alone.latent)
 
 
@@ -80,7 +80,7 @@ def test_the_flow_in_pieces_matches_the_whole_sentence(acoustic):
     params = replace(acoustic.default_params(), seed=3)
     sentence = split_sentences(workload("short"))[0]
     prior = acoustic.prior(sentence, params)
-    whole = acoustic.synthesize(sentence, params).latent
+    whole = acoustic.latent(sentence, params).latent
     pieces = np.concatenate([acoustic.flow(prior, 0, 32), acoustic.flow(prior, 32, prior.frames)], axis=1)
     assert pieces.shape == whole.shape == (whole.shape[0], prior.frames)
     assert snr_db(whole, pieces) > 80  # without FLOW_CONTEXT: about 25 dB
@@ -89,8 +89,8 @@ def test_the_flow_in_pieces_matches_the_whole_sentence(acoustic):
 @pytest.mark.parametrize("length_scale", [0.25, 0.5, 0.9, 2.0, 4.0])
 def test_length_scale_stretches_the_audio_exactly(acoustic, length_scale):
     sentence = split_sentences("Rice is often served in round bowls.")[0]
-    stretched = acoustic.synthesize(sentence, VoiceParams(length_scale, 0.0, 0.0))
-    normal = acoustic.synthesize(sentence, VoiceParams(1.0, 0.0, 0.0))
+    stretched = acoustic.latent(sentence, VoiceParams(length_scale, 0.0, 0.0))
+    normal = acoustic.latent(sentence, VoiceParams(1.0, 0.0, 0.0))
     assert abs(stretched.latent.shape[1] - normal.latent.shape[1] * length_scale) <= 0.5
     assert stretched.durations.sum() == stretched.latent.shape[1]
 
@@ -98,13 +98,13 @@ def test_length_scale_stretches_the_audio_exactly(acoustic, length_scale):
 def latents(acoustic, text, seed=1):
     d = acoustic.default_params()
     params = VoiceParams(d.length_scale, d.noise_scale, d.noise_w, seed)
-    return [acoustic.synthesize(s, params) for s in split_sentences(text)]
+    return [acoustic.latent(s, params) for s in split_sentences(text)]
 
 
 def test_a_sentence_comes_in_a_head_and_the_rest_the_head_with_its_timing(acoustic):
     params = replace(acoustic.default_params(), seed=3)
     sentence = split_sentences(workload("short"))[0]
-    whole = acoustic.synthesize(sentence, params)
+    whole = acoustic.latent(sentence, params)
 
     async def collect(head):
         return [piece async for piece in acoustic.pieces(sentence.text, params, head)]

@@ -40,7 +40,7 @@ def whole(engines):
     acoustic, vocoder = engines
     params = VoiceParams(1.0, 0.0, 0.0)
     return {
-        text: vocoder.vocode(acoustic.synthesize(split_sentences(text)[0], params).latent[None])[0]
+        text: vocoder.vocode(acoustic.latent(split_sentences(text)[0], params).latent[None])[0]
         for text in harvard_sentences()
     }
 

@@ -72,7 +72,7 @@ def test_each_speaker_through_the_split_stages_is_the_whole_model_with_its_sid(t
     acoustic, vocoder = engines
     sentence = split_sentences(SENTENCE)[0]
     for speaker in range(trio.speakers):
-        latent = acoustic.synthesize(sentence, VoiceParams(1.0, 0.0, 0.0, speaker=speaker)).latent
+        latent = acoustic.latent(sentence, VoiceParams(1.0, 0.0, 0.0, speaker=speaker)).latent
         audio = vocoder.vocode(latent[None], [speaker])[0]
         assert audio.size == whole[speaker].size
         assert snr_db(whole[speaker], audio) > 100, speaker
@@ -91,7 +91,7 @@ def test_every_stage_speaks_differently_as_another_speaker(engines):
 
 def test_a_batch_of_mixed_speakers_vocodes_each_row_as_its_speaker(engines):
     acoustic, vocoder = engines
-    latent = acoustic.synthesize(split_sentences(SENTENCE)[0], VoiceParams(1.0, 0.0, 0.0)).latent
+    latent = acoustic.latent(split_sentences(SENTENCE)[0], VoiceParams(1.0, 0.0, 0.0)).latent
     batch = vocoder.vocode(np.stack([latent] * 3), [2, 0, 1])
     for row, speaker in enumerate((2, 0, 1)):
         assert np.array_equal(batch[row], vocoder.vocode(latent[None], [speaker])[0])

@@ -81,7 +81,7 @@ class AcousticEngine:
         phonemes = self._espeak.phonemize(normalize(sentence.text), self.voice.espeak_voice)
         return np.array(phoneme_ids(phonemes, self.voice.phoneme_id_map), dtype=np.int64)
 
-    def synthesize(self, sentence: Sentence, params: VoiceParams) -> SentenceLatent:
+    def latent(self, sentence: Sentence, params: VoiceParams) -> SentenceLatent:
         """The latent frames of one sentence, in one piece."""
         prior = self.prior(sentence, params)
         latent = self.flow(prior, 0, prior.frames)
