@@ -115,7 +115,7 @@ def _ttfp_floor_worker(text: str, runs: int, results: multiprocessing.Queue) -> 
     head = head_frames(chunking.initial_frames, chunking.frames, chunking.right_context)
 
     def once(steps: dict[str, list[float]]) -> None:
-        latent = _timed(steps, "acoustic", acoustic.synthesize, first, params).latent
+        latent = _timed(steps, "acoustic", acoustic.latent, first, params).latent
         _timed(steps, "whole_vocoder", vocoder.vocode, latent[None])
         prior = _timed(steps, "prior", acoustic.prior, first, params)
         _timed(steps, "head_flow", acoustic.flow, prior, 0, head)
