@@ -16,6 +16,8 @@ and the CPU of the server processes, the gateway apart from Triton and Triton's 
 stage (perf.breakdown reads them against the limit's). Writes bench.json, bench.md,
 ttfp.png and throughput.png into --out. Clients speak back to back (a saturating closed
 loop) unless --listen makes each wait for its player to finish, like N real listeners.
+Then, against C: listeners started together at --capacity-levels multiples of it, and
+listeners arriving as a Poisson process at --arrival-levels multiples of it on average.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,11 +42,11 @@ from urllib.parse import urlparse
 
 import psutil
 
-from perf.clients import Connect, GatewayClient, PiperHttpClient, WyomingClient, run_level
+from perf.clients import Connect, GatewayClient, PiperHttpClient, WyomingClient, poisson_arrivals, run_arrivals, run_level
 from perf.formats import measure_formats
 from perf.goals import OURS, goals
 from perf.limit import compute_limit, ttfp_floor
-from perf.metrics import summarize
+from perf.metrics import Stream, summarize
 from perf.peers import start_piper_http, start_wyoming_piper
 from perf.report import write_report
 from perf.servers import Servers, cpu_seconds, stop, triton_metrics
@@ -53,6 +55,7 @@ from operations.launcher import PROJECT_ROOT
 
 LEVELS = (1, 2, 4, 8, 16, 32)
 QUICK_LEVELS = (1, 2)
+QUICK_ARRIVAL_S = 15.0  # of Poisson arrivals in a smoke run
 WORKLOADS = ("short", "paragraph")
 RESULTS = Path(__file__).parent / "results"
 
@@ -218,12 +221,19 @@ def stage_cpu(groups: Groups) -> dict[str, float]:
 
 async def measure(system: System, name: str, level: int, rounds: int, listen: bool, seconds: float) -> dict:
     """One row: `level` clients speaking workload `name` `rounds` times each (fewer past `seconds`)."""
+    row = await measure_streams(system, name, level, lambda: run_level(system.connect, workload(name), level, rounds,
+                                                                       listen, seconds))
+    return row | {"rounds_max": rounds}
+
+
+async def measure_streams(system: System, name: str, level: int, speak: Callable[[], Awaitable[list[Stream]]]) -> dict:
+    """One row: the streams `speak` runs, with the server's CPU and metrics meanwhile."""
     groups = system.groups() | {"client": [psutil.Process()]}
     before, scrape, stages = cpu_now(groups), await asyncio.to_thread(system.metrics), stage_cpu(groups)
     start = time.perf_counter()
-    streams = await run_level(system.connect, workload(name), level, rounds, listen, seconds)
+    streams = await speak()
     wall = time.perf_counter() - start
-    row = {"system": system.name, "workload": name, "level": level, "rounds_max": rounds, "wall_s": round(wall, 2)}
+    row = {"system": system.name, "workload": name, "level": level, "wall_s": round(wall, 2)}
     row |= summarize(streams)
     row["cpu"] = cpu_use(before, cpu_now(groups), wall, row["audio_s"])
     if stages:
@@ -255,9 +265,31 @@ async def bench_system(system: System, args: argparse.Namespace, capacity: dict 
             log_row(rows[-1], f"x{level}")
     for of_c, level in (capacity or {}).get("levels", []):
         row = await measure(system, capacity["workload"], level, 1, True, args.level_seconds)
-        capacity_rows.append(row | {"of_capacity": of_c})
+        capacity_rows.append(row | {"of_capacity": of_c, "arrivals": "together"})
         log_row(row, f"{of_c:g} x C = {level} listeners")
+    if capacity and capacity["arrival_levels"]:
+        capacity_rows += await arrival_rows(system, capacity, args.arrival_seconds)
     return rows, capacity_rows
+
+
+async def arrival_rows(system: System, capacity: dict, seconds: float) -> list[dict]:
+    """A row per multiple x of C in `capacity`: listeners arriving as a Poisson process
+    for `seconds`, at the rate that keeps x·C of them listening on average (C over the
+    workload's audio length, as one utterance here measures it)."""
+    name = capacity["workload"]
+    [probe] = await run_level(system.connect, workload(name), 1, 1)
+    if not probe.ok:
+        log(f"{system.name}: no Poisson levels, the probe utterance failed ({probe.error})")
+        return []
+    rows = []
+    for of_c in capacity["arrival_levels"]:
+        rate = of_c * capacity["C"] / probe.audio_s
+        arrivals = poisson_arrivals(rate, seconds)
+        row = await measure_streams(system, name, len(arrivals),
+                                    lambda: run_arrivals(system.connect, workload(name), arrivals))
+        rows.append(row | {"of_capacity": of_c, "arrivals": "poisson", "rate_per_s": rate})
+        log_row(row, f"{of_c:g} x C as Poisson arrivals ({len(arrivals)} listeners over {seconds:g} s)")
+    return rows
 
 
 def capacity_levels(args: argparse.Namespace, limit: dict[str, dict], floor: dict[str, dict]) -> dict | None:
@@ -266,12 +298,13 @@ def capacity_levels(args: argparse.Namespace, limit: dict[str, dict], floor: dic
     (multiple of C, listeners); and the least compute of a first packet (ms on a core)
     and the cores, which bound how soon the last of streams started together can start."""
     name = "paragraph" if "paragraph" in args.workloads else args.workloads[0]
-    if not args.capacity_levels or name not in limit:
+    if not (args.capacity_levels or args.arrival_levels) or name not in limit:
         return None
     c = limit[name]["audio_s_per_s"]
     return {"workload": name, "C": c, "t_sent_ms": floor[name]["t_sent_ms"],
             "first_packet_ms": floor[name]["pieces_ms"], "cores": limit[name]["cores"],
-            "levels": [(of_c, max(1, round(of_c * c))) for of_c in args.capacity_levels]}
+            "levels": [(of_c, max(1, round(of_c * c))) for of_c in args.capacity_levels],
+            "arrival_levels": args.arrival_levels}
 
 
 def machine() -> dict:
@@ -310,7 +343,7 @@ def run(args: argparse.Namespace) -> dict:
                "command": "python -m perf.bench " + " ".join(sys.argv[1:]), "levels": args.levels,
                "workloads": args.workloads, "mode": "listeners" if args.listen else "back to back",
                "options": {k: getattr(args, k) for k in ("rounds", "min_streams", "level_seconds", "limit_seconds", "listen",
-                                                        "capacity_levels")},
+                                                        "capacity_levels", "arrival_levels", "arrival_seconds")},
                "limit": {}, "runs": []}
     limits = [measure_limit(texts, args.limit_seconds, "before the servers")] if args.limit_seconds > 0 else []
     if args.limit_seconds > 0:
@@ -319,7 +352,7 @@ def run(args: argparse.Namespace) -> dict:
     capacity = capacity_levels(args, limits[0], results["ttfp_floor"]) if limits else None
     if capacity:
         log(f"references: C = {capacity['C']:.1f} audio-s/s, T_sent = {capacity['t_sent_ms']:.0f} ms; "
-            f"listeners at {capacity['levels']}")
+            f"listeners at {capacity['levels']}, Poisson arrivals at {capacity['arrival_levels']} x C")
     results["capacity"], results["capacity_runs"] = capacity, []
     log_dir = Path(tempfile.mkdtemp(prefix="bench-"))
     systems = [lambda: ours(args.url, log_dir)]
@@ -366,6 +399,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--capacity-levels", type=multiples, default=[0.75, 3.0],
                         help="then listeners (real time, one paragraph each, started together) at these multiples of "
                              "C, comma-separated; empty for none (default 0.75,3)")
+    parser.add_argument("--arrival-levels", type=multiples, default=[0.75],
+                        help="then listeners arriving as a Poisson process (one paragraph each) at these multiples of C "
+                             "on average, comma-separated; empty for none (default 0.75)")
+    parser.add_argument("--arrival-seconds", type=float, default=60.0, help="how long listeners arrive, per Poisson level")
     parser.add_argument("--listen", action="store_true", help="clients wait for their player to finish before speaking again")
     parser.add_argument("--format-rounds", type=int, default=10,
                         help="requests per HTTP response_format for the first-audio table (0 skips it)")
@@ -377,6 +414,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.rounds, args.min_streams, args.limit_seconds = 1, 4, min(args.limit_seconds, 2.0)
         args.format_rounds = min(args.format_rounds, 2)
         args.capacity_levels = [f for f in args.capacity_levels if f < 1]
+        args.arrival_seconds = min(args.arrival_seconds, QUICK_ARRIVAL_S)
     args.levels = args.levels or list(QUICK_LEVELS if args.quick else LEVELS)
     return args
 

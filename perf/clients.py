@@ -6,7 +6,8 @@
 - `WyomingClient`: wyoming-piper over TCP, the Wyoming protocol (a JSON header line, then
   optional JSON data and a binary payload), which streams PCM sentence by sentence.
 
-`run_level` puts N clients on one text at once, each on its own connection.
+`run_level` puts N clients on one text at once, each on its own connection;
+`run_arrivals` lets listeners arrive one by one, at the times `poisson_arrivals` draws.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -142,10 +144,13 @@ class WyomingClient:
         await self.writer.wait_closed()
 
 
-async def speak_rounds(client: Client, text: str, rounds: int, listen: bool, until: float) -> list[Stream]:
+async def speak_rounds(
+    client: Client, text: str, rounds: int, listen: bool, until: float, retry: bool = True
+) -> list[Stream]:
     """`rounds` utterances back to back, none started after `until` but the first (so a
     slow system bounds the run's time); with `listen`, each after the previous one's
-    simulated player has finished (a listener rather than a saturating client)."""
+    simulated player has finished (a listener rather than a saturating client), and a
+    refused one after the wait the refusal asked for (unless not `retry`)."""
     streams: list[Stream] = []
     for _ in range(rounds):
         if streams and time.perf_counter() > until:
@@ -155,7 +160,7 @@ async def speak_rounds(client: Client, text: str, rounds: int, listen: bool, unt
         except (TimeoutError, OSError, ValueError, aiohttp.ClientError, websockets.ConnectionClosed) as e:
             stream = Stream(time.perf_counter(), error=type(e).__name__)
         streams.append(stream)
-        if listen and stream.retry_after_s is not None:  # a listener refused tries again when told
+        if listen and retry and stream.retry_after_s is not None:  # a listener refused tries again when told
             await asyncio.sleep(stream.retry_after_s)
         elif listen and stream.ok:
             stalled_s = stalls(stream.arrivals, PLAYER_LEAD_S)[1] / 1000
@@ -175,3 +180,34 @@ async def run_level(connect: Connect, text: str, level: int, rounds: int, listen
     finally:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
     return [stream for streams in per_client for stream in streams]
+
+
+def poisson_arrivals(rate_per_s: float, seconds: float, seed: int = 0) -> list[float]:
+    """Arrival times (s from the start, ascending) of a Poisson process of `rate_per_s`
+    over `seconds`: independent users, as a public service sees them. Seeded, so that
+    runs compare on the same arrivals."""
+    rng = random.Random(seed)
+    times, at = [], rng.expovariate(rate_per_s)
+    while at < seconds:
+        times.append(at)
+        at += rng.expovariate(rate_per_s)
+    return times
+
+
+async def run_arrivals(connect: Connect, text: str, arrivals: list[float]) -> list[Stream]:
+    """A listener at each of `arrivals` (s from now): it connects, speaks `text` once,
+    listens to its end in real time and leaves. A refused listener leaves at once."""
+    start = time.perf_counter()
+
+    async def listener(at: float) -> Stream:
+        await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
+        try:
+            client = await connect()
+        except (OSError, aiohttp.ClientError, websockets.InvalidHandshake) as e:
+            return Stream(time.perf_counter(), error=type(e).__name__)
+        try:
+            return (await speak_rounds(client, text, 1, listen=True, until=math.inf, retry=False))[0]
+        finally:
+            await client.close()
+
+    return list(await asyncio.gather(*(listener(at) for at in arrivals)))

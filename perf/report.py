@@ -76,24 +76,30 @@ def capacity_table(results: dict) -> str:
     if not capacity or not results.get("capacity_runs"):
         return ""
     t_sent, c = capacity["t_sent_ms"], capacity["C"]
-    head = ("| system | × C | listeners | admitted | refused | refusal p50 / max ms | L_sf p50 / p99 ms "
+    head = ("| system | × C | arrivals | listeners | admitted | refused | refusal p50 / max ms | L_sf p50 / p99 ms "
             "| L_sf p50 / p99 ÷ T_sent | start floor ÷ T_sent | stalls (streams) | stalled ms "
             "| admitted throughput ÷ C | errors |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in sorted(results["capacity_runs"], key=lambda r: (r["system"] != OURS, r["system"], r["of_capacity"])):
+    for r in sorted(results["capacity_runs"],
+                    key=lambda r: (r["system"] != OURS, r["system"], r["arrivals"], r["of_capacity"])):
         lsf, ref = r["lsf_ms"], r["refusal_ms"]
         refusal = f"{ref['p50']:.0f} / {ref['max']:.0f}" if r["refused"] else "–"
         admitted = r["streams"] - r["refused"] - r["errors"]
+        together = r["arrivals"] == "together"
+        floor = f"{start_floor_ms(capacity, admitted) / t_sent:.2f}" if together else "–"
+        arrivals = "together" if together else f"Poisson, {r['rate_per_s']:.2f}/s"
         lines.append(
-            f"| {r['system']} | {r['of_capacity']:g} | {r['level']} | {admitted} "
+            f"| {r['system']} | {r['of_capacity']:g} | {arrivals} | {r['level']} | {admitted} "
             f"| {r['refused']} | {refusal} | {lsf['p50']:.0f} / {lsf['p99']:.0f} "
             f"| {lsf['p50'] / t_sent:.2f} / {lsf['p99'] / t_sent:.2f} "
-            f"| {start_floor_ms(capacity, admitted) / t_sent:.2f} | {r['stalls']} ({r['streams_stalled']}) "
+            f"| {floor} | {r['stalls']} ({r['streams_stalled']}) "
             f"| {r['stalled_ms']:.0f} | {r['throughput_audio_s_per_s'] / c:.2f} | {r['errors']} |"
         )
     return (
-        f"## Listeners at multiples of capacity\n\nEach client listens to one {capacity['workload']} in real time; all start "
-        f"together. References measured in this run (DESIGN.md): C = **{c:.1f} audio-s/s** (the compute limit), "
+        f"## Listeners at multiples of capacity\n\nEach client listens to one {capacity['workload']} in real time; they "
+        f"start together, or arrive one by one as a Poisson process whose rate keeps that multiple of C listening on "
+        f"average (over --arrival-seconds; a refused listener leaves). "
+        f"References measured in this run (DESIGN.md): C = **{c:.1f} audio-s/s** (the compute limit), "
         f"T_sent = **{t_sent:.0f} ms** (the first sentence synthesized whole on one thread). The start floor is "
         f"the least time before the last of the admitted streams can start: each first packet computes at least "
         f"{capacity['first_packet_ms']:.0f} ms on a core (the prior, the head's flow, the first window), "

@@ -11,7 +11,7 @@ import wave
 import pytest
 
 from perf import bench, breakdown
-from perf.clients import read_wyoming_event
+from perf.clients import poisson_arrivals, read_wyoming_event
 from perf.goals import goals
 from perf.metrics import Stream, WavProgress, percentile, summarize, throughput, wav_layout
 from perf.report import markdown
@@ -231,7 +231,9 @@ def test_quick_is_small_but_keeps_levels_asked_for():
 
 @pytest.mark.triton
 def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):
-    argv = ["--url", gateway, "--quick", "--skip-peers", "--workloads", "short", "--limit-seconds", "1", "--out", str(tmp_path)]
+    # Poisson arrivals at 0.25 C: the session gateway caps an address at 32 streams.
+    argv = ["--url", gateway, "--quick", "--skip-peers", "--workloads", "short", "--limit-seconds", "1",
+            "--arrival-levels", "0.25", "--out", str(tmp_path)]
     assert bench.main(argv) == 0
     results = json.loads((tmp_path / "bench.json").read_text())
     assert [(r["system"], r["level"]) for r in results["runs"]] == [("speechstream", 1), ("speechstream", 2)]
@@ -245,9 +247,12 @@ def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):
     assert 0 < limit_cpu["acoustic"] < limit_cpu["vocoder"]  # the vocoder is most of the work
     floor = results["ttfp_floor"]["short"]
     assert 0 < floor["pieces_ms"] < floor["whole_ms"] < floor["t_sent_ms"]  # a first packet waits for less than a sentence
-    [listeners] = results["capacity_runs"]
+    listeners, arriving = results["capacity_runs"]
     assert listeners["of_capacity"] == 0.75 and listeners["level"] == round(0.75 * results["capacity"]["C"])
     assert listeners["errors"] == 0 and 0 < listeners["lsf_ms"]["p50"] <= listeners["lsf_ms"]["p99"]
+    assert (arriving["arrivals"], arriving["of_capacity"]) == ("poisson", 0.25)
+    assert arriving["level"] == arriving["streams"] == len(poisson_arrivals(arriving["rate_per_s"], bench.QUICK_ARRIVAL_S))
+    assert arriving["errors"] == 0 and arriving["throughput_audio_s_per_s"] > 0
     assert "## Listeners at multiples of capacity" in (tmp_path / "bench.md").read_text()
     stages = results["runs"][-1]["triton_stages_cpu_s"]
     assert set(stages) == {"tritonserver", "tts", "acoustic", "vocoder"} and stages["vocoder"] > 0
@@ -276,9 +281,10 @@ def test_refusals_are_timed_from_the_request_and_l_sf_is_summarized():
     assert row["lsf_ms"]["p50"] > 50
 
 
-def capacity_row(system: str, of_c: float, level: int, refused: int, lsf_p99: float, throughput_: float, stalls: int = 0):
+def capacity_row(system: str, of_c: float, level: int, refused: int, lsf_p99: float, throughput_: float, stalls: int = 0,
+                 arrivals: str = "together"):
     return run_row(system, level, 60.0, 90.0, throughput_, stalls=stalls) | {
-        "of_capacity": of_c, "streams": level, "refused": refused,
+        "of_capacity": of_c, "streams": level, "refused": refused, "arrivals": arrivals, "rate_per_s": 1.25,
         "lsf_ms": {"p50": lsf_p99 / 2, "p99": lsf_p99, "max": lsf_p99},
         "refusal_ms": {"p50": 30.0, "p99": 90.0, "max": 100.0} if refused else {"p50": math.nan, "p99": math.nan, "max": math.nan},
     }
@@ -289,26 +295,34 @@ def test_listeners_at_multiples_of_c_are_checked_against_t_sent_and_c(results):
                            "levels": [(0.75, 30), (3.0, 120)]}
     results["runs"][0]["lsf_ms"] = {"p50": 28.0, "p99": 50.0, "max": 60.0}
     results["capacity_runs"] = [
-        capacity_row("speechstream", 0.75, 30, 0, 90.0, 28.0),
+        capacity_row("speechstream", 0.75, 30, 0, 500.0, 28.0),
         capacity_row("speechstream", 3.0, 120, 84, 150.0, 34.0),
+        capacity_row("speechstream", 0.75, 75, 3, 250.0, 27.0, arrivals="poisson"),
         capacity_row("piper-http", 3.0, 120, 0, 40_000.0, 30.0, stalls=500),
     ]
     checks = {g["goal"]: g for g in goals(results)}
     assert checks["paragraph: L_sf p50 at 1 client / T_sent"]["value"] == 0.14
     assert checks["paragraph: 0.75 × C listeners: L_sf p99 / T_sent"] == {
-        "goal": "paragraph: 0.75 × C listeners: L_sf p99 / T_sent", "value": 0.45, "target": "≤ 0.5", "met": True}
-    assert checks["paragraph: 3 × C listeners: L_sf p99 / T_sent"]["met"]  # 0.75 ≤ 1.0
+        "goal": "paragraph: 0.75 × C listeners: L_sf p99 / T_sent", "value": 2.5, "target": "≤ 3.0", "met": True}
+    assert checks["paragraph: 0.75 × C listeners: refused"]["met"]
+    assert checks["paragraph: 3 × C listeners: L_sf p99 / T_sent"]["met"]  # 0.75 ≤ 3.0
+    poisson = "paragraph: 0.75 × C listeners arriving as a Poisson process"
+    assert checks[f"{poisson}: L_sf p99 / T_sent"] | {"goal": None} == {
+        "goal": None, "value": 1.25, "target": "≤ 1.0", "met": False}  # arriving one by one, the bar is lower
+    assert (checks[f"{poisson}: refused"]["value"], checks[f"{poisson}: refused"]["met"]) == (3, False)
     assert checks["paragraph: 3 × C listeners: slowest refusal (ms)"]["met"]
     admitted = checks["paragraph: 3 × C listeners: admitted throughput / C"]
-    assert (admitted["value"], admitted["met"]) == (0.85, False)
+    assert (admitted["value"], admitted["met"]) == (0.85, True)
     assert not any("piper-http" in name for name in checks)  # the peers are reported, not held to our goals
     results["goals"] = goals(results)
     text = markdown(results)
     assert "C = **40.0 audio-s/s**" in text and "T_sent = **200 ms**" in text
-    rows = [line for line in text.splitlines() if line.startswith("| speechstream | 3 |") or line.startswith("| piper-http | 3 |")]
+    rows = [line for line in text.splitlines() if line.startswith(("| speechstream | 3 |", "| piper-http | 3 |"))]
     # the start floor: 36 admitted first packets of 50 ms on 2 cores, 900 ms, 4.5 × T_sent
-    assert rows[0] == "| speechstream | 3 | 120 | 36 | 84 | 30 / 100 | 75 / 150 | 0.38 / 0.75 | 4.50 | 0 (0) | 0 | 0.85 | 0 |"
-    assert rows[1].startswith("| piper-http | 3 | 120 | 120 | 0 | – | 20000 / 40000 | 100.00 / 200.00 | 15.00 | 500 (24) |")
+    assert rows[0] == ("| speechstream | 3 | together | 120 | 36 | 84 | 30 / 100 | 75 / 150 | 0.38 / 0.75 | 4.50 | 0 (0) "
+                       "| 0 | 0.85 | 0 |")
+    assert rows[1].startswith("| piper-http | 3 | together | 120 | 120 | 0 | – | 20000 / 40000 | 100.00 / 200.00 | 15.00 |")
+    assert "| speechstream | 0.75 | Poisson, 1.25/s | 75 | 72 | 3 | 30 / 100 | 125 / 250 | 0.62 / 1.25 | – |" in text
 
 
 def test_capacity_levels_are_listeners_at_multiples_of_the_compute_limit():
@@ -317,6 +331,18 @@ def test_capacity_levels_are_listeners_at_multiples_of_the_compute_limit():
     limit = {"short": {"audio_s_per_s": 10.0, "cores": 2}, "paragraph": {"audio_s_per_s": 21.4, "cores": 2}}
     assert bench.capacity_levels(args, limit, floor) == {
         "workload": "paragraph", "C": 21.4, "t_sent_ms": 180.0, "first_packet_ms": 50.0, "cores": 2,
-        "levels": [(0.75, 16), (3.0, 64)]}
-    assert bench.capacity_levels(bench.parse_args(["--capacity-levels", ""]), limit, floor) is None
+        "levels": [(0.75, 16), (3.0, 64)], "arrival_levels": [0.75]}
+    assert bench.capacity_levels(bench.parse_args(["--capacity-levels", ""]), limit, floor)["levels"] == []
+    assert bench.capacity_levels(bench.parse_args(["--capacity-levels", "", "--arrival-levels", ""]), limit, floor) is None
     assert bench.parse_args(["--quick"]).capacity_levels == [0.75]  # a smoke run stays below capacity
+
+
+def test_poisson_arrivals_come_at_their_rate_independently_and_repeatably():
+    arrivals = poisson_arrivals(2.0, 1000.0)
+    assert arrivals == sorted(arrivals) and 0 < arrivals[0] and arrivals[-1] < 1000.0
+    assert len(arrivals) == pytest.approx(2000, rel=0.05)
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    # Exponential gaps: mean 1/rate, and as many below the median log(2)/rate as above it.
+    assert sum(gaps) / len(gaps) == pytest.approx(0.5, rel=0.05)
+    assert sum(g < math.log(2) / 2.0 for g in gaps) / len(gaps) == pytest.approx(0.5, abs=0.03)
+    assert poisson_arrivals(2.0, 10.0) == poisson_arrivals(2.0, 10.0) != poisson_arrivals(2.0, 10.0, seed=1)
