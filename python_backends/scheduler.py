@@ -225,6 +225,11 @@ class PlaybackClock:
         if self.started is None:
             self.started = self.now() + PLAYER_LEAD_S
 
+    def ahead_s(self) -> float:
+        """The audio planned so far that the listener has not reached yet, in seconds:
+        how long the next call may take before the player runs dry."""
+        return self.deadline() - self.now()
+
     def deadline(self, sample: int | None = None) -> float:
         """When sample `sample` (default: the first one not planned yet) will be played."""
         sample = self.planned if sample is None else sample

@@ -3,17 +3,28 @@ import itertools
 import pytest
 
 from python_backends.chunking import (
+    GROW_AHEAD_S,
+    GROWTH,
     bucket_frames,
     chunk_sizes,
     first_chunk_frames,
     flow_pieces,
+    grown_size,
     head_frames,
-    plan_chunks,
+    next_chunk,
     sized_for_load,
 )
 from contract.models import VOCODER_BUCKETS
 from contract.models import CHUNK_PARAMS
 from python_backends.inputs import read_chunk_params
+
+
+def plan_chunks(frames, sizes, left, right):
+    """A sentence cut as the tts stage cuts it while the stream is not ahead."""
+    chunks = [next_chunk(0, frames, next(sizes), left, right)]
+    while chunks[-1].end < frames:
+        chunks.append(next_chunk(chunks[-1].end, frames, next(sizes), left, right))
+    return chunks
 
 
 def test_chunk_sizes_double_from_the_first_up_to_the_cap():
@@ -88,3 +99,16 @@ def test_a_stream_is_sized_for_load_with_a_head_only_while_unloaded():
     assert (params.initial_frames, params.frames, head) == (64, 128, 0)
     params, head = sized_for_load(defaults, asked=True, loaded=True)
     assert (params.initial_frames, head) == (8, 0)
+
+
+def test_chunks_grow_only_while_the_listener_has_audio_in_hand():
+    assert grown_size(16, 128, ahead_s=0.05) == 16  # a new stream: small first chunks
+    assert grown_size(128, 128, ahead_s=GROW_AHEAD_S - 0.01) == 128
+    assert grown_size(16, 128, ahead_s=GROW_AHEAD_S) == GROWTH * 128
+    assert grown_size(1000, 128, ahead_s=10.0) == 1000  # a client's own larger size stands
+
+
+def test_a_grown_chunk_reaches_the_sentence_end_where_half_of_it_would_remain():
+    grown = GROWTH * 128
+    chunk = next_chunk(128, 128 + grown + grown // 2 - 1, grown, 8, 8)
+    assert (chunk.end, chunk.window_end) == (128 + grown + grown // 2 - 1, chunk.end)  # no right context at the end

@@ -1,6 +1,7 @@
 """The split graphs, and the tts engine over them in process (no Triton)."""
 
 import asyncio
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -9,7 +10,8 @@ import pytest
 
 from perf.workloads import workload
 from contract import models as c
-from contract.models import VOCODER_BUCKETS
+from contract.models import CHUNK_PARAMS, VOCODER_BUCKETS
+from python_backends import chunking
 from python_backends.piper.engines import AcousticEngine, VocoderEngine
 from python_backends.inputs import read_chunk_params
 from python_backends.piper.inputs import VoiceParams
@@ -183,3 +185,20 @@ def test_less_context_is_measurably_worse(acoustic, vocoder):
     chunking = replace(read_chunk_params({}, c.CHUNK_PARAMS), left_context=0, right_context=0)
     bare = stream_latents(sentences, EngineStages(acoustic, vocoder), chunking)
     assert snr_db(whole, bare) < 40
+
+
+def test_a_stream_ahead_of_its_listener_vocodes_fewer_longer_windows_more_exactly(acoustic, vocoder, monkeypatch):
+    """In process the engines run many times faster than real time, so a stream soon has
+    seconds of audio in hand and its chunks grow; with growth switched off (a threshold
+    no stream reaches) they keep their usual size. The grown stream is at least as close
+    to whole-sentence vocoding."""
+    text, inputs = workload("paragraph"), {c.TEXT: strings(workload("paragraph")), c.SEED: np.array([1], np.int64)}
+    whole = np.concatenate([vocoder.vocode(s.latent[None])[0] for s in latents(acoustic, text)])
+    ahead = EngineStages(acoustic, vocoder)
+    grown = np.concatenate([x.pcm for x in synthesize_all(ahead, inputs)])
+    monkeypatch.setattr(chunking, "GROW_AHEAD_S", math.inf)
+    usual = EngineStages(acoustic, vocoder)
+    plain = np.concatenate([x.pcm for x in synthesize_all(usual, inputs)])
+    assert len(ahead.calls) < len(usual.calls)
+    assert sum(ahead.calls) < sum(usual.calls)  # fewer context frames vocoded
+    assert snr_db(whole, grown) >= snr_db(whole, plain) - 1 and snr_db(whole, grown) >= 60

@@ -22,7 +22,7 @@ import numpy as np
 from contract import models as c
 from contract.models import SAMPLES_PER_FRAME
 from contract.text import Sentence
-from python_backends.chunking import Chunk, ChunkParams, bucket_frames, chunk_sizes, plan_chunks
+from python_backends.chunking import Chunk, ChunkParams, bucket_frames, chunk_sizes, grown_size, next_chunk
 from python_backends.delivery import AudioChunk, Words, ordered
 from python_backends.scheduler import PlaybackClock, Scheduler
 
@@ -248,13 +248,16 @@ async def stream_pcm(
         sizes = chunk_sizes(chunking.initial_frames, chunking.frames)
         async with aclosing(sentences):
             async for sentence in sentences:
-                for chunk in plan_chunks(
-                    sentence.latent.frames, sizes, chunking.left_context, chunking.right_context
-                ):
+                start, frames = 0, sentence.latent.frames
+                while start < frames:
+                    # Sized when issued: how far ahead the stream is decides how large.
+                    size = grown_size(next(sizes), chunking.frames, clock.ahead_s())
+                    chunk = next_chunk(start, frames, size, chunking.left_context, chunking.right_context)
                     deadline = clock.deadline()
                     clock.planned += chunk.frames * SAMPLES_PER_FRAME
                     work = vocode_chunk(stages, scheduler, sentence.latent, chunk, deadline, pad_to_buckets)
                     yield (sentence, chunk), work
+                    start = chunk.end
 
     offset = 0
     async for (sentence, chunk), pcm in ordered(jobs(), depth, is_cancelled):
