@@ -49,6 +49,7 @@ async def stream_request(
     async for chunk in speak(
         request.sentences, stages, scheduler=scheduler or DeadlineScheduler(2), chunking=chunking,
         head=head, clock=PlaybackClock(EMBEDDED.sample_rate), pad_to_buckets=pad_to_buckets,
+        grow=not request.chunking_asked,
         is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after,
     ):
         out.append(chunk)

@@ -93,7 +93,7 @@ class TtsModel(DecoupledModel):
                 chunks = speak(
                     tts.sentences, BlsStages(self.bls, tts.voice.name, tts.params), chunking=chunking, head=head,
                     scheduler=self.slots.for_client(client), clock=PlaybackClock(rate),
-                    is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets,
+                    is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets, grow=not tts.chunking_asked,
                 )
                 async with aclosing(chunks):
                     async for chunk in chunks:

@@ -138,6 +138,7 @@ async def speak(
     clock: PlaybackClock,
     is_cancelled: Callable[[], bool] = lambda: False,
     pad_to_buckets: bool = False,
+    grow: bool = True,
 ) -> AsyncIterator[AudioChunk]:
     """The audio of `sentences`, chunk by chunk, in order: one acoustic request per
     sentence, up to SENTENCE_LOOKAHEAD sentences ahead (the first sentence's first `head`
@@ -145,7 +146,8 @@ async def speak(
     CHUNK_LOOKAHEAD vocoder calls ahead of delivery. Once `is_cancelled()`, no further
     call is issued; a stage's failure ends the stream with that error."""
     latents = sentence_latents(sentences, stages, scheduler, head, clock, is_cancelled)
-    chunks = stream_pcm(latents, stages, scheduler, chunking, clock, is_cancelled, pad_to_buckets=pad_to_buckets)
+    chunks = stream_pcm(latents, stages, scheduler, chunking, clock, is_cancelled, pad_to_buckets=pad_to_buckets,
+                        grow=grow)
     async with aclosing(chunks):
         async for chunk in chunks:
             yield chunk
@@ -238,11 +240,14 @@ async def stream_pcm(
     is_cancelled: Callable[[], bool] = lambda: False,
     depth: int = CHUNK_LOOKAHEAD,
     pad_to_buckets: bool = False,
+    grow: bool = True,
 ) -> AsyncIterator[AudioChunk]:
     """Yield the audio of every sentence, chunk by chunk, in order; the clock starts when
     the first chunk is yielded. Padding windows to buckets lets Triton batch chunks of
     different streams, which pays where batching is cheaper than one call per window
-    (a GPU); on a CPU a batch costs as much as its calls, so padding is pure waste."""
+    (a GPU); on a CPU a batch costs as much as its calls, so padding is pure waste.
+    With `grow`, chunks grow while the stream is ahead (chunking.grown_size); without,
+    they keep the sizes `chunking` asks for (a client's own)."""
 
     async def jobs():
         sizes = chunk_sizes(chunking.initial_frames, chunking.frames)
@@ -251,7 +256,7 @@ async def stream_pcm(
                 start, frames = 0, sentence.latent.frames
                 while start < frames:
                     # Sized when issued: how far ahead the stream is decides how large.
-                    size = grown_size(next(sizes), chunking.frames, clock.ahead_s())
+                    size = grown_size(next(sizes), chunking.frames, clock.ahead_s()) if grow else next(sizes)
                     chunk = next_chunk(start, frames, size, chunking.left_context, chunking.right_context)
                     deadline = clock.deadline()
                     clock.planned += chunk.frames * SAMPLES_PER_FRAME
