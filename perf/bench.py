@@ -257,9 +257,9 @@ def log_row(row: dict, label: str) -> None:
 async def bench_system(system: System, args: argparse.Namespace, capacity: dict | None) -> tuple[list[dict], list[dict]]:
     """Rows at each level of --levels (per workload), then rows of listeners at each
     multiple of C (`capacity`: its workload, C and the levels; None to skip them)."""
-    rows, capacity_rows = [], []
+    rows, capacity_rows, warm_ups = [], [], {}
     for name in args.workloads:
-        await run_level(system.connect, workload(name), 1, 1)  # warm-up, not counted
+        [warm_ups[name]] = await run_level(system.connect, workload(name), 1, 1)  # not counted
         for level in args.levels:
             rows.append(await measure(system, name, level, rounds_for(level, args), args.listen, args.level_seconds))
             log_row(rows[-1], f"x{level}")
@@ -268,18 +268,17 @@ async def bench_system(system: System, args: argparse.Namespace, capacity: dict 
         capacity_rows.append(row | {"of_capacity": of_c, "arrivals": "together"})
         log_row(row, f"{of_c:g} x C = {level} listeners")
     if capacity and capacity["arrival_levels"]:
-        capacity_rows += await arrival_rows(system, capacity, args.arrival_seconds)
+        capacity_rows += await arrival_rows(system, capacity, args.arrival_seconds, warm_ups[capacity["workload"]])
     return rows, capacity_rows
 
 
-async def arrival_rows(system: System, capacity: dict, seconds: float) -> list[dict]:
+async def arrival_rows(system: System, capacity: dict, seconds: float, probe: Stream) -> list[dict]:
     """A row per multiple x of C in `capacity`: listeners arriving as a Poisson process
     for `seconds`, at the rate that keeps x·C of them listening on average (C over the
-    workload's audio length, as one utterance here measures it)."""
+    workload's audio length, as `probe`, its warm-up utterance, measured it)."""
     name = capacity["workload"]
-    [probe] = await run_level(system.connect, workload(name), 1, 1)
     if not probe.ok:
-        log(f"{system.name}: no Poisson levels, the probe utterance failed ({probe.error})")
+        log(f"{system.name}: no Poisson levels, the warm-up utterance failed ({probe.error})")
         return []
     rows = []
     for of_c in capacity["arrival_levels"]:
