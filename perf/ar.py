@@ -2,7 +2,7 @@
 and frames per second, per stream and in aggregate, at 1/4/8 streams, against the
 in-process limit of the same two models (perf/ar_limit.py).
 
-    python -m perf.ar --out DIR [--ar-model DIR] [--levels 1 4 8] [--frames 48] [--guidance-scale 2]
+    python -m perf.ar --out DIR [--ar-model DIR] [--levels 1 4 8] [--frames 48] [--guidance-scale 2] [--gpu]
 
 Without --ar-model it builds and serves the tests' tiny Orpheus-format model (random
 weights: the figures are the machinery's, not a real model's). At each level, N streams
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from contract import models as c
-from operations.launcher import AR_VENV, PROJECT_ROOT, TritonServer
+from operations.launcher import AR_VENV, PROJECT_ROOT, TritonServer, add_gpu_argument
 from operations.triton_client import stream
 
 from perf.report import pyplot
@@ -98,10 +98,10 @@ def measure_level(url: str, metrics_port: int, streams: int, frames: int, guidan
     }
 
 
-def in_process_limit(model: Path, levels: list[int], frames: int) -> dict:
-    """perf/ar_limit.py in the AR environment."""
+def in_process_limit(model: Path, levels: list[int], frames: int, gpu: bool) -> dict:
+    """perf/ar_limit.py in the AR environment, on the device the server used."""
     command = [str(AR_VENV / "bin" / "python"), "-m", "perf.ar_limit", str(model), "--frames", str(frames),
-               "--streams", *map(str, levels)]
+               "--streams", *map(str, levels), "--device", "cuda" if gpu else "cpu"]
     done = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -180,6 +180,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=48)
     parser.add_argument("--guidance-scale", type=float, default=2.0)
     parser.add_argument("--out", type=Path, required=True)
+    add_gpu_argument(parser)
     args = parser.parse_args()
     if args.ar_model is None:
         from tests.voices import build_orpheus_model
@@ -187,7 +188,7 @@ def main() -> None:
         args.ar_model = build_orpheus_model()
     args.out.mkdir(parents=True, exist_ok=True)
     http, grpc, metrics = free_ports(3)
-    server = TritonServer(http, grpc, metrics, ar_model=str(args.ar_model))
+    server = TritonServer(http, grpc, metrics, ar_model=str(args.ar_model), gpu=args.gpu)
     with (args.out / "tritonserver.log").open("w") as log:
         server.start(stdout=log)
         try:
@@ -198,7 +199,7 @@ def main() -> None:
             guided = [measure_level(url, metrics, n, args.frames, args.guidance_scale) for n in args.levels]
         finally:
             server.stop()
-    limit = in_process_limit(args.ar_model, args.levels, args.frames)  # after the server: the cores are free
+    limit = in_process_limit(args.ar_model, args.levels, args.frames, args.gpu)  # after the server: the cores are free
     rates = {r["streams"]: r["tokens_per_s"] for r in levels}
     results = {"levels": levels, "limit": limit, "frames": args.frames,
                "batching_gain": rates[max(rates)] / rates[min(rates)],

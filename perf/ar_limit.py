@@ -2,7 +2,7 @@
 nothing in the way (no Triton, no BLS, no gRPC): vLLM's AsyncLLM streaming N requests at
 once, and SNAC decoding the frames whole. Runs in the AR environment; prints JSON.
 
-    .venv-ar/bin/python -m perf.ar_limit MODEL_DIR --streams 1 4 8 --frames 48
+    .venv-ar/bin/python -m perf.ar_limit MODEL_DIR --streams 1 4 8 --frames 48 [--device cuda]
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ async def talker_level(engine: TalkerEngine, streams: int, frames: int) -> dict:
     }
 
 
-def code2wav_rate(directory: Path, frames: int, rounds: int = 5) -> dict:
+def code2wav_rate(directory: Path, frames: int, device: str, rounds: int = 5) -> dict:
     """Frames decoded per second, whole windows of `frames`, and a 3-frame window's time."""
-    engine = Code2WavEngine(directory)
+    engine = Code2WavEngine(directory, device=device)
     codes = np.random.default_rng(0).integers(0, 4096, (1, frames, 7))
     engine.decode(codes)  # warm
     start = time.perf_counter()
@@ -62,14 +62,15 @@ def code2wav_rate(directory: Path, frames: int, rounds: int = 5) -> dict:
     return {"frames_per_s": frames / whole, "first_window_ms": 1000 * (time.perf_counter() - start) / rounds}
 
 
-async def measure(model: Path, levels: list[int], frames: int) -> dict:
-    engine = TalkerEngine(model / "talker")
+async def measure(model: Path, levels: list[int], frames: int, device: str) -> dict:
+    gpu = device == "cuda"  # then as the server's configs/gpu.pbtxt: bfloat16 and CUDA graphs
+    engine = TalkerEngine(model / "talker", dtype="bfloat16" if gpu else "float32", eager=not gpu)
     try:
         await talker_level(engine, 1, 4)  # warm
         talker = [await talker_level(engine, n, frames) for n in levels]
     finally:
         engine.shutdown()
-    return {"talker": talker, "code2wav": code2wav_rate(model / "snac", frames)}
+    return {"talker": talker, "code2wav": code2wav_rate(model / "snac", frames, device)}
 
 
 def main() -> None:
@@ -77,8 +78,9 @@ def main() -> None:
     parser.add_argument("model", type=Path)
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--frames", type=int, default=48)
+    parser.add_argument("--device", default="cpu", help="Code2Wav's (the Talker's is vLLM's build's: cpu or cuda)")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(measure(args.model, args.streams, args.frames))))
+    print(json.dumps(asyncio.run(measure(args.model, args.streams, args.frames, args.device))))
 
 
 if __name__ == "__main__":

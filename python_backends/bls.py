@@ -26,7 +26,8 @@ class Bls:
         an error raises StageError. The response iterator is read to its end even when
         the reading stops early (a failure, the reader cancelled): one dropped unread
         deadlocks the 2.51 stub when the model unloads."""
-        request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=outputs)
+        request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=outputs,
+                                             preferred_memory=host_memory())
         responses = iter(await request.async_exec(decoupled=True))
         loop = asyncio.get_running_loop()
         read_all = False
@@ -44,7 +45,8 @@ class Bls:
 
     async def infer(self, model: str, inputs: list, output: str) -> np.ndarray:
         """A plain request's one output; an error raises StageError."""
-        request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=[output])
+        request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=[output],
+                                             preferred_memory=host_memory())
         r = await request.async_exec()
         if r.has_error():
             raise c.StageError(r.error().message())
@@ -52,6 +54,14 @@ class Bls:
 
     def close(self) -> None:
         self._waiters.shutdown(cancel_futures=True)
+
+
+def host_memory():
+    """Outputs come to the stub in host memory, as numpy reads them: a model on a GPU
+    (Code2Wav on a GPU host) would otherwise answer with device memory, which as_numpy
+    refuses. Its audio leaves the server over gRPC anyway: this is the one copy it needs.
+    (Made when asked: the stub that reads a model's config has no PreferredMemory yet.)"""
+    return pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)
 
 
 def string_tensor(name: str, value: str, shape: tuple[int, ...] = (1,)):

@@ -16,7 +16,7 @@ packages=("libpython$PYVER" libb64-0d libopus0)
 # chromium: the browser test drives Debian's build (no browser download).
 [ "${1:-}" = "--tests" ] && packages+=(chromium)
 # python3.11-venv: Debian's Python 3.11, for the autoregressive family's environment.
-case "${1:-}" in --tests|--ar) packages+=(python3.11-venv libpython3.11) ;; esac
+case "${1:-}" in --tests|--ar|--gpu) packages+=(python3.11-venv libpython3.11) ;; esac
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -52,9 +52,9 @@ side_environment() {  # VENV REQUIREMENTS WHAT [PYTHON]
 
 # The autoregressive family (vLLM and SNAC) runs in Triton's Python stub from an
 # environment of its own, made with Debian's Python 3.11: the stub links its libpython.
-ar_environment() {
-  local venv=${AR_VENV:-.venv-ar}
-  side_environment "$venv" python_backends/ar/requirements.txt "vLLM and SNAC (about 3.5 GB)" /usr/bin/python3.11
+ar_environment() {  # [VENV REQUIREMENTS WHAT]
+  local venv=${1:-${AR_VENV:-.venv-ar}}
+  side_environment "$venv" "${2:-python_backends/ar/requirements.txt}" "${3:-vLLM and SNAC (about 3.5 GB)}" /usr/bin/python3.11
   # The registry's builds of torchvision, torchaudio and torchcodec do not load beside the
   # CPU torch and break transformers' imports; opencv (vLLM's video input, which speech
   # never loads) asks for numpy 2, and Triton's stub utilities need numpy 1.
@@ -70,4 +70,8 @@ if [ "${1:-}" = "--tests" ]; then
 fi
 if [ "${1:-}" = "--ar" ]; then
   ar_environment
+fi
+# On a GPU host: the autoregressive family with vLLM's CUDA build (scripts/gpu-check).
+if [ "${1:-}" = "--gpu" ]; then
+  ar_environment "${AR_VENV:-.venv-ar-gpu}" python_backends/ar/requirements-gpu.txt "vLLM's CUDA build and SNAC (about 8 GB)"
 fi

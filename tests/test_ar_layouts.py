@@ -4,7 +4,7 @@ of codes to tokens and back, and the tokens allowed at each step."""
 import numpy as np
 import pytest
 
-from python_backends.ar.layouts import Allowed, CodecTokens, FrameAssembler, Layout, allowed, lay_out
+from python_backends.ar.layouts import NO_TOKEN, Allowed, Bounds, CodecTokens, FrameAssembler, Layout, allowed, lay_out
 
 # Orpheus: SNAC's 7 codes a frame as Llama's added tokens <custom_token_N> = 128256 + N,
 # position p's code c at N = 10 + p·4096 + c; <custom_token_2> (128258) ends the speech.
@@ -53,14 +53,20 @@ def test_the_allowed_tokens_admit_the_layout_and_only_it(fmt):
     assembler = FrameAssembler(fmt)
     for token in tokens:
         may = allowed(fmt, assembler.written, assembler.pad_from)
-        permitted = may.tokens(fmt)
-        assert token in permitted
+        bounds = may.bounds(fmt)
+        assert token in permitted(bounds)
         # One of the codes permitted here, the end token or the pad, is all there is.
-        others = [t for t in (fmt.end_token, fmt.pad_token, fmt.token(0, 0), fmt.token(1, 0)) if t not in permitted]
+        others = [t for t in (fmt.end_token, fmt.pad_token, fmt.token(0, 0), fmt.token(1, 0))
+                  if t not in permitted(bounds)]
         for other in others:
             with pytest.raises(ValueError):
                 FrameAssembler(fmt, assembler.written, pad_from=assembler.pad_from).push(other)
         assembler.push(token)
+
+
+def permitted(bounds: Bounds) -> set[int]:
+    """The tokens a logits mask with these bounds lets through."""
+    return set(range(bounds.lo, bounds.hi)) | {bounds.end, bounds.pad} - {NO_TOKEN}
 
 
 def test_flattened_speech_ends_only_between_frames():

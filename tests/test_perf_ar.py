@@ -1,6 +1,14 @@
-"""The AR benchmark's report (perf/ar.py): its table and plot from measured results."""
+"""The AR benchmarks' reports (perf/ar.py, perf/step_logits.py): tables and plots."""
+
+import json
+import subprocess
+import sys
+
+import pytest
 
 from perf.ar import guidance_table, plot, table
+from perf.step_logits import table as step_table
+from tests.voices import ROOT
 
 
 def level(streams, tokens, first_packet=300.0, lost=0):
@@ -39,3 +47,22 @@ def test_the_guided_table_compares_each_level_with_the_unguided_one():
     assert lines[0].startswith("Guided (scale 2)")
     assert lines[4].split("|")[1:-1] == [" 1 ", " 330 ", " 1.10 ", " 60 ", " 0.75 ", " 60 ", " 0 "]
     assert lines[5].split("|")[1:-1] == [" 8 ", " 600 ", " 2.00 ", " 25 ", " 0.50 ", " 200 ", " 1 "]
+
+
+@pytest.mark.triton  # needs the AR environment, as the Triton tests do
+def test_the_step_benchmark_times_the_torch_path_on_a_cpu_and_reports_it(tmp_path):
+    """perf/step_logits.py end to end on this machine: the kernel needs a GPU, so the CPU
+    report has the torch path alone (scripts/gpu-check runs it on a GPU)."""
+    run = subprocess.run([sys.executable, "-m", "perf.step_logits", "--batches", "1", "8", "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
+    results = json.loads((tmp_path / "step_logits.json").read_text())
+    assert [r["batch"] for r in results["rows"]] == [1, 8] and all(isinstance(r["torch"], float) for r in results["rows"])
+    assert "fused" not in results["rows"][0] and results["device"] == "cpu"
+    assert "| 8 |" in run.stdout and (tmp_path / "step_logits.png").stat().st_size > 0
+
+
+def test_the_step_table_gives_the_kernel_its_ratio_to_torch():
+    rows = [{"batch": 1, "torch": 40.0, "fused": 10.0}, {"batch": 64, "torch": 900.0, "fused": 30.0}]
+    lines = step_table({"device": "NVIDIA H100", "vocab": 156_940, "rows": rows}).splitlines()
+    assert lines[4].split("|")[1:-1] == [" 1 ", " 40.0 ", " 10.0 ", " 0.25 "]
+    assert lines[5].split("|")[1:-1] == [" 64 ", " 900.0 ", " 30.0 ", " 0.03 "]

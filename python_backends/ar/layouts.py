@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -61,6 +62,19 @@ class CodecTokens:
         return range(self.token(position, 0), self.token(position, self.codebook_size))
 
 
+NO_TOKEN = -1  # in Bounds: the end or pad token is not allowed
+
+
+class Bounds(NamedTuple):
+    """`Allowed` as a logits mask takes it: codes [lo, hi), the end token and the pad
+    token (NO_TOKEN where not allowed)."""
+
+    lo: int
+    hi: int
+    end: int
+    pad: int
+
+
 @dataclass(frozen=True)
 class Allowed:
     """The tokens that may come next: a range of codes, and/or the end or pad token."""
@@ -69,9 +83,12 @@ class Allowed:
     end: bool = False
     pad: bool = False
 
-    def tokens(self, fmt: CodecTokens) -> np.ndarray:
-        extra = [fmt.end_token] * self.end + [fmt.pad_token] * self.pad
-        return np.concatenate([np.arange(self.codes.start, self.codes.stop), np.array(extra, dtype=np.int64)])
+    def bounds(self, fmt: CodecTokens) -> Bounds:
+        end, pad = fmt.end_token if self.end else NO_TOKEN, fmt.pad_token if self.pad else NO_TOKEN
+        return Bounds(self.codes.start, self.codes.stop, end, pad)
+
+
+ENDING = Allowed(range(0), end=True)  # for a sequence that must end now
 
 
 def allowed(fmt: CodecTokens, written: int, pad_from: int | None = None) -> Allowed:

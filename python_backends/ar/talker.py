@@ -37,10 +37,12 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from python_backends.ar.guidance import PairGate, Role, Row, apply, diverged_at, plan
-from python_backends.ar.layouts import Allowed, CodecTokens, FrameAssembler, Layout, allowed
+from python_backends.ar import step_logits
+from python_backends.ar.guidance import PairGate, Role, Row, diverged_at, plan
+from python_backends.ar.layouts import ENDING, Allowed, CodecTokens, FrameAssembler, Layout, allowed
 from python_backends.ar.orpheus import OrpheusTokens
 from python_backends.ar.inputs import TalkerParams
+from python_backends.ar.step_logits import StepPlan
 
 CODEC_ARG = "speechstream_codec"  # the SamplingParams.extra_args key of a request's layout
 GUIDANCE_ARG = "speechstream_guidance"  # and of its place in a guided pair: {"pair", "role", "scale"}
@@ -67,11 +69,11 @@ class _CodecRow:
 class CodecLogitsProcessor(LogitsProcessor):
     """Guides the rows of guided pairs that are in lock-step, ends the unconditional row
     of a pair that is not, and masks each codec request's row to the tokens its layout
-    allows next. Guidance comes first: masked logits (−inf) cannot be combined."""
+    allows next. Guidance comes first: masked logits (−inf) cannot be combined. The
+    step's work is a StepPlan, done in one fused kernel on a GPU (python_backends.ar.step_logits)."""
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
         self._rows: dict[int, _CodecRow] = {}
-        self._kept: dict[tuple[CodecTokens, Allowed], torch.Tensor] = {}  # a few per layout: one per position
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -82,23 +84,12 @@ class CodecLogitsProcessor(LogitsProcessor):
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         guidance = plan(Row(i, r.guided.pair, r.guided.role, len(r.written), r.guided.scale)
                         for i, r in self._rows.items() if r.guided is not None)
-        apply(logits, guidance.pairs)
-        for row in guidance.to_end:
-            end = self._rows[row].fmt.end_token
-            logits[row] = float("-inf")
-            logits[row, end] = 0.0
-        for row, r in self._rows.items():
-            if row not in guidance.to_end:
-                self._mask(logits, row, r)
-        return logits
+        masks = {row: (ENDING if row in guidance.to_end else _allowed(r)).bounds(r.fmt) for row, r in self._rows.items()}
+        return step_logits.apply(logits, StepPlan(guidance.pairs, masks))
 
-    def _mask(self, logits: torch.Tensor, row: int, r: _CodecRow) -> None:
-        may = allowed(r.fmt, len(r.written), _pad_step(r.fmt, r.written))
-        if (keep := self._kept.get((r.fmt, may))) is None:
-            keep = self._kept[r.fmt, may] = torch.from_numpy(may.tokens(r.fmt)).to(logits.device)
-        kept = logits[row, keep]
-        logits[row] = float("-inf")
-        logits[row, keep] = kept
+
+def _allowed(r: _CodecRow) -> Allowed:
+    return allowed(r.fmt, len(r.written), _pad_step(r.fmt, r.written))
 
 
 def _guided_of(params: SamplingParams) -> _Guided | None:
