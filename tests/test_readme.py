@@ -332,8 +332,8 @@ def test_the_capacity_levels_are_capacity_bench_md():
     assert c and f"C = **{c[1]} audio-s/s**" in _read(path) and f"T_sent = **{c[2]} ms**" in _read(path)
 
 
-def test_the_ar_tables_are_ar_md():
-    measured = _read(RESULTS / "ar.md").splitlines()
+def test_the_ar_tables_are_ar_md_and_step_logits_md():
+    measured = _read(RESULTS / "ar.md").splitlines() + _read(RESULTS / "step_logits.md").splitlines()
     section = _section(PAGES["benchmarks.md"], "## The autoregressive family")
     rows = [line for line in section.splitlines() if line.startswith("|")]
     assert len(rows) >= 10
