@@ -58,6 +58,7 @@ def unreachable(error: Exception) -> str:
     return str(error) or type(error).__name__
 
 
+STREAM_CLOSE_S = 1.0  # how long a finished stream may take to close before it is cancelled
 PROBE_TEXT = "Ready."  # what a readiness probe synthesizes: one word, through every stage
 _PARAM_TYPES = {
     p.name: triton_to_np_dtype(p.triton_type.removeprefix("TYPE_")) for p in c.VOICE_PARAMS + c.CHUNK_PARAMS + c.AR_PARAMS
@@ -107,7 +108,7 @@ async def _stream(
 
     call = backend.client.stream_infer(requests())
     responses = aiter(call)
-    start = time.monotonic()
+    start, finished = time.monotonic(), False
     try:
         while True:
             try:
@@ -128,10 +129,27 @@ async def _stream(
                 words = [] if names is None else [(w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans)]
                 yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), words)
             if result.get_response().parameters["triton_final_response"].bool_param:
+                sent.set()
+                finished = await _closed(responses)
                 return
     finally:
         sent.set()
-        call.cancel()
+        if not finished:
+            call.cancel()
+
+
+async def _closed(responses: AsyncIterator, timeout_s: float = STREAM_CLOSE_S) -> bool:
+    """Whether Triton ended a stream whose request is done and half-closed, within
+    `timeout_s`. Cancelling it at once instead, when the final response was in, left
+    Triton 2.51 holding the model now and then: its unload then waited out the exit
+    timeout."""
+    try:
+        await asyncio.wait_for(anext(responses), timeout_s)
+    except StopAsyncIteration:
+        return True
+    except (asyncio.TimeoutError, *UNREACHABLE):
+        pass
+    return False
 
 
 class Synthesizer:

@@ -19,12 +19,17 @@ from contract.protocol import PROTOCOL_PATH, SYNTHESIS_FAILED
 from operations.launcher import SHM_PREFIX, alive, stub_running
 
 pytestmark = pytest.mark.triton
+STOP_ROUNDS = 2  # of 20 paragraphs at once, before the SIGTERM
 
 
-def test_serves_speech_and_stops_both_on_sigterm(tmp_path):
+def test_serves_speech_and_stops_both_on_sigterm_unloading_every_model(tmp_path):
+    """After many streams (the gateway's gRPC streams to `tts` all ended), SIGTERM stops
+    Triton with every model unloaded in seconds. Cancelling each gRPC stream once its
+    final response was in left Triton holding `tts` now and then, and its unload then
+    waited out the 30 s exit timeout until Triton was killed."""
     gateway, http, grpc, metrics = free_ports(4)
     cmd = [sys.executable, "-m", "operations.serve", "--port", str(gateway), "--triton-http-port", str(http),
-           "--triton-grpc-port", str(grpc), "--triton-metrics-port", str(metrics)]
+           "--triton-grpc-port", str(grpc), "--triton-metrics-port", str(metrics), "--admission-load", "0"]
     log_path = tmp_path / "serve.log"
     serve = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     try:
@@ -33,11 +38,17 @@ def test_serves_speech_and_stops_both_on_sigterm(tmp_path):
 
         async def speak():
             async with await SpeechClient.connect(f"ws://127.0.0.1:{gateway}{PROTOCOL_PATH}") as client:
-                return len([frame async for frame in client.speak("Hello.")])
+                return len([frame async for frame in client.speak(workload("paragraph"))])
 
-        assert asyncio.run(speak()) > 10
+        async def rounds():
+            for _ in range(STOP_ROUNDS):
+                assert all(frames > 10 for frames in await asyncio.gather(*(speak() for _ in range(20))))
+
+        asyncio.run(rounds())
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(60) == 0
+        log = log_path.read_text()
+        assert "did not stop within" not in log and log.count("successfully unloaded") == 3, log[-3000:]
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2)
     finally:
