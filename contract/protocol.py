@@ -37,6 +37,7 @@ TEXT_TOO_LONG = "text_too_long"
 TOO_MANY_CONTEXTS = "too_many_contexts"
 TOO_MANY_STREAMS = "too_many_streams"  # the client address's streams, all connections and HTTP
 SERVER_BUSY = "server_busy"  # the streams open fill the capacity Triton measures
+SERVER_DRAINING = "server_draining"  # this gateway is stopping: open a new connection (to another)
 MESSAGE_TOO_LARGE = "message_too_large"
 IDLE_TIMEOUT = "idle_timeout"
 BACKEND_UNAVAILABLE = "backend_unavailable"
@@ -45,7 +46,7 @@ INTERNAL_ERROR = "internal_error"
 ERROR_CODES = (
     INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, MISSING_FIELD, INVALID_FIELD, UNKNOWN_VOICE, UNSUPPORTED_FORMAT,
     BINARY_NOT_ACCEPTED, CONFIG_TOO_LATE, UNKNOWN_CONTEXT, CONTEXT_EXISTS, CONTEXT_CLOSED, TEXT_TOO_LONG,
-    TOO_MANY_CONTEXTS, TOO_MANY_STREAMS, SERVER_BUSY, MESSAGE_TOO_LARGE, IDLE_TIMEOUT, BACKEND_UNAVAILABLE,
+    TOO_MANY_CONTEXTS, TOO_MANY_STREAMS, SERVER_BUSY, SERVER_DRAINING, MESSAGE_TOO_LARGE, IDLE_TIMEOUT, BACKEND_UNAVAILABLE,
     SYNTHESIS_FAILED, INTERNAL_ERROR,
 )
 

@@ -63,8 +63,8 @@ async def speech(request: web.Request) -> web.StreamResponse:
     client = request.remote or ""
     if refusal := gateway.stream_refusal(client):
         retry_s = str(math.ceil(refusal.retry_after_ms / 1000))
-        error = ApiError(refusal.message, status=HTTPStatus.TOO_MANY_REQUESTS, code=refusal.code,
-                         headers={"Retry-After": retry_s})
+        status = HTTPStatus.SERVICE_UNAVAILABLE if refusal.code == v1.SERVER_DRAINING else HTTPStatus.TOO_MANY_REQUESTS
+        error = ApiError(refusal.message, status=status, code=refusal.code, headers={"Retry-After": retry_s})
         return api_error(gateway, refusal.code, error)
     with gateway.http_stream(client):
         return await stream_speech(request, gateway, speech_request, client)
@@ -176,11 +176,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: 200 while at least one Triton can synthesize (up, and its last probe
-    passed), else 503; the body says why each cannot."""
-    backends = request.app[GATEWAY].backends.all
-    ready = any(b.ready for b in backends)
+    passed) and the gateway is not stopping, else 503; the body says why."""
+    gateway = request.app[GATEWAY]
+    backends = gateway.backends.all
+    ready = any(b.ready for b in backends) and not gateway.draining
     return json_response(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE, {
-        "ready": ready, "backends": {b.url: b.state for b in backends},
+        "ready": ready, "draining": gateway.draining, "backends": {b.url: b.state for b in backends},
     })
 
 

@@ -85,8 +85,9 @@ async def close_websockets(app: web.Application) -> None:
 
 
 async def serve_forever(settings: Settings) -> None:
-    """Serve until cancelled, then shut down as aiohttp does: stop listening, close the
-    WebSockets, wait for handlers, stop the background tasks."""
+    """Serve until cancelled; then drain (new streams refused, /readyz 503, the streams
+    being spoken given up to `drain_s` to end) and shut down as aiohttp does: stop
+    listening, close the WebSockets, wait for handlers, stop the background tasks."""
     gateway = Gateway(settings)
     # aiohttp's keepalive timeout runs from the connection's start until a request's head
     # is read, and between requests: the bound on slow and silent clients.
@@ -100,7 +101,8 @@ async def serve_forever(settings: Settings) -> None:
                  v1.PROTOCOL_PATH, ", ".join(settings.triton_urls))
         await asyncio.Event().wait()
     finally:
-        log.info("gateway stopping: closing %d WebSockets", len(runner.app[WEBSOCKETS]))
+        await gateway.drain(settings.drain_s)
+        log.info("gateway stopping: closing %d WebSockets", sum(not ws.closed for ws in runner.app[WEBSOCKETS]))
         listener.close()
         await runner.cleanup()
 

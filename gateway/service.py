@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import weakref
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +29,11 @@ STREAM_RETRY_MS = 1000
 BUSY_RETRY_MS = 2000
 # How often the admission queue is offered the capacity that streams ending freed.
 QUEUE_INTERVAL_S = 0.1
+# A hint for a client refused by a stopping gateway: connect again at once (elsewhere).
+DRAIN_RETRY_MS = 0
+# How often a draining gateway looks whether its streams have ended.
+DRAIN_POLL_S = 0.1
+log = logging.getLogger("speechstream.gateway")
 
 
 class Gateway:
@@ -41,10 +47,11 @@ class Gateway:
         self.sessions: dict[Session, str] = {}  # each open session, and its client's address
         self.http_streams: Counter[str] = Counter()  # HTTP speech requests in flight, by address
         self.queue = AdmissionQueue(settings.admission_queue)  # streams waiting for capacity
+        self.draining = False  # stopping: no new stream, the open ones finish (drain)
         self.metrics = Metrics(
             connections=lambda: len(self.sessions),
             contexts=lambda: sum(len(s.contexts) for s in self.sessions),
-            speaking=lambda: sum(ctx.busy for s in self.sessions for ctx in s.contexts.values()),
+            speaking=self.speaking_contexts,
             backends=self.backends.all,
         )
         self.synthesizer = Synthesizer(
@@ -60,10 +67,35 @@ class Gateway:
             streams[address] += session.streams
         return +streams  # without the addresses at 0
 
+    def speaking_contexts(self) -> int:
+        """Contexts with text in hand, on all connections."""
+        return sum(ctx.busy for s in self.sessions for ctx in s.contexts.values())
+
+    def speaking(self) -> int:
+        """Streams being spoken now: contexts with text in hand, and HTTP speech requests."""
+        return self.speaking_contexts() + self.http_streams.total()
+
+    async def drain(self, bound_s: float, poll_s: float = DRAIN_POLL_S) -> int:
+        """Stop taking streams and give those being spoken up to `bound_s` to end; how
+        many were still speaking at the bound."""
+        self.draining = True
+        if speaking := self.speaking():
+            log.info("draining: %d streams speaking; waiting up to %.0f s for them", speaking, bound_s)
+        deadline = asyncio.get_running_loop().time() + bound_s
+        while self.speaking() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(poll_s)
+        if left := self.speaking():
+            log.warning("drained for %.0f s; %d streams still speaking are cut", bound_s, left)
+        return left
+
     def stream_refusal(self, client: str) -> ProtocolError | None:
-        """Why `client` may not start another stream now, or None: its address is at its
-        cap, or the streams open fill the capacity the Tritons measure and the client has
-        its fair share of them already (admission)."""
+        """Why `client` may not start another stream now, or None: the gateway is stopping
+        (draining), its address is at its cap, or the streams open fill the capacity the
+        Tritons measure and the client has its fair share of them already (admission)."""
+        if self.draining:
+            log_refusal(f"a stream from {client}: the gateway is stopping")
+            return ProtocolError(v1.SERVER_DRAINING, "this gateway is stopping; connect again",
+                                 retry_after_ms=DRAIN_RETRY_MS)
         streams, cap = self.streams_by_client(), self.settings.max_streams_per_client
         if cap and streams[client] >= cap:
             log_refusal(f"a stream from {client}: {cap} already open")

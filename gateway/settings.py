@@ -64,6 +64,11 @@ class Settings:
         20.0, "seconds Triton may take for a stream's next chunk before the stream fails with 'synthesis_failed' "
         "(a stage that died or hangs); the wait for a slow client does not count; 0 for never"
     )
+    drain_s: float = _setting(
+        20.0, "seconds a stopping gateway (SIGTERM, SIGINT) gives the streams it is speaking to end, refusing new "
+        "ones ('server_draining' / HTTP 503) with /readyz 503, before it closes each WebSocket with 1001; keep it "
+        "under the grace period of what stops it (Kubernetes: terminationGracePeriodSeconds)"
+    )
     probe_interval_s: float = _setting(
         10.0, "seconds between readiness probes (a word synthesized through every stage of each Triton); "
         "0 for none, when /readyz trusts Triton's own readiness"

@@ -1,10 +1,13 @@
 """The gateway over real WebSockets on loopback, in front of a real tritonserver."""
 
 import asyncio
+import json
 import random
 import signal
 import socket
 import time
+import urllib.error
+import urllib.request
 
 import av
 import numpy as np
@@ -345,13 +348,14 @@ def test_a_client_that_reads_nothing_is_dropped_and_nobody_else_notices(drops_no
     assert done["audio_ms"] > 0 and active == 0
 
 
-def test_sigterm_closes_each_websocket_with_1001_and_the_gateway_exits_cleanly(triton, tmp_path):
-    """Shutdown as aiohttp runs it: on SIGTERM the gateway closes a WebSocket mid-stream with
-    1001 (going away), the stream's Triton work stops, and the process exits 0 once its
-    background tasks (health watch, admission queue) are awaited."""
+def test_sigterm_past_the_drain_closes_each_websocket_with_1001_and_the_gateway_exits_cleanly(triton, tmp_path):
+    """Shutdown as aiohttp runs it, once the drain's bound has passed (`--drain 0` here): on SIGTERM
+    the gateway closes a WebSocket mid-stream with 1001 (going away), the stream's Triton
+    work stops, and the process exits 0 once its background tasks (health watch,
+    admission queue) are awaited."""
     log_path = tmp_path / "gateway.log"
     with log_path.open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, "--probe-interval", "0")
+        process, port = start_gateway(triton.grpc_url, log, "--probe-interval", "0", "--drain", "0")
     try:
         async def run():
             async with connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}") as ws:
@@ -376,3 +380,53 @@ def test_sigterm_closes_each_websocket_with_1001_and_the_gateway_exits_cleanly(t
         time.sleep(0.1)
     assert active_tts_requests(triton.metrics_port) == 0
     assert "closing 1 WebSockets" in log_path.read_text()
+
+
+def test_sigterm_drains_a_speaking_stream_to_done_refusing_new_ones_then_closes_with_1001(triton, tmp_path):
+    """A rolling update cuts no stream: on SIGTERM the gateway says it is not ready,
+    refuses new streams with `server_draining` (connect again, elsewhere), lets the
+    stream it is speaking end `done` with all its audio, then closes with 1001 and exits 0."""
+    with (tmp_path / "gateway.log").open("w") as log:
+        process, port = start_gateway(triton.grpc_url, log, "--probe-interval", "0", "--drain", "60")
+    url = f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"
+    try:
+        async def run():
+            async with connection(url) as speaking_ws, connection(url) as other_ws:
+                speaking, other = Recorder(speaking_ws), Recorder(other_ws)
+                await speaking.until("ready")
+                await other.until("ready")
+                await speaking.send(type="speak", context_id="p", text=workload("paragraph"))
+                while len(speaking.audio("p")) < 3:
+                    await asyncio.wait_for(speaking.read(), 30)
+                process.send_signal(signal.SIGTERM)
+                readiness = await asyncio.to_thread(wait_for_draining, port)
+                await other.send(type="speak", context_id="late", text="Too late.")
+                refused = await other.until("error", "late")
+                done = await speaking.until("done", "p")
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    while True:
+                        await asyncio.wait_for(speaking.read(), 10)
+                return readiness, refused, done, speaking.audio("p"), closed.value.rcvd
+
+        readiness, refused, done, frames, close = asyncio.run(run())
+        assert readiness == (503, True)
+        assert refused["code"] == v1.SERVER_DRAINING and "retry_after_ms" in refused
+        assert done["audio_ms"] == pytest.approx(len(frames) * 20, abs=20)  # every frame, the stream whole
+        assert (close.code, close.reason) == (1001, "server shutting down")
+        assert process.wait(10) == 0
+    finally:
+        stop(process)
+
+
+def wait_for_draining(port: int, timeout_s: float = 5) -> tuple[int, bool]:
+    """/readyz's status and `draining` once the gateway says it is draining."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+                status, body = response.status, json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            status, body = e.code, json.loads(e.read())
+        if body["draining"] or time.monotonic() > deadline:
+            return status, body["draining"]
+        time.sleep(0.02)

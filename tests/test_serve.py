@@ -34,7 +34,7 @@ def test_serves_speech_and_stops_both_on_sigterm_unloading_every_model(tmp_path)
     serve = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     try:
         ready = wait_for_http(f"http://127.0.0.1:{gateway}/readyz", serve, 120, log_path)
-        assert json.loads(ready) == {"ready": True, "backends": {f"127.0.0.1:{grpc}": "ready"}}
+        assert json.loads(ready) == {"ready": True, "draining": False, "backends": {f"127.0.0.1:{grpc}": "ready"}}
 
         async def speak():
             async with await SpeechClient.connect(f"ws://127.0.0.1:{gateway}{PROTOCOL_PATH}") as client:

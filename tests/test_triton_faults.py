@@ -157,7 +157,7 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
                 return client.audio("c")
 
         frames = asyncio.run(back())
-        assert readiness(port)[1] == {"ready": True, "backends": {f"127.0.0.1:{ports[1]}": "ready"}}
+        assert readiness(port)[1] == {"ready": True, "draining": False, "backends": {f"127.0.0.1:{ports[1]}": "ready"}}
         assert frames and frames[-1].last
     finally:
         stop(gateway)
