@@ -15,16 +15,18 @@ import pytest
 from client.speech import SpeechClient, SpeechError
 from perf.servers import free_ports, stop, wait_for_http
 from perf.workloads import workload
-from contract.protocol import PROTOCOL_PATH, SYNTHESIS_FAILED
+from contract.protocol import PROTOCOL_PATH, SERVER_DRAINING, SYNTHESIS_FAILED
 from operations.launcher import SHM_PREFIX, alive, stub_running
 
 pytestmark = pytest.mark.triton
 STOP_ROUNDS = 2  # of 20 paragraphs at once, before the SIGTERM
 
 
-def test_serves_speech_and_stops_both_on_sigterm_unloading_every_model(tmp_path):
-    """After many streams (the gateway's gRPC streams to `tts` all ended), SIGTERM stops
-    Triton with every model unloaded in seconds. Cancelling each gRPC stream once its
+def test_sigterm_with_streams_playing_ends_each_done_then_stops_both_unloading_every_model(tmp_path):
+    """SIGTERM while three paragraphs play: each ends `done` with its whole audio, a new
+    stream is refused `server_draining`, and then Triton stops with every model unloaded
+    in seconds, leaving no process and no shared memory. Before the SIGTERM, many streams
+    (the gateway's gRPC streams to `tts` all ended): cancelling each gRPC stream once its
     final response was in left Triton holding `tts` now and then, and its unload then
     waited out the 30 s exit timeout until Triton was killed."""
     gateway, http, grpc, metrics = free_ports(4)
@@ -36,8 +38,10 @@ def test_serves_speech_and_stops_both_on_sigterm_unloading_every_model(tmp_path)
         ready = wait_for_http(f"http://127.0.0.1:{gateway}/readyz", serve, 120, log_path)
         assert json.loads(ready) == {"ready": True, "draining": False, "backends": {f"127.0.0.1:{grpc}": "ready"}}
 
+        url = f"ws://127.0.0.1:{gateway}{PROTOCOL_PATH}"
+
         async def speak():
-            async with await SpeechClient.connect(f"ws://127.0.0.1:{gateway}{PROTOCOL_PATH}") as client:
+            async with await SpeechClient.connect(url) as client:
                 return len([frame async for frame in client.speak(workload("paragraph"))])
 
         async def rounds():
@@ -45,15 +49,55 @@ def test_serves_speech_and_stops_both_on_sigterm_unloading_every_model(tmp_path)
                 assert all(frames > 10 for frames in await asyncio.gather(*(speak() for _ in range(20))))
 
         asyncio.run(rounds())
-        serve.send_signal(signal.SIGTERM)
+        triton, stubs = triton_tree(serve)
+        regions = {a for p in stubs for a in p.cmdline() if a.startswith(SHM_PREFIX)}
+        frames, late = asyncio.run(stopped_while_playing(url, serve, 3))
+        assert late == SERVER_DRAINING
+        assert all(ended == "done" and whole for ended, whole in frames), frames
         assert serve.wait(60) == 0
         log = log_path.read_text()
         assert "did not stop within" not in log and log.count("successfully unloaded") == 3, log[-3000:]
+        assert not [p for p in (triton, *stubs) if psutil.pid_exists(p.pid) and alive(p)]
+        assert regions and not [r for r in regions if Path("/dev/shm", r).exists()]
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2)
     finally:
         if serve.poll() is None:
             stop(serve, timeout=60)  # SIGTERM first: a killed serve would leave its Triton running
+
+
+async def stopped_while_playing(url: str, serve: subprocess.Popen, streams: int) -> tuple[list, str]:
+    """`streams` paragraphs at once, SIGTERM to `serve` once each has audio, and a new
+    stream asked for meanwhile: how each paragraph ended (`done` or its error code, and
+    whether its frames cover the audio `done` reported), and the new stream's error code."""
+    async def paragraph(started: asyncio.Event) -> tuple[str, bool]:
+        async with await SpeechClient.connect(url) as client:
+            context, frames = client.context(), 0
+            await context.speak(workload("paragraph"))
+            try:
+                async for event in context.events():
+                    frames += event.frame is not None
+                    started.set()
+            except SpeechError as e:
+                return e.code, False
+            if context.done is None:
+                return "closed", False
+            return "done", frames * client.ready["frame_ms"] == pytest.approx(context.done["audio_ms"], abs=20)
+
+    async def refused() -> str:
+        async with await SpeechClient.connect(url) as client:
+            try:
+                await client.speak("Too late.").__anext__()
+            except SpeechError as e:
+                return e.code
+        return "spoken"
+
+    started = [asyncio.Event() for _ in range(streams)]
+    playing = [asyncio.ensure_future(paragraph(e)) for e in started]
+    await asyncio.gather(*(e.wait() for e in started))
+    serve.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.5)  # the gateway has begun to drain
+    return list(await asyncio.gather(*playing)), await refused()
 
 
 def triton_tree(serve: subprocess.Popen) -> tuple[psutil.Process, list[psutil.Process]]:
