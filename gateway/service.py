@@ -75,18 +75,16 @@ class Gateway:
         """Streams being spoken now: contexts with text in hand, and HTTP speech requests."""
         return self.speaking_contexts() + self.http_streams.total()
 
-    async def drain(self, bound_s: float, poll_s: float = DRAIN_POLL_S) -> int:
-        """Stop taking streams and give those being spoken up to `bound_s` to end; how
-        many were still speaking at the bound."""
+    async def drain(self, bound_s: float) -> None:
+        """Stop taking streams and give those being spoken up to `bound_s` to end."""
         self.draining = True
         if speaking := self.speaking():
             log.info("draining: %d streams speaking; waiting up to %.0f s for them", speaking, bound_s)
         deadline = asyncio.get_running_loop().time() + bound_s
         while self.speaking() and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(poll_s)
+            await asyncio.sleep(DRAIN_POLL_S)
         if left := self.speaking():
             log.warning("drained for %.0f s; %d streams still speaking are cut", bound_s, left)
-        return left
 
     def stream_refusal(self, client: str) -> ProtocolError | None:
         """Why `client` may not start another stream now, or None: the gateway is stopping
