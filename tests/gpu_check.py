@@ -27,22 +27,10 @@ from python_backends.ar.code2wav import WINDOW_BUCKETS, Code2WavEngine  # noqa: 
 from python_backends.ar.inputs import TalkerParams  # noqa: E402
 from python_backends.ar.talker import TalkerEngine  # noqa: E402
 from tests.audio import snr_db  # noqa: E402
-from tests.step_logits_check import compare, orpheus_plan, random_plan  # noqa: E402
+from tests.step_logits_check import cases  # noqa: E402
 
 DEVICE = "cuda"
 TEXT = "The birch canoe slid on the smooth planks."
-
-
-def kernel() -> list[dict]:
-    rng = np.random.default_rng(0)
-    cases = []
-    for rows, vocab in [(1, 100), (9, 4099), (64, 156_940)]:
-        for _ in range(3):
-            logits = torch.from_numpy(rng.normal(0, 4, (rows, vocab)).astype(np.float32)).to(DEVICE)
-            cases.append(compare(logits, random_plan(rng, rows, vocab)))
-    logits = torch.from_numpy(rng.normal(0, 4, (4, 156_940)).astype(np.float32)).to(DEVICE)
-    cases.append(compare(logits, orpheus_plan(4)))
-    return cases
 
 
 def graphs(snac: Path) -> dict:
@@ -85,6 +73,7 @@ if __name__ == "__main__":
     model = Path(sys.argv[1])
     if not torch.cuda.is_available():
         sys.exit("no CUDA device: this runs on a GPU host (scripts/gpu-check)")
-    figures = {"device": torch.cuda.get_device_name(), "kernel": kernel(), "code2wav": graphs(model / "snac")}
+    figures = {"device": torch.cuda.get_device_name(), "kernel": cases(DEVICE, [(1, 100), (9, 4099), (64, 156_940)]),
+               "code2wav": graphs(model / "snac")}
     figures["talker"] = asyncio.run(talker(model / "talker"))
     print(json.dumps(figures))

@@ -84,16 +84,21 @@ def compare(logits: torch.Tensor, plan: StepPlan) -> dict:
     }
 
 
-def interpret() -> list[dict]:
+def cases(device: str, sizes: list[tuple[int, int]]) -> list[dict]:
+    """Three random batches of each (rows, vocabulary) size, then an Orpheus-sized step,
+    each compared on `device`."""
     rng = np.random.default_rng(0)
-    cases = []
-    for rows, vocab in [(1, 100), (5, 1000), (9, 4099), (16, 3000)]:  # 4099: a strip past the last full one
+    compared = []
+    for rows, vocab in sizes:
         for _ in range(3):
-            logits = torch.from_numpy(rng.normal(0, 4, (rows, vocab)).astype(np.float32))
-            cases.append(compare(logits, random_plan(rng, rows, vocab)))
-    logits = torch.from_numpy(rng.normal(0, 4, (4, ORPHEUS_VOCAB)).astype(np.float32))
-    cases.append(compare(logits, orpheus_plan(4)))
-    return cases
+            logits = torch.from_numpy(rng.normal(0, 4, (rows, vocab)).astype(np.float32)).to(device)
+            compared.append(compare(logits, random_plan(rng, rows, vocab)))
+    logits = torch.from_numpy(rng.normal(0, 4, (4, ORPHEUS_VOCAB)).astype(np.float32)).to(device)
+    return compared + [compare(logits, orpheus_plan(4))]
+
+
+def interpret() -> list[dict]:
+    return cases("cpu", [(1, 100), (5, 1000), (9, 4099), (16, 3000)])  # 4099: a strip past the last full one
 
 
 def compile_for_gpus() -> dict:
