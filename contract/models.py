@@ -18,7 +18,9 @@ TTS_MODEL = "tts"
 TALKER_MODEL = "talker"
 CODE2WAV_MODEL = "code2wav"
 TTS_AR_MODEL = "tts_ar"
-DECOUPLED_MODELS = (ACOUSTIC_MODEL, TTS_MODEL, TALKER_MODEL, TTS_AR_MODEL)
+# The Thinker: a chat model on vLLM writing a voice chat's replies (python_backends/thinker).
+THINKER_MODEL = "thinker"
+DECOUPLED_MODELS = (ACOUSTIC_MODEL, TTS_MODEL, TALKER_MODEL, TTS_AR_MODEL, THINKER_MODEL)
 
 # The embedded default voice (Piper's en_US-joe-medium); others come from a voices
 # directory (contract.voices).
@@ -46,6 +48,15 @@ TALKER_GUIDANCE_LOST_METRIC = "speechstream_talker_guidance_lost_streams"  # pai
 TTS_AR_FIRST_CHUNKS_METRIC = "speechstream_tts_ar_first_chunks"
 TTS_AR_FIRST_FRAMES_METRIC = "speechstream_tts_ar_first_chunk_talker_seconds"
 TTS_AR_FIRST_DECODE_METRIC = "speechstream_tts_ar_first_chunk_code2wav_seconds"
+
+# The Thinker's vLLM engine, as its scheduler reports it, and its verification of drafts.
+THINKER_RUNNING_METRIC = "speechstream_thinker_running_requests"
+THINKER_WAITING_METRIC = "speechstream_thinker_waiting_requests"
+THINKER_TOKENS_METRIC = "speechstream_thinker_generated_tokens"
+THINKER_PEAK_METRIC = "speechstream_thinker_peak_running_requests"
+THINKER_VERIFIED_METRIC = "speechstream_thinker_drafts_verified"  # replies that began by verifying a draft
+THINKER_DRAFT_TOKENS_METRIC = "speechstream_thinker_draft_tokens"  # the tokens of those drafts
+THINKER_ACCEPTED_METRIC = "speechstream_thinker_accepted_tokens"  # of which the model kept these
 
 # Inputs shared by `acoustic` and `tts`. `tts` takes exactly one of TEXT (BYTES [1]), which
 # it cuts into sentences, or SENTENCES (BYTES [-1]), text already cut (the gateway's
@@ -180,6 +191,27 @@ AR_CHUNK_PARAMS = (
     Param(RIGHT_CONTEXT_FRAMES, "TYPE_INT32", 2, 0, 16),
 )
 
+# The Thinker's request: the conversation so far, MESSAGES (BYTES [1], JSON: a list of
+# {"role": "system" | "user" | "assistant", "content": text}, its last the user's); a
+# DRAFT reply to verify first (INT32 [-1] token ids, from an earlier reply's TOKEN_IDS),
+# kept up to its first token outside the model's best TOP_K; decoding per TEMPERATURE
+# (0: greedy) for at most MAX_TOKENS tokens. Its responses: TOKEN_IDS (INT32 [-1], the
+# reply's next tokens, an end token included), TEXT (BYTES [1], their text as far as it
+# can be decoded), and with the first of a verifying reply ACCEPTED (INT32 [1], draft
+# tokens kept; that response's TOKEN_IDS are those, then the token after them).
+MESSAGES = "MESSAGES"
+DRAFT = "DRAFT"
+TOP_K = "TOP_K"
+MAX_TOKENS = "MAX_TOKENS"
+TOKEN_IDS = "TOKEN_IDS"
+ACCEPTED = "ACCEPTED"
+THINKER_PARAMS = (
+    Param(TOP_K, "TYPE_INT32", 1, 1, 20),
+    Param(MAX_TOKENS, "TYPE_INT32", 256, 1, 4096),
+    Param(TEMPERATURE, "TYPE_FP32", 0.0, 0.0, 2.0),
+)
+MAX_MESSAGES_CHARS = 32_000  # a conversation's text, all messages together
+
 # Request text limit, in characters; a model config parameter `max_text_chars` overrides it.
 MAX_TEXT_CHARS = 20_000
 # A sentence longer than this is cut (at a clause, else a space) so one sentence can never
@@ -228,6 +260,9 @@ def model_inputs(model: str) -> list[dict]:
         text = [_tensor(TEXT, "TYPE_STRING", [1], optional=True)]
         sentences = [_tensor(SENTENCES, "TYPE_STRING", [-1], optional=True)]
         return text + sentences + voice + _params(AR_PARAMS) + _params(AR_CHUNK_PARAMS)
+    if model == THINKER_MODEL:
+        return [_tensor(MESSAGES, "TYPE_STRING", [1]), _tensor(DRAFT, "TYPE_INT32", [-1], optional=True),
+                *_params(THINKER_PARAMS)]
     raise KeyError(model)
 
 
@@ -252,4 +287,7 @@ def model_outputs(model: str) -> list[dict]:
         return [_tensor(PCM, "TYPE_FP32", [-1])]
     if model == TALKER_MODEL:
         return [_tensor(CODES, "TYPE_INT32", [-1, AR_POSITIONS])]
+    if model == THINKER_MODEL:
+        return [_tensor(TOKEN_IDS, "TYPE_INT32", [-1]), _tensor(TEXT, "TYPE_STRING", [1]),
+                _tensor(ACCEPTED, "TYPE_INT32", [1])]
     raise KeyError(model)

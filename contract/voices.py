@@ -19,6 +19,10 @@ from contract.models import AR_SAMPLE_RATE, DEFAULT_VOICE, ORPHEUS_VOICES, TTS_A
 VOICES_ENV = "SPEECHSTREAM_VOICES"
 # An Orpheus-format model directory: its voices are served by the autoregressive family.
 AR_MODEL_ENV = "SPEECHSTREAM_AR_MODEL"
+# The voice chat's chat model: a Hugging Face directory, or EMBEDDED_CHAT for the
+# embedded SmolLM2 (python_backends.thinker.gguf_model).
+CHAT_MODEL_ENV = "SPEECHSTREAM_CHAT_MODEL"
+EMBEDDED_CHAT = "embedded"
 PIPER, AR = "piper", "ar"  # the families a voice may belong to
 
 

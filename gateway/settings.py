@@ -11,7 +11,7 @@ import argparse
 import os
 from dataclasses import dataclass, field, fields
 
-from contract.voices import AR_MODEL_ENV, VOICES_ENV
+from contract.voices import AR_MODEL_ENV, CHAT_MODEL_ENV, EMBEDDED_CHAT, VOICES_ENV
 from contract.models import MAX_TEXT_CHARS
 
 
@@ -96,6 +96,11 @@ class Settings:
     ar_model: str | None = _setting(
         None, "an Orpheus-format model directory (talker/ and snac/): its voices (tara, leah, ...) are spoken by "
         "the autoregressive family, which Triton must serve from the same (speechstream-serve does)", env=AR_MODEL_ENV,
+    )
+    chat_model: str | None = _setting(
+        None, f"a chat model directory (Hugging Face), or '{EMBEDDED_CHAT}' for the embedded SmolLM2: protocol v1's "
+        "chat mode is on, its replies written by Triton's `thinker` model, which Triton must serve from the same "
+        "(speechstream-serve does; --chat is --chat-model embedded)", env=CHAT_MODEL_ENV,
     )
 
     @property

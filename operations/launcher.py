@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from contract import models as c
-from contract.voices import AR_MODEL_ENV, VOICES_ENV, VoiceError, find_voices
+from contract.voices import AR_MODEL_ENV, CHAT_MODEL_ENV, EMBEDDED_CHAT, VOICES_ENV, VoiceError, find_voices
 from python_backends.piper.voice import cache_dir, load_voice
 
 log = logging.getLogger("speechstream.triton")
@@ -69,7 +69,8 @@ def backend_directory() -> Path:
     return target
 
 
-def server_environment(voices: str | None = None, ar_model: str | None = None) -> dict[str, str]:
+def server_environment(voices: str | None = None, ar_model: str | None = None,
+                       chat_model: str | None = None) -> dict[str, str]:
     """The environment for tritonserver and its Python stubs.
 
     The stubs run the system's libpython in isolated mode, which ignores PYTHONPATH, so
@@ -77,13 +78,17 @@ def server_environment(voices: str | None = None, ar_model: str | None = None) -
     packages) on sys.path themselves; the server needs the wheel's own libraries. The
     models find the voices directory in $SPEECHSTREAM_VOICES. The AR family's Talker and
     Code2Wav take the AR environment's packages (SPEECHSTREAM_AR_PYTHONPATH) instead, and
-    the model directory from $SPEECHSTREAM_AR_MODEL.
+    the model directory from $SPEECHSTREAM_AR_MODEL; the Thinker runs from the same
+    environment, its chat model directory in $SPEECHSTREAM_CHAT_MODEL.
     """
     env = dict(os.environ)
     if voices:
         env[VOICES_ENV] = voices
     if ar_model:
         env[AR_MODEL_ENV] = str(Path(ar_model).resolve())
+    if chat_model:
+        env[CHAT_MODEL_ENV] = str(Path(chat_model).resolve())
+    if ar_model or chat_model:
         env["SPEECHSTREAM_AR_PYTHON"] = str(AR_VENV / "bin" / "python")
         site = AR_VENV / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
         env["SPEECHSTREAM_AR_PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), str(site)])
@@ -122,6 +127,7 @@ class TritonServer:
     log_verbose: int = 0
     voices: str | None = None  # a directory of Piper voices, besides the embedded one
     ar_model: str | None = None  # an Orpheus-format model directory: serve the autoregressive family too
+    chat_model: str | None = None  # a chat model directory, or EMBEDDED_CHAT: serve the Thinker too
     gpu: bool = False  # models with a configs/gpu.pbtxt load it (the AR family on the GPU)
     process: subprocess.Popen | None = field(default=None, init=False)
     _stdout: object = field(default=None, init=False, repr=False)
@@ -149,13 +155,15 @@ class TritonServer:
     def models(self) -> tuple[str, ...]:
         """The models this server loads: the Piper chain, and the AR family's with `ar_model`."""
         piper = (c.ACOUSTIC_MODEL, c.VOCODER_MODEL, c.TTS_MODEL)
-        return piper + ((c.TALKER_MODEL, c.CODE2WAV_MODEL, c.TTS_AR_MODEL) if self.ar_model else ())
+        ar = (c.TALKER_MODEL, c.CODE2WAV_MODEL, c.TTS_AR_MODEL) if self.ar_model else ()
+        return piper + ar + ((c.THINKER_MODEL,) if self.chat_model else ())
 
     def start(self, stdout=None) -> None:
         for voice in find_voices(self.voices).values():  # VoiceError, with what to fix, before Triton starts
             load_voice(voice)  # derive the graphs once here, not in three model processes at once
         if self.ar_model:
             check_ar_model(self.ar_model)
+        chat_dir = chat_model_dir(self.chat_model) if self.chat_model else None
         removed = remove_stale_regions()
         if removed:
             log.warning("removed %d shared-memory regions left by Triton processes that are gone", removed)
@@ -165,7 +173,7 @@ class TritonServer:
         # A session of its own: a signal Triton or a dying stub sends to its process group
         # does not reach the supervisor, which stops Triton itself.
         self.process = subprocess.Popen(
-            self.command(), env=server_environment(self.voices, self.ar_model), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
+            self.command(), env=server_environment(self.voices, self.ar_model, chat_dir), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def is_ready(self) -> bool:
@@ -371,6 +379,22 @@ def check_ar_model(directory: str) -> None:
         raise VoiceError(f"AR model {directory}: no AR environment at {AR_VENV}; run `scripts/setup.sh --ar`")
 
 
+def chat_model_dir(chat_model: str) -> str:
+    """The chat model's directory: `chat_model` itself, or for EMBEDDED_CHAT the embedded
+    SmolLM2, converted from its GGUF once (in the vLLM environment, which reads GGUF)."""
+    if not (AR_VENV / "bin" / "python").exists():
+        raise VoiceError(f"chat model: no vLLM environment at {AR_VENV}; run `scripts/setup.sh --chat`")
+    if chat_model != EMBEDDED_CHAT:
+        if not (Path(chat_model) / "config.json").exists():
+            raise VoiceError(f"chat model {chat_model}: not a Hugging Face model directory (no config.json)")
+        return chat_model
+    run = subprocess.run([str(AR_VENV / "bin" / "python"), "-m", "python_backends.thinker.gguf_model"],
+                         cwd=PROJECT_ROOT, capture_output=True, text=True)
+    if run.returncode:
+        raise VoiceError(f"the embedded chat model could not be made: {run.stderr.strip().splitlines()[-1:]}")
+    return run.stdout.strip().splitlines()[-1]
+
+
 def add_voices_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--voices", default=os.environ.get(VOICES_ENV),
@@ -382,6 +406,17 @@ def add_voices_argument(parser: argparse.ArgumentParser) -> None:
         help=f"an Orpheus-format model directory (talker/ and snac/) to serve the autoregressive family from "
              f"(env {AR_MODEL_ENV})",
     )
+    add_chat_arguments(parser)
+
+
+def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--chat-model", default=os.environ.get(CHAT_MODEL_ENV),
+        help=f"a chat model directory (Hugging Face, Llama- or Qwen-style) for the voice chat's Thinker, or "
+             f"'{EMBEDDED_CHAT}' for the embedded SmolLM2-135M-Instruct (env {CHAT_MODEL_ENV})",
+    )
+    parser.add_argument("--chat", dest="chat_model", action="store_const", const=EMBEDDED_CHAT,
+                        help=f"voice chat on the embedded chat model: --chat-model {EMBEDDED_CHAT}")
 
 
 def add_gpu_argument(parser: argparse.ArgumentParser) -> None:
@@ -405,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
 
     server = TritonServer(
         args.http_port, args.grpc_port, args.metrics_port, args.host, args.model_repository, args.log_verbose, args.voices,
-        args.ar_model, args.gpu,
+        args.ar_model, args.chat_model, args.gpu,
     )
     stopping = threading.Event()
 

@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 
-from contract.voices import VoiceError
+from contract.voices import EMBEDDED_CHAT, VoiceError
 from operations.launcher import TritonServer, add_gpu_argument
 
 from gateway import settings as s
@@ -25,7 +25,7 @@ log = logging.getLogger("speechstream.serve")
 
 async def run(args: argparse.Namespace) -> int:
     triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port, voices=args.voices,
-                           ar_model=args.ar_model, gpu=args.gpu)
+                           ar_model=args.ar_model, chat_model=args.chat_model, gpu=args.gpu)
     triton.start()
     stopping = threading.Event()
     supervisor = None
@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-grpc-port", type=int, default=int(env("TRITON_GRPC_PORT", 8001)))
     parser.add_argument("--triton-metrics-port", type=int, default=int(env("TRITON_METRICS_PORT", 8002)))
     add_gpu_argument(parser)
+    parser.add_argument("--chat", dest="chat_model", action="store_const", const=EMBEDDED_CHAT,
+                        help=f"voice chat on the embedded chat model: --chat-model {EMBEDDED_CHAT}")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

@@ -166,3 +166,52 @@ class ResponseLoop:
     def close(self, timeout: float) -> None:
         self._queue.put(None)
         self._thread.join(timeout)
+
+
+class EngineModel(DecoupledModel):
+    """A decoupled model whose engine (vLLM's async engine) runs on an event loop thread
+    of its own, as Triton's vllm_backend runs it: requests are handed to that loop, their
+    responses leave through a ResponseLoop, so the engine's loop never waits on Triton,
+    and `finalize` lets the requests in flight end before the engine stops.
+
+    A subclass writes `start_engine` (a coroutine, run on the loop) and `respond`."""
+
+    drain_s = 10.0  # the longest finalize waits for requests in flight
+
+    def initialize(self, args) -> None:
+        self.in_flight = 0  # requests handed to the loop and not ended
+        self.idle = threading.Condition()
+        self.responses = ResponseLoop()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=f"{self.model}-loop", daemon=True)
+        self.thread.start()
+        self.engine = asyncio.run_coroutine_threadsafe(self.start_engine(parameters(args)), self.loop).result()
+
+    async def start_engine(self, parameters: dict[str, str]):
+        raise NotImplementedError
+
+    def execute(self, requests) -> None:
+        for request in requests:
+            with self.idle:
+                self.in_flight += 1
+            asyncio.run_coroutine_threadsafe(self._serve_counted(request), self.loop)
+
+    async def _serve_counted(self, request) -> None:
+        try:
+            await self.serve(request)
+        finally:
+            with self.idle:
+                self.in_flight -= 1
+                self.idle.notify_all()
+
+    def deliver(self, sender, outputs=None, error_message=None) -> None:
+        self.responses.put(sender, outputs, error_message)
+
+    def finalize(self) -> None:
+        with self.idle:
+            if not self.idle.wait_for(lambda: self.in_flight == 0, timeout=self.drain_s):
+                log_error(f"{self.model}: unloading with {self.in_flight} requests still in flight after {self.drain_s:g} s")
+        self.engine.shutdown()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.responses.close(timeout=10)

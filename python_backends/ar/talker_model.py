@@ -1,16 +1,12 @@
 """The `talker` model, Triton-facing: a sentence → frames of codec codes, streamed from a
-vLLM engine (talker.TalkerEngine) that runs on an event loop thread of its own, as
-Triton's vllm_backend runs it. Responses leave through a ResponseLoop, so vLLM's loop
-never waits on Triton; `finalize` lets the requests in flight finish first. Imported
-only inside Triton's Python backend (needs its `pb_utils`)."""
+vLLM engine (talker.TalkerEngine) on an event loop thread of its own (serving.EngineModel).
+Imported only inside Triton's Python backend (needs its `pb_utils`)."""
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
 import os
 import sys
-import threading
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import replace
@@ -22,9 +18,7 @@ from contract import models as c
 from python_backends.ar.inputs import read_talker_request
 from python_backends.ar.orpheus import frame_budget
 from python_backends.ar.talker import TalkerStats, TalkerEngine
-from python_backends.serving import DecoupledModel, ResponseLoop, gauge, log_error, parameters, request_inputs
-
-DRAIN_S = 10.0  # the longest finalize waits for requests in flight
+from python_backends.serving import EngineModel, gauge, request_inputs
 
 GAUGES = (
     (c.TALKER_RUNNING_METRIC, "Talker requests in vLLM's batch"),
@@ -36,30 +30,20 @@ GAUGES = (
 )
 
 
-class TalkerModel(DecoupledModel):
+class TalkerModel(EngineModel):
     model = c.TALKER_MODEL
 
-    def initialize(self, args) -> None:
-        p = parameters(args)
+    async def start_engine(self, parameters: dict[str, str]) -> TalkerEngine:
         multiprocessing.set_executable(sys.executable)  # for vLLM's engine processes
         gauges = [gauge(name, about) for name, about in GAUGES]
         self.families = [family for family, _ in gauges]
         self.gauges = [metric for _, metric in gauges]
         self.running_streams: set[str] = set()  # STREAM_IDs streaming
         self.stopped: set[str] = set()  # and those a STOP named
-        self.in_flight = 0  # requests handed to the loop and not ended
-        self.idle = threading.Condition()
-        self.responses = ResponseLoop()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="talker-loop", daemon=True)
-        self.thread.start()
         model = Path(os.environ["SPEECHSTREAM_AR_MODEL"]) / "talker"
-        start = self._start(model, p.get("dtype", "float32"), int(p.get("max_model_len", "4096")),
-                            p.get("enforce_eager", "true") == "true")
-        self.engine = asyncio.run_coroutine_threadsafe(start, self.loop).result()
-
-    async def _start(self, model: Path, dtype: str, max_model_len: int, eager: bool) -> TalkerEngine:
-        return TalkerEngine(model, dtype=dtype, max_model_len=max_model_len, eager=eager, on_stats=self._export)
+        return TalkerEngine(model, dtype=parameters.get("dtype", "float32"),
+                            max_model_len=int(parameters.get("max_model_len", "4096")),
+                            eager=parameters.get("enforce_eager", "true") == "true", on_stats=self._export)
 
     def _export(self, stats: TalkerStats) -> None:
         """vLLM's counts on Triton's metrics port."""
@@ -67,23 +51,6 @@ class TalkerModel(DecoupledModel):
                   stats.guidance_lost)
         for metric, value in zip(self.gauges, values):
             metric.set(value)
-
-    def execute(self, requests) -> None:
-        for request in requests:
-            with self.idle:
-                self.in_flight += 1
-            asyncio.run_coroutine_threadsafe(self._serve_counted(request), self.loop)
-
-    async def _serve_counted(self, request) -> None:
-        try:
-            await self.serve(request)
-        finally:
-            with self.idle:
-                self.in_flight -= 1
-                self.idle.notify_all()
-
-    def deliver(self, sender, outputs=None, error_message=None) -> None:
-        self.responses.put(sender, outputs, error_message)
 
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         talk = read_talker_request(request_inputs(request, self.model))
@@ -105,12 +72,6 @@ class TalkerModel(DecoupledModel):
             self.stopped.discard(talk.stream_id)
 
     def finalize(self) -> None:
-        with self.idle:  # let the requests in flight end
-            if not self.idle.wait_for(lambda: self.in_flight == 0, timeout=DRAIN_S):
-                log_error(f"talker: unloading with {self.in_flight} requests still in flight after {DRAIN_S:g} s")
-        self.engine.shutdown()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        self.responses.close(timeout=10)
+        super().finalize()
         del self.gauges  # metrics go before their families
         del self.families
