@@ -11,6 +11,7 @@ from typing import Any
 
 from contract import models as c
 from contract import protocol as v1
+from gateway.chat import ChatConfig, Speculation
 
 class ProtocolError(Exception):
     """A message the server refuses; sent to the client as an `error` frame."""
@@ -36,6 +37,16 @@ class Config:
     # Extension of v1: Piper's voice parameters and a seed, by their lower-case tensor
     # names (length_scale, noise_scale, noise_w, seed), passed to Triton as they are.
     voice_params: tuple[tuple[str, float | int], ...] = ()
+    chat: ChatConfig | None = None  # chat mode's settings, when the config carries `chat`
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    """Chat mode: the user's turn so far (the whole transcript, replacing the last), or its end."""
+
+    turn_id: str
+    text: str
+    final: bool
 
 
 @dataclass(frozen=True)
@@ -69,7 +80,7 @@ def _field(message: dict, name: str, kind: type | tuple[type, ...], default: Any
 
 
 def _context(message: dict) -> str | None:
-    value = message.get("context_id")
+    value = message.get("context_id", message.get("turn_id"))
     return value if isinstance(value, str) else None
 
 
@@ -115,8 +126,46 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
         raise ProtocolError(v1.INVALID_FIELD, f"frame_ms {frame_ms} is not one of {v1.FRAME_MS}")
     return Config(
         voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), _field(message, "queue", bool, False),
-        voice_params(message),
+        voice_params(message), parse_chat(message),
     )
+
+
+def parse_chat(message: dict) -> ChatConfig | None:
+    """The config's `chat`: {speculation, top_k, system, max_tokens, temperature}."""
+    chat = _field(message, "chat", dict)
+    if chat is None:
+        return None
+    chat = chat | {"type": "config"}
+    unknown = set(chat) - {"type", "speculation", "top_k", "system", "max_tokens", "temperature"}
+    if unknown:
+        raise ProtocolError(v1.INVALID_FIELD, f"chat has unknown fields: {', '.join(sorted(unknown))}")
+    modes = [s.value for s in Speculation]
+    speculation = _field(chat, "speculation", str, Speculation.GREEDY.value)
+    if speculation not in modes:
+        raise ProtocolError(v1.INVALID_FIELD, f"chat.speculation '{speculation}' is not one of {', '.join(modes)}")
+    values = {}
+    for param in c.THINKER_PARAMS:
+        key = param.name.lower()
+        value = _field(chat, key, int if param.is_integer else (int, float), getattr(ChatConfig, key))
+        if not param.minimum <= value <= param.maximum:
+            raise ProtocolError(v1.INVALID_FIELD, f"chat.{key} {value} is out of range [{param.minimum}, {param.maximum}]")
+        values[key] = value
+    system = _field(chat, "system", str)
+    if system is not None and len(system) > c.MAX_MESSAGES_CHARS // 4:
+        raise ProtocolError(v1.INVALID_FIELD, f"chat.system has {len(system)} characters; the limit is {c.MAX_MESSAGES_CHARS // 4}")
+    return ChatConfig(Speculation(speculation), system=system, **values)
+
+
+def parse_user(message: dict, max_text_chars: int) -> UserMessage:
+    turn_id = _field(message, "turn_id", str, required=True)
+    if not turn_id or len(turn_id) > v1.MAX_CONTEXT_ID:
+        raise ProtocolError(v1.INVALID_FIELD, f"turn_id must be 1 to {v1.MAX_CONTEXT_ID} characters")
+    text = _field(message, "text", str, required=True)
+    if not is_unicode(text):
+        raise ProtocolError(v1.INVALID_FIELD, "text holds a lone surrogate (\\ud800-\\udfff escape)", turn_id)
+    if len(text) > max_text_chars:
+        raise ProtocolError(v1.TEXT_TOO_LONG, f"text has {len(text)} characters; the limit is {max_text_chars}", turn_id)
+    return UserMessage(turn_id, text, _field(message, "final", bool, False))
 
 
 def voice_params(message: dict) -> tuple[tuple[str, float | int], ...]:
@@ -164,7 +213,9 @@ def is_unicode(text: str) -> bool:
     return True
 
 
-def parse_message(frame: str | bytes, voices: tuple[str, ...], max_text_chars: int) -> Config | ContextMessage:
+def parse_message(
+    frame: str | bytes, voices: tuple[str, ...], max_text_chars: int
+) -> Config | ContextMessage | UserMessage:
     """Parse one client frame, or raise ProtocolError with a stable code."""
     if isinstance(frame, bytes):
         raise ProtocolError(v1.BINARY_NOT_ACCEPTED, "binary frames are not accepted from clients; send JSON text frames")
@@ -183,6 +234,8 @@ def parse_message(frame: str | bytes, voices: tuple[str, ...], max_text_chars: i
         return parse_config(message, voices)
     if kind in CONTEXT_TYPES:
         return parse_context_message(message, max_text_chars, voices)
+    if kind == "user":
+        return parse_user(message, max_text_chars)
     raise ProtocolError(v1.UNKNOWN_TYPE, f"unknown message type '{kind}'", _context(message))
 
 

@@ -30,6 +30,7 @@ from contract import models as c
 from contract.voices import EMBEDDED_ONLY, VoiceInfo
 from contract.text import Sentence
 
+from gateway import chat as ch
 from gateway import protocol as p
 from gateway.audio import FrameEncoder, pre_skip
 from gateway.segmenter import Segmenter, batches
@@ -127,7 +128,27 @@ class Close:
     reason: str
 
 
-Action = Send | Synthesize | Stop | Close
+@dataclass(frozen=True)
+class Think:
+    """One Thinker request of a chat turn: the reply to `messages`, verifying `draft` first."""
+
+    id: int
+    turn_id: str
+    messages: tuple[dict[str, str], ...]
+    draft: tuple[int, ...]
+    top_k: int
+    max_tokens: int
+    temperature: float
+
+
+@dataclass(frozen=True)
+class StopThinking:
+    think_id: int
+
+
+Action = Send | Synthesize | Stop | Close | Think | StopThinking
+
+HISTORY_CHARS = 8_000  # the conversation a turn's prompt carries, newest first
 
 
 @dataclass(eq=False)
@@ -160,7 +181,7 @@ class Session:
     def __init__(
         self, limits: Limits, observer: Observer, clock: Callable[[], float] = time.monotonic,
         session_id: str | None = None, admission: Admission | None = None,
-        voices: Mapping[str, VoiceInfo] = EMBEDDED_ONLY,
+        voices: Mapping[str, VoiceInfo] = EMBEDDED_ONLY, chat: bool = False,
     ) -> None:
         self.limits = limits
         self.observer = observer
@@ -172,6 +193,11 @@ class Session:
         self.contexts: dict[str, Context] = {}
         self._streams = 0  # stream numbers given out; also: a context was opened
         self._jobs = 0
+        self.chat = chat  # a Thinker serves chat mode
+        self.turns: dict[str, ch.Turn] = {}  # chat turns until their reply is decided
+        self.history: list[dict[str, str]] = []  # the conversation: user turns and the replies spoken
+        self._held: dict[int, ch.Turn] = {}  # held audio's jobs, and their turns
+        self._thinks = 0
 
     @property
     def busy(self) -> bool:
@@ -188,7 +214,7 @@ class Session:
 
     def is_current(self, job_id: int) -> bool:
         """Whether job `job_id` is still wanted (not cancelled, its context not failed)."""
-        return any(context.job is not None and context.job.id == job_id for context in self.contexts.values())
+        return job_id in self._held or any(context.job is not None and context.job.id == job_id for context in self.contexts.values())
 
     # Client frames
 
@@ -202,7 +228,7 @@ class Session:
             log.exception("session %s: unexpected error handling a message", self.id)
             return [self._error(v1.INTERNAL_ERROR, "the server failed to handle this message")]
 
-    def _parse(self, frame: str | bytes) -> p.Config | p.ContextMessage:
+    def _parse(self, frame: str | bytes) -> p.Config | p.ContextMessage | p.UserMessage:
         size = len(frame) if isinstance(frame, bytes) else len(frame.encode("utf-8", "surrogatepass"))
         if size > self.limits.max_message_bytes:
             raise p.ProtocolError(
@@ -210,12 +236,16 @@ class Session:
             )
         return p.parse_message(frame, tuple(self.voices), self.limits.max_text_chars)
 
-    def _handle(self, message: p.Config | p.ContextMessage) -> list[Action]:
+    def _handle(self, message: p.Config | p.ContextMessage | p.UserMessage) -> list[Action]:
         if isinstance(message, p.Config):
-            if self._streams:
-                raise p.ProtocolError(v1.CONFIG_TOO_LATE, "config must come before the first speak or text")
+            if self._streams or self.turns:
+                raise p.ProtocolError(v1.CONFIG_TOO_LATE, "config must come before the first speak, text or user")
             self.config = message
             return [self._ready()]
+        if isinstance(message, p.UserMessage):
+            return self._user(message)
+        if message.type == "cancel" and message.context_id in self.turns:
+            return self._cancel_turn(self.turns[message.context_id])
         context = self.contexts.get(message.context_id)
         if message.type in p.TEXT_TYPES:
             return self._text(context, message)
@@ -342,6 +372,9 @@ class Session:
     ) -> list[Action]:
         """A chunk of job `job_id`'s audio at the voice's rate; words (word, start, end
         sample of the job's audio) come with the first chunk of each sentence."""
+        if (turn := self._held.get(job_id)) is not None:
+            turn.held.chunks.append((pcm, sentence_index, words))
+            return []
         context = self._context_of(job_id)
         if context is None:
             return []  # cancelled meanwhile
@@ -352,6 +385,9 @@ class Session:
 
     def finished(self, job_id: int) -> list[Action]:
         """Job `job_id` delivered all its audio: the context goes on to its next item."""
+        if (turn := self._held.get(job_id)) is not None:
+            turn.held.finished = True
+            return []
         context = self._context_of(job_id)
         if context is None:
             return []
@@ -359,7 +395,10 @@ class Session:
         return self._advance(context)
 
     def failed(self, job_id: int, code: str, message: str) -> list[Action]:
-        """Job `job_id` failed: its context ends with an `error`."""
+        """Job `job_id` failed: its context ends with an `error` (held audio is only dropped)."""
+        if (turn := self._held.pop(job_id, None)) is not None:
+            turn.held = None
+            return []
         context = self._context_of(job_id)
         if context is None:
             return []
@@ -368,6 +407,191 @@ class Session:
 
     def _context_of(self, job_id: int) -> Context | None:
         return next((x for x in self.contexts.values() if x.job is not None and x.job.id == job_id), None)
+
+    # Chat mode (gateway/chat.py holds its rules)
+
+    def _user(self, message: p.UserMessage) -> list[Action]:
+        if not self.chat:
+            raise p.ProtocolError(v1.CHAT_UNAVAILABLE, "this server runs no chat model", message.turn_id)
+        if message.turn_id in self.contexts:
+            raise p.ProtocolError(v1.CONTEXT_EXISTS, f"turn '{message.turn_id}' has ended: its reply is a context", message.turn_id)
+        turn = self.turns.get(message.turn_id)
+        if turn is None:
+            if len(self.turns) + len(self.contexts) >= self.limits.max_contexts:
+                raise p.ProtocolError(v1.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts and turns", message.turn_id)
+            turn = self.turns[message.turn_id] = ch.Turn(message.turn_id)
+        if message.text != turn.transcript:
+            turn.transcript, turn.changed = message.text, True
+        if message.final:
+            return self._final(turn)
+        if self._chat_config.speculation is ch.Speculation.OFF or not turn.wants_round() or self.admission.refusal():
+            return []  # under load, speculation yields: it takes no capacity a listener needs
+        return [self._think(turn, final=False)]
+
+    @property
+    def _chat_config(self) -> ch.ChatConfig:
+        return self.config.chat or ch.ChatConfig()
+
+    def _messages(self, transcript: str) -> tuple[dict[str, str], ...]:
+        history, chars = [], 0
+        for message in reversed(self.history):
+            chars += len(message["content"])
+            if chars > HISTORY_CHARS:
+                break
+            history.insert(0, message)
+        system = [{"role": "system", "content": self._chat_config.system}] if self._chat_config.system else []
+        return (*system, *history, {"role": "user", "content": transcript})
+
+    def _think(self, turn: ch.Turn, final: bool) -> Think:
+        """The turn's next Thinker request: a speculative round, or the final one."""
+        cfg = self._chat_config
+        self._thinks += 1
+        draft = tuple(turn.draft[: cfg.max_tokens - 1]) if cfg.speculation is not ch.Speculation.OFF else ()
+        max_tokens = cfg.max_tokens if final else min(cfg.max_tokens, len(draft) + ch.DRAFT_TOKENS)
+        turn.round, turn.changed = ch.Round(self._thinks, final, max_tokens), False
+        turn.rounds += not final
+        return Think(self._thinks, turn.id, self._messages(turn.transcript), draft, cfg.k, max_tokens, cfg.temperature)
+
+    def _final(self, turn: ch.Turn) -> list[Action]:
+        """The question ended: its reply becomes a context, and one request verifies the draft and writes the rest."""
+        if not turn.transcript.strip():
+            self._drop_turn(turn)
+            raise p.ProtocolError(v1.INVALID_FIELD, "the final transcript is empty", turn.id)
+        stop = [StopThinking(turn.round.id)] if turn.round is not None else []
+        turn.round, turn.final = None, True
+        try:
+            context, opened = self._open(p.ContextMessage("text", turn.id))
+        except p.ProtocolError:
+            stop += self._drop_turn(turn)
+            raise
+        context.closed = True  # the reply alone speaks on it
+        return stop + opened + [self._think(turn, final=True)]
+
+    def thought(self, think_id: int, ids: list[int], text: str, accepted: int | None) -> list[Action]:
+        """A piece of Thinker request `think_id`'s reply."""
+        turn = self._turn_thinking(think_id)
+        if turn is None:
+            return []
+        first = not turn.round.ids and turn.round.accepted is None
+        turn.round.add(ids, text, accepted, turn.marks)
+        if not turn.round.final:
+            return []
+        actions = self._decide(turn) if first else []
+        return actions + self._reply_text(turn, text)
+
+    def _decide(self, turn: ch.Turn) -> list[Action]:
+        """The final request verified the draft: say how, and release or drop the held audio."""
+        cfg, round_ = self._chat_config, turn.round
+        outcome = ch.outcome(cfg.speculation, round_.accepted, turn.held)
+        actions: list[Action] = [Send(p.encode(
+            "reply", turn_id=turn.id, outcome=outcome.value, rounds=turn.rounds, draft_tokens=len(turn.draft),
+            accepted_tokens=round_.accepted or 0,
+        ))]
+        if outcome is ch.Outcome.HELD:
+            return actions + self._release(turn)
+        return actions + self._drop_held(turn)
+
+    def _release(self, turn: ch.Turn) -> list[Action]:
+        """The held first sentence is the reply's: its audio goes out now, and the reply's text after it follows."""
+        held, context = turn.held, self.contexts[turn.id]
+        del self._held[held.job_id]
+        turn.released, turn.spoken_from = True, held.sentence.end
+        context.segmenter.append(turn.draft_text[: held.sentence.end])
+        context.segmenter.flush()  # spans stay those of the reply's text
+        context.ready_at = self.clock()
+        context.job = Job(held.job_id, turn.id, (held.sentence,), context.voice, context.voice_params, 0.0)
+        actions: list[Action] = []
+        for pcm, index, words in held.chunks:
+            actions += self.audio(held.job_id, pcm, index, words)
+        return actions + (self.finished(held.job_id) if held.finished else [])
+
+    def _reply_text(self, turn: ch.Turn, text: str) -> list[Action]:
+        """A delta of the decided reply: to the client, and into the context's speech past the held sentence."""
+        context = self.contexts.get(turn.id)
+        if not text or context is None:
+            return []
+        said = len(turn.round.text) - len(text)  # the reply's characters before this delta
+        skip = max(0, turn.spoken_from - said)
+        sentences = context.segmenter.append(text[skip:]) if skip < len(text) else []
+        return [Send(p.encode("reply_text", turn_id=turn.id, text=text))] + self._submit(context, *sentences)
+
+    def thought_done(self, think_id: int) -> list[Action]:
+        """Thinker request `think_id` ended: the reply is whole, or the round's draft is the turn's now."""
+        turn = self._turn_thinking(think_id)
+        if turn is None:
+            return []
+        round_ = turn.round
+        if round_.final:
+            return self._end_reply(turn)
+        turn.round = None
+        turn.adopt(round_)
+        actions = self._hold(turn, complete=len(round_.ids) < round_.max_tokens)
+        if turn.wants_round() and not self.admission.refusal():
+            actions.append(self._think(turn, final=False))
+        return actions
+
+    def _end_reply(self, turn: ch.Turn) -> list[Action]:
+        del self.turns[turn.id]
+        actions: list[Action] = []
+        if (context := self.contexts.get(turn.id)) is not None:
+            actions += self._submit(context, *context.segmenter.flush(), Mark.CLOSE)
+        self.history += [{"role": "user", "content": turn.transcript}, {"role": "assistant", "content": turn.round.text}]
+        return actions
+
+    def _hold(self, turn: ch.Turn, complete: bool) -> list[Action]:
+        """Synthesize the draft's first sentence out of sight, unless it is held already."""
+        sentence = ch.first_sentence(turn.draft_text, complete, self.voices[self.config.voice].language_family)
+        held = turn.held
+        if held is not None and sentence == held.sentence:
+            return []
+        actions = self._drop_held(turn)
+        tokens = None if sentence is None else ch.tokens_covering(turn.marks, sentence.end)
+        if sentence is None or tokens is None or self.admission.refusal():
+            return actions
+        self._jobs += 1
+        cfg = self.config
+        params = tuple(cfg.voice_params)
+        job = Job(self._jobs, turn.id, (sentence,), cfg.voice, params, 0.0)
+        turn.held = ch.Held(sentence, tokens, job.id)
+        self._held[job.id] = turn
+        return actions + [Synthesize(job)]
+
+    def _drop_held(self, turn: ch.Turn) -> list[Action]:
+        if turn.held is None:
+            return []
+        self._held.pop(turn.held.job_id, None)
+        job_id, turn.held = turn.held.job_id, None
+        return [Stop(job_id)]
+
+    def _drop_turn(self, turn: ch.Turn) -> list[Action]:
+        """The turn goes: its Thinker request and its held audio stop."""
+        self.turns.pop(turn.id, None)
+        stop = [StopThinking(turn.round.id)] if turn.round is not None else []
+        turn.round = None
+        return stop + self._drop_held(turn)
+
+    def _cancel_turn(self, turn: ch.Turn) -> list[Action]:
+        actions = self._drop_turn(turn)
+        if (context := self.contexts.get(turn.id)) is not None:
+            return actions + self._cancel(context)
+        return actions + [Send(p.encode("cancelled", context_id=turn.id))]
+
+    def thought_failed(self, think_id: int, code: str, message: str) -> list[Action]:
+        """Thinker request `think_id` failed: a final one ends its turn with an `error`; a speculative one is only given up."""
+        turn = self._turn_thinking(think_id)
+        if turn is None:
+            return []
+        if not turn.round.final:
+            log.info("session %s: a speculative round of turn %s failed: %s", self.id, turn.id, message)
+            turn.round = None
+            return []
+        actions = self._drop_turn(turn)
+        if (context := self.contexts.pop(turn.id, None)) is not None and context.job is not None:
+            actions.append(Stop(context.job.id))
+        return actions + [self._error(code, message, turn.id)]
+
+    def _turn_thinking(self, think_id: int) -> ch.Turn | None:
+        return next((t for t in self.turns.values() if t.round is not None and t.round.id == think_id), None)
 
     # The connection
 
@@ -380,11 +604,12 @@ class Session:
         return [self._error(v1.IDLE_TIMEOUT, f"no message for {seconds:g} s"), Close(1000, "idle timeout")]
 
     def abort(self) -> list[Action]:
-        """The connection is gone: stop every job, give up every place in the queue."""
+        """The connection is gone: stop every job and Thinker request, give up every place in the queue."""
         jobs = [context.job.id for context in self.contexts.values() if context.job is not None]
         for context in list(self.contexts.values()):
             self._remove(context)
-        return [Stop(job_id) for job_id in jobs]
+        stops = [a for turn in list(self.turns.values()) for a in self._drop_turn(turn)]
+        return stops + [Stop(job_id) for job_id in jobs]
 
     def _remove(self, context: Context) -> None:
         del self.contexts[context.id]
