@@ -87,7 +87,7 @@ class Router:
             frame = _parse_frame(message)
             return Event(at, self._streams.get(frame.stream), frame=frame)
         m = _parse_message(message)
-        context_id = m.get("context_id")
+        context_id = m.get("context_id", m.get("turn_id"))  # chat mode's reply and reply_text name the turn
         if m["type"] == "audio_start":
             self._streams[m["stream"]] = context_id
         elif m["type"] in STREAM_ENDING:

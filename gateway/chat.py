@@ -19,16 +19,11 @@ from dataclasses import dataclass, field
 
 from contract.text import Sentence
 
+from gateway.protocol import ChatConfig, Speculation
 from gateway.segmenter import Segmenter
 
 MAX_ROUNDS = 8  # speculative rounds a turn may run: a bound on the Thinker's work for one question
 DRAFT_TOKENS = 48  # what a round drafts: more than a first sentence, little to throw away
-
-
-class Speculation(enum.Enum):
-    OFF = "off"
-    GREEDY = "greedy"  # keep the draft where it is the argmax: the reply is the one without speculation
-    TOP_K = "top_k"  # keep it where it is among the best top_k: more kept, a reply that may differ
 
 
 class Outcome(enum.Enum):
@@ -36,20 +31,6 @@ class Outcome(enum.Enum):
     PARTIAL = "partial"  # part of the draft kept
     REJECTED = "rejected"  # none of it (or there was none)
     OFF = "off"  # no speculation
-
-
-@dataclass(frozen=True)
-class ChatConfig:
-    speculation: Speculation = Speculation.GREEDY
-    top_k: int = 3
-    system: str | None = None
-    max_tokens: int = 256
-    temperature: float = 0.0
-
-    @property
-    def k(self) -> int:
-        """The verification's k: 1 when greedy."""
-        return self.top_k if self.speculation is Speculation.TOP_K else 1
 
 
 @dataclass

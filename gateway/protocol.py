@@ -5,13 +5,13 @@ README for the contract.
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from contract import models as c
 from contract import protocol as v1
-from gateway.chat import ChatConfig, Speculation
 
 class ProtocolError(Exception):
     """A message the server refuses; sent to the client as an `error` frame."""
@@ -24,6 +24,26 @@ class ProtocolError(Exception):
         self.message = message
         self.context_id = context_id
         self.retry_after_ms = retry_after_ms  # when trying again may succeed
+
+
+class Speculation(enum.Enum):
+    OFF = "off"
+    GREEDY = "greedy"  # keep the draft where it is the argmax: the reply is the one without speculation
+    TOP_K = "top_k"  # keep it where it is among the best top_k: more kept, a reply that may differ
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    speculation: Speculation = Speculation.GREEDY
+    top_k: int = 3
+    system: str | None = None
+    max_tokens: int = 256
+    temperature: float = 0.0
+
+    @property
+    def k(self) -> int:
+        """The verification's k: 1 when greedy."""
+        return self.top_k if self.speculation is Speculation.TOP_K else 1
 
 
 @dataclass(frozen=True)

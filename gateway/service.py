@@ -21,6 +21,7 @@ from gateway.protocol import ProtocolError
 from gateway.session import Limits, Session
 from gateway.settings import Settings
 from gateway.synthesis import Synthesizer
+from gateway.thinking import Thinker
 from contract import protocol as v1
 
 # A hint for a client refused a stream: its own streams end in seconds, not milliseconds.
@@ -54,6 +55,8 @@ class Gateway:
             speaking=self.speaking_contexts,
             backends=self.backends.all,
         )
+        # chat mode: the Thinker's requests, when Triton serves a chat model
+        self.thinker = Thinker(self.backends, settings.stage_timeout_s) if settings.chat_model else None
         self.synthesizer = Synthesizer(
             self.backends, settings.stage_timeout_s, self.metrics.triton_first_response,
             models={name: voice.tts_model for name, voice in self.voices.items()},

@@ -424,13 +424,13 @@ class Session:
             turn.transcript, turn.changed = message.text, True
         if message.final:
             return self._final(turn)
-        if self._chat_config.speculation is ch.Speculation.OFF or not turn.wants_round() or self.admission.refusal():
+        if self._chat_config.speculation is p.Speculation.OFF or not turn.wants_round() or self.admission.refusal():
             return []  # under load, speculation yields: it takes no capacity a listener needs
         return [self._think(turn, final=False)]
 
     @property
-    def _chat_config(self) -> ch.ChatConfig:
-        return self.config.chat or ch.ChatConfig()
+    def _chat_config(self) -> p.ChatConfig:
+        return self.config.chat or p.ChatConfig()
 
     def _messages(self, transcript: str) -> tuple[dict[str, str], ...]:
         history, chars = [], 0
@@ -446,7 +446,7 @@ class Session:
         """The turn's next Thinker request: a speculative round, or the final one."""
         cfg = self._chat_config
         self._thinks += 1
-        draft = tuple(turn.draft[: cfg.max_tokens - 1]) if cfg.speculation is not ch.Speculation.OFF else ()
+        draft = tuple(turn.draft[: cfg.max_tokens - 1]) if cfg.speculation is not p.Speculation.OFF else ()
         max_tokens = cfg.max_tokens if final else min(cfg.max_tokens, len(draft) + ch.DRAFT_TOKENS)
         turn.round, turn.changed = ch.Round(self._thinks, final, max_tokens), False
         turn.rounds += not final

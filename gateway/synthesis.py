@@ -1,5 +1,6 @@
-"""The gateway's only code that talks to Triton: a `tts` request over a gRPC stream, and
-its failures turned into the protocol's errors, once, for WebSocket and HTTP alike.
+"""The gateway's code that talks to Triton: a `tts` request over a gRPC stream, and its
+failures turned into the protocol's errors, once, for WebSocket and HTTP alike (chat
+mode's Thinker requests, gateway/thinking.py, go through the same `responses`).
 
 A request goes to the Triton server with the least outstanding work among those up
 (backends.Backends). Triton unreachable is `backend_unavailable` (the server is marked
@@ -9,6 +10,7 @@ down at once); Triton refusing or failing the request is `synthesis_failed`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import math
@@ -65,7 +67,7 @@ _PARAM_TYPES = {
 }
 
 
-def _input(name: str, array: np.ndarray) -> grpcclient.InferInput:
+def infer_input(name: str, array: np.ndarray) -> grpcclient.InferInput:
     tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
     tensor.set_data_from_numpy(array)
     return tensor
@@ -84,19 +86,17 @@ def tts_request(
     cut, in `voice`; `params` are (tensor name, value) pairs, those the model does not
     take left out (the AR family has no Piper scales); `client` names who asked, for the
     model's fair share."""
-    inputs = [_input(c.SENTENCES, np.array([s.encode() for s in sentences], dtype=object))]
-    inputs.append(_input(c.VOICE, np.array([voice.encode()], dtype=object)))
+    inputs = [infer_input(c.SENTENCES, np.array([s.encode() for s in sentences], dtype=object))]
+    inputs.append(infer_input(c.VOICE, np.array([voice.encode()], dtype=object)))
     takes = _input_names(model)
-    inputs += [_input(name, np.array([value], dtype=_PARAM_TYPES[name])) for name, value in params if name in takes]
+    inputs += [infer_input(name, np.array([value], dtype=_PARAM_TYPES[name])) for name, value in params if name in takes]
     parameters = {"triton_enable_empty_final_response": True, c.CLIENT_PARAMETER: client}
     return {"model_name": model, "inputs": inputs, "parameters": parameters}
 
 
-async def _stream(
-    backend: Backend, request: dict, progress_s: float, first_response: Callable[[float], None] = lambda _: None,
-) -> AsyncIterator[TtsChunk]:
-    """One request on a gRPC stream of its own; the capacity the model says at its end is
-    noted on `backend`. Leaving early cancels the call, which makes Triton cancel the
+async def responses(backend: Backend, request: dict, progress_s: float) -> AsyncIterator:
+    """One decoupled request on a gRPC stream of its own, its responses (InferResult) up
+    to the final one. Leaving early cancels the call, which makes Triton cancel the
     request. A response that takes more than `progress_s` after it was asked for fails
     the request: a stage that died or hangs must not hang the stream (the wait while
     the caller sends audio to a slow client does not count)."""
@@ -107,18 +107,37 @@ async def _stream(
         await sent.wait()
 
     call = backend.client.stream_infer(requests())
-    responses = aiter(call)
-    start, finished = time.monotonic(), False
+    replies = aiter(call)
+    finished = False
     try:
         while True:
             try:
-                result, error = await asyncio.wait_for(anext(responses), progress_s or None)
+                result, error = await asyncio.wait_for(anext(replies), progress_s or None)
             except StopAsyncIteration:
                 raise ConnectionError("Triton closed the stream") from None
             except asyncio.TimeoutError:  # not the builtin on Python 3.10
                 raise SynthesisFailed(v1.SYNTHESIS_FAILED, f"Triton made no progress for {progress_s:g} s") from None
             if error is not None:
                 raise SynthesisFailed(v1.SYNTHESIS_FAILED, error.message())
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                sent.set()
+                finished = await _closed(replies)
+                return
+            yield result
+    finally:
+        sent.set()
+        if not finished:
+            call.cancel()
+
+
+async def _stream(
+    backend: Backend, request: dict, progress_s: float, first_response: Callable[[float], None] = lambda _: None,
+) -> AsyncIterator[TtsChunk]:
+    """A `tts` request's audio, chunk by chunk; the capacity the model says at its end is
+    noted on `backend`."""
+    start = time.monotonic()
+    async with aclosing(responses(backend, request, progress_s)) as results:
+        async for result in results:
             if (capacity := result.as_numpy(c.CAPACITY)) is not None:
                 backend.capacity[request["model_name"]] = float(capacity[0])
             if (pcm := result.as_numpy(c.PCM)) is not None:
@@ -128,28 +147,39 @@ async def _stream(
                 names, spans = result.as_numpy(c.WORDS), result.as_numpy(c.WORD_SAMPLES)
                 words = [] if names is None else [(w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans)]
                 yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), words)
-            if result.get_response().parameters["triton_final_response"].bool_param:
-                sent.set()
-                finished = await _closed(responses)
-                return
-    finally:
-        sent.set()
-        if not finished:
-            call.cancel()
 
 
-async def _closed(responses: AsyncIterator, timeout_s: float = STREAM_CLOSE_S) -> bool:
+async def _closed(replies: AsyncIterator, timeout_s: float = STREAM_CLOSE_S) -> bool:
     """Whether Triton ended a stream whose request is done and half-closed, within
     `timeout_s`. Cancelling it at once instead, when the final response was in, left
     Triton 2.51 holding the model now and then: its unload then waited out the exit
     timeout."""
     try:
-        await asyncio.wait_for(anext(responses), timeout_s)
+        await asyncio.wait_for(anext(replies), timeout_s)
     except StopAsyncIteration:
         return True
     except (asyncio.TimeoutError, *UNREACHABLE):
         pass
     return False
+
+
+@contextlib.asynccontextmanager
+async def on_backend(backends: Backends) -> AsyncIterator[Backend]:
+    """The least loaded Triton server that is up, for one request; its failures become
+    SynthesisFailed with protocol v1's code, and a server that cannot be reached is
+    marked down."""
+    backend = backends.acquire()
+    try:
+        yield backend
+    except SynthesisFailed as e:
+        log.warning("Triton %s failed a request: %s", backend.url, e.message)
+        raise
+    except UNREACHABLE as e:
+        why = unreachable(e)
+        backend.mark(False, why.splitlines()[0])
+        raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, f"Triton unavailable: {why}") from None
+    finally:
+        backends.release(backend)
 
 
 class Synthesizer:
@@ -170,22 +200,12 @@ class Synthesizer:
     ) -> AsyncIterator[TtsChunk]:
         """The audio of `sentences` in `voice`, chunk by chunk, for `client` (its address);
         SynthesisFailed if it cannot come."""
-        backend = self.backends.acquire()
-        try:
-            request = tts_request(sentences, params, client, voice, self.models.get(voice, c.TTS_MODEL))
+        request = tts_request(sentences, params, client, voice, self.models.get(voice, c.TTS_MODEL))
+        async with on_backend(self.backends) as backend:
             # Closed at once when the reader stops (a cancel, a client gone): that ends the call.
             async with aclosing(_stream(backend, request, self.progress_s, self._first_response)) as chunks:
                 async for chunk in chunks:
                     yield chunk
-        except SynthesisFailed as e:
-            log.warning("Triton %s failed a request: %s", backend.url, e.message)
-            raise
-        except UNREACHABLE as e:
-            why = unreachable(e)
-            backend.mark(False, why.splitlines()[0])
-            raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, f"Triton unavailable: {why}") from None
-        finally:
-            self.backends.release(backend)
 
     async def probe(self, backend: Backend) -> None:
         """Synthesize a word through every stage of `backend` and note the outcome: the

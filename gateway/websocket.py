@@ -22,7 +22,7 @@ from gateway.access import Refusal, log_refusal, refused_origin, unauthorized
 from gateway.admission import Waiter
 from gateway.protocol import ProtocolError
 from gateway.service import GATEWAY, WEBSOCKETS, Gateway
-from gateway.session import Action, Close, Job, Send, Session, Stop, Synthesize
+from gateway.session import Action, Close, Job, Send, Session, Stop, StopThinking, Synthesize, Think
 from gateway.synthesis import SynthesisFailed
 from contract import protocol as v1
 
@@ -82,8 +82,10 @@ class Connection:
         self.gateway = gateway
         self.client = client
         self.transport = transport
-        self.session = Session(gateway.limits, gateway.metrics, admission=self, voices=gateway.voices)
+        self.session = Session(gateway.limits, gateway.metrics, admission=self, voices=gateway.voices,
+                               chat=gateway.thinker is not None)
         self.jobs: dict[int, asyncio.Task] = {}
+        self.thinking: dict[int, asyncio.Task] = {}  # chat mode's Thinker requests in flight
         self.queue_turns: set[asyncio.Task] = set()  # carrying out what the admission queue's turns said
         self.in_order = asyncio.Lock()  # so that those go out in the order of the turns
 
@@ -153,6 +155,11 @@ class Connection:
             elif isinstance(action, Stop):
                 if task := self.jobs.pop(action.job_id, None):
                     task.cancel()
+            elif isinstance(action, Think):
+                self.thinking[action.id] = asyncio.create_task(self.think(action))
+            elif isinstance(action, StopThinking):
+                if task := self.thinking.pop(action.think_id, None):
+                    task.cancel()
             elif isinstance(action, Close):
                 await self.ws.close(code=action.code, message=action.reason.encode())
 
@@ -170,6 +177,31 @@ class Connection:
             raise ConnectionClosed from None
         except ConnectionError as e:  # aiohttp's ClientConnectionResetError among them
             raise ConnectionClosed from e
+
+    async def think(self, think: Think) -> None:
+        """Run one Thinker request: each piece of the reply to the session, then its end."""
+        session = self.session
+        try:
+            reply = self.gateway.thinker.reply(think.messages, think.draft, think.top_k, think.max_tokens,
+                                               think.temperature)
+            # Closed at once when this task is cancelled (StopThinking), which aborts the request in vLLM.
+            async with aclosing(reply) as pieces:
+                async for piece in pieces:
+                    await self.act(session.thought(think.id, piece.ids, piece.text, piece.accepted))
+            after = session.thought_done(think.id)
+        except SynthesisFailed as e:
+            after = session.thought_failed(think.id, e.code, e.message)
+        except ConnectionClosed:
+            return
+        except Exception:
+            log.exception("session %s: Thinker request %d failed unexpectedly", session.id, think.id)
+            after = session.thought_failed(think.id, v1.INTERNAL_ERROR, "the server failed while writing this reply")
+        finally:
+            self.thinking.pop(think.id, None)
+        try:
+            await self.act(after)
+        except ConnectionClosed:
+            pass
 
     async def synthesize(self, job: Job) -> None:
         """Run one job: its audio to the client as it comes, then what follows it."""

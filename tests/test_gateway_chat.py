@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from gateway import chat as ch
+from gateway.protocol import Speculation
 from gateway.session import Limits, Send, Session, Stop, StopThinking, Synthesize, Think
 from contract import protocol as v1
 from tests.test_gateway_session import Clock, Recorder, frames, messages
@@ -218,7 +219,7 @@ def test_the_first_sentence_is_held_only_once_known_whole_and_its_tokens_counted
 
 def test_the_outcome_of_a_verification():
     held = ch.Held(None, tokens=4, job_id=1)
-    assert ch.outcome(ch.Speculation.GREEDY, 4, held) is ch.Outcome.HELD
-    assert ch.outcome(ch.Speculation.GREEDY, 3, held) is ch.Outcome.PARTIAL
-    assert ch.outcome(ch.Speculation.TOP_K, 0, None) is ch.Outcome.REJECTED
-    assert ch.outcome(ch.Speculation.OFF, None, None) is ch.Outcome.OFF
+    assert ch.outcome(Speculation.GREEDY, 4, held) is ch.Outcome.HELD
+    assert ch.outcome(Speculation.GREEDY, 3, held) is ch.Outcome.PARTIAL
+    assert ch.outcome(Speculation.TOP_K, 0, None) is ch.Outcome.REJECTED
+    assert ch.outcome(Speculation.OFF, None, None) is ch.Outcome.OFF

@@ -1,0 +1,140 @@
+"""Chat mode end to end: a real tritonserver serving the embedded SmolLM2 (the `thinker`
+model, vLLM on CPU) beside the Piper chain, and the gateway in front of it, over real
+WebSockets on loopback."""
+
+import asyncio
+import time
+
+import pytest
+
+from client.speech import connection
+from contract import models as c
+from contract import protocol as v1
+from operations.launcher import TritonServer
+from perf.servers import free_ports, start_gateway, stop, triton_metrics
+from tests.recorder import Recorder
+
+pytestmark = pytest.mark.triton
+
+SYSTEM = "Answer in one or two short sentences."
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def chat_triton(tmp_path_factory):
+    http, grpc, metrics = free_ports(3)
+    server = TritonServer(http, grpc, metrics, chat_model="embedded")
+    log = (tmp_path_factory.mktemp("chat-triton") / "tritonserver.log").open("w")
+    server.start(stdout=log)
+    try:
+        server.wait_ready(timeout=300)
+    except Exception:
+        server.stop()
+        raise RuntimeError(f"tritonserver did not start; see {log.name}") from None
+    server.grpc_url = f"127.0.0.1:{grpc}"
+    yield server
+    stopped = server.stop()
+    log.close()
+    assert stopped.stubs_left_running == 0, stopped  # the Thinker unloads within Triton's exit timeout
+
+
+@pytest.fixture(scope="module")
+def chat_gateway(chat_triton, tmp_path_factory):
+    with (tmp_path_factory.mktemp("chat-gateway") / "gateway.log").open("w") as log:
+        process, port = start_gateway(chat_triton.grpc_url, log, "--probe-interval", "0", "--admission-load", "0",
+                                      "--chat-model", "embedded")
+        yield f"ws://127.0.0.1:{port}/v1/stream"
+        stop(process)
+
+
+async def turn(url: str, question: str, speculation: str, word_s: float = 0.15, max_tokens: int = 64) -> Recorder:
+    """One turn typed a word at a time (a partial transcript at each word's end, the
+    whole question the last), then final; returns the connection's record once `done`."""
+    async with connection(url) as ws:
+        client = Recorder(ws)
+        await client.until("ready")
+        await client.send(type="config", format="pcm_s16le", chat={
+            "speculation": speculation, "system": SYSTEM, "max_tokens": max_tokens})
+        await client.until("ready")
+        words = question.split()
+        for i in range(1, len(words) + 1):
+            await client.send(type="user", turn_id="t1", text=" ".join(words[:i]), final=False)
+            await asyncio.sleep(word_s)
+        # Nothing of a speculation reaches the client before the final input.
+        client.final_at = await client.send(type="user", turn_id="t1", text=question, final=True)
+        await client.until("done", "t1", timeout=120)
+        return client
+
+
+def reply_of(client: Recorder) -> str:
+    return "".join(m["text"] for m in client.messages("reply_text"))
+
+
+def test_a_turn_typed_word_by_word_gets_its_reply_text_and_audio_and_nothing_before_the_final_input(chat_gateway):
+    client = asyncio.run(turn(chat_gateway, QUESTION, "greedy", word_s=0.4))
+    before = [e for e in client.events if e.at < client.final_at and e.kind != "ready"]
+    assert before == []
+    reply = client.messages("reply")[0]
+    assert reply["turn_id"] == "t1" and reply["outcome"] in ("held", "partial", "rejected")
+    assert reply["rounds"] >= 1 and reply["accepted_tokens"] <= reply["draft_tokens"]
+    assert "Paris" in reply_of(client)
+    audio = client.audio("t1")
+    assert audio and audio[-1].last
+    assert client.messages("done")[0]["audio_ms"] > 500
+
+
+def test_greedy_speculation_gives_the_reply_decoded_without_it(chat_gateway):
+    question = "Can you name three colors of the rainbow?"
+    off = asyncio.run(turn(chat_gateway, question, "off"))
+    greedy = asyncio.run(turn(chat_gateway, question, "greedy", word_s=0.4))
+    assert off.messages("reply")[0]["outcome"] == "off"
+    assert greedy.messages("reply")[0]["rounds"] >= 1
+    assert reply_of(greedy) == reply_of(off) and reply_of(off)
+
+
+def test_a_verified_first_sentence_is_heard_from_held_audio(chat_gateway):
+    # Typed slowly: the last round drafts from the whole question, and its first sentence is held.
+    client = asyncio.run(turn(chat_gateway, QUESTION, "greedy", word_s=1.5))
+    assert client.messages("reply")[0]["outcome"] == "held"
+    first_audio = client.frames("t1")[0].at - client.final_at
+    first_text = next(e for e in client.events if e.kind == "reply_text").at - client.final_at
+    assert first_audio <= first_text + 0.1  # the audio was there before the Thinker's second piece
+
+
+def test_cancel_mid_reply_frees_the_thinkers_vllm_request(chat_gateway, chat_triton):
+    async def run():
+        async with connection(chat_gateway) as ws:
+            client = Recorder(ws)
+            await client.until("ready")
+            await client.send(type="config", chat={"speculation": "off", "max_tokens": 1024})
+            await client.until("ready")
+            await client.send(type="user", turn_id="t1", text="Write a long story about a dragon.", final=True)
+            while len(client.messages("reply_text")) < 3:
+                await asyncio.wait_for(client.read(), 60)
+            await client.send(type="cancel", context_id="t1")
+            await client.until("cancelled", "t1")
+
+    asyncio.run(run())
+    running = c.THINKER_RUNNING_METRIC
+    deadline = time.monotonic() + 10
+    while triton_metrics(chat_triton.metrics_port)[running] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert triton_metrics(chat_triton.metrics_port)[running] == 0
+    tokens = triton_metrics(chat_triton.metrics_port)[c.THINKER_TOKENS_METRIC]
+    time.sleep(1.0)
+    assert triton_metrics(chat_triton.metrics_port)[c.THINKER_TOKENS_METRIC] == tokens  # nothing more written
+
+
+def test_a_server_without_a_chat_model_says_chat_unavailable_and_keeps_the_connection(gateway):
+    async def run():
+        async with connection(gateway) as ws:
+            client = Recorder(ws)
+            await client.until("ready")
+            await client.send(type="user", turn_id="t1", text="Hello", final=True)
+            error = await client.until("error")
+            await client.send(type="speak", context_id="c1", text="Still here.")
+            await client.until("done", "c1")
+            return error
+
+    error = asyncio.run(run())
+    assert error["code"] == v1.CHAT_UNAVAILABLE and error["context_id"] == "t1"
