@@ -52,6 +52,15 @@ class Metrics:
             "speechstream_errors", "Error messages sent, and HTTP speech requests refused or cut short, by code",
             ["code"], registry=r,
         )
+        self._chat_turns = Counter(
+            "speechstream_chat_turns", "Chat turns whose reply was decided, by the speculation's outcome", ["outcome"],
+            registry=r,
+        )
+        self._held_audio = Counter(
+            "speechstream_chat_held_audio_seconds",
+            "Audio of drafted first sentences synthesized before the question ended: released into a reply, or "
+            "discarded (the draft changed or failed verification)", ["fate"], registry=r,
+        )
 
     # What sessions and the speech endpoint report (session.Observer).
 
@@ -63,6 +72,12 @@ class Metrics:
 
     def audio(self, seconds: float) -> None:
         self._audio.inc(seconds)
+
+    def chat_turn(self, outcome: str) -> None:
+        self._chat_turns.labels(outcome).inc()
+
+    def held_audio(self, seconds: float, released: bool) -> None:
+        self._held_audio.labels("released" if released else "discarded").inc(seconds)
 
     def triton_first_response(self, seconds: float) -> None:
         self._triton_first_response.observe(seconds)

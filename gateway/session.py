@@ -93,6 +93,8 @@ class Observer(Protocol):
     def error(self, code: str) -> None: ...
     def first_audio(self, seconds: float) -> None: ...
     def audio(self, seconds: float) -> None: ...
+    def chat_turn(self, outcome: str) -> None: ...
+    def held_audio(self, seconds: float, released: bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -483,6 +485,7 @@ class Session:
         """The final request verified the draft: say how, and release or drop the held audio."""
         cfg, round_ = self._chat_config, turn.round
         outcome = ch.outcome(cfg.speculation, round_.accepted, turn.held)
+        self.observer.chat_turn(outcome.value)
         actions: list[Action] = [Send(p.encode(
             "reply", turn_id=turn.id, outcome=outcome.value, rounds=turn.rounds, draft_tokens=len(turn.draft),
             accepted_tokens=round_.accepted or 0,
@@ -495,6 +498,7 @@ class Session:
         """The held first sentence is the reply's: its audio goes out now, and the reply's text after it follows."""
         held, context = turn.held, self.contexts[turn.id]
         del self._held[held.job_id]
+        self.observer.held_audio(self._held_seconds(held), released=True)
         turn.released, turn.spoken_from = True, held.sentence.end
         context.segmenter.append(turn.draft_text[: held.sentence.end])
         context.segmenter.flush()  # spans stay those of the reply's text
@@ -560,8 +564,13 @@ class Session:
         if turn.held is None:
             return []
         self._held.pop(turn.held.job_id, None)
+        self.observer.held_audio(self._held_seconds(turn.held), released=False)
         job_id, turn.held = turn.held.job_id, None
         return [Stop(job_id)]
+
+    def _held_seconds(self, held: ch.Held) -> float:
+        """The held audio synthesized so far."""
+        return sum(len(pcm) for pcm, _, _ in held.chunks) / self.voices[self.config.voice].sample_rate
 
     def _drop_turn(self, turn: ch.Turn) -> list[Action]:
         """The turn goes: its Thinker request and its held audio stop."""

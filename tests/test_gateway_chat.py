@@ -94,17 +94,21 @@ def test_the_final_input_releases_held_audio_when_the_verification_keeps_its_tok
     assert [j.sentences[0].text for j in spoken] == ["It is old."]  # the held sentence is not spoken again
     assert s.history == [{"role": "user", "content": "What is the capital of France?"},
                          {"role": "assistant", "content": "Paris is big. It is old."}]
+    assert s.observer.chat_turns == ["held"] and s.observer.held_s == {True: 0.2, False: 0.0}
 
 
 def test_a_rejected_draft_drops_its_held_audio_and_the_reply_is_spoken_from_its_start():
     s = chat_session()
     job = [a.job for a in answer(s, thinks(user(s, "Who"))[0], DRAFT) if isinstance(a, Synthesize)][0]
+    s.audio(job.id, np.zeros(2205, np.float32), 0, [])
     final = user(s, "Who wrote Hamlet?", final=True)
     out = s.thought(thinks(final)[0].id, [20, 21], "Shakespeare did.", 0)
     assert messages(out)[0]["outcome"] == "rejected"
     assert Stop(job.id) in out and not s.is_current(job.id)
+    assert s.observer.chat_turns == ["rejected"]
     done = s.thought_done(thinks(final)[0].id)
     assert [a.job.sentences[0].text for a in done if isinstance(a, Synthesize)] == ["Shakespeare did."]
+    assert s.observer.held_s == {True: 0.0, False: 0.1}  # the held audio synthesized, thrown away
 
 
 def test_a_draft_kept_short_of_the_held_sentence_is_partial():

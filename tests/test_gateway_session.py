@@ -21,6 +21,7 @@ class Recorder:
 
     def __init__(self):
         self.errors, self.first_audio_s, self.audio_s = [], [], 0.0
+        self.chat_turns, self.held_s = [], {True: 0.0, False: 0.0}
 
     def error(self, code):
         self.errors.append(code)
@@ -30,6 +31,12 @@ class Recorder:
 
     def audio(self, seconds):
         self.audio_s += seconds
+
+    def chat_turn(self, outcome):
+        self.chat_turns.append(outcome)
+
+    def held_audio(self, seconds, released):
+        self.held_s[released] += seconds
 
 
 class Clock:
