@@ -209,6 +209,19 @@ class Context:
                 yield event.frame
 
 
+class Turn(Context):
+    """A chat turn on a `SpeechClient` (chat mode, on a server with a chat model): send
+    the user's transcript as it is heard, then iterate the reply's events: `reply` (how
+    the speculation went), `reply_text` deltas, audio frames, `done`. `cancel` stops the
+    reply (barge-in)."""
+
+    async def user(self, text: str, final: bool = False) -> float:
+        """The whole transcript so far (it replaces the last); `final` ends the turn."""
+        sent = time.perf_counter()
+        await self.client.ws.send(json.dumps({"type": "user", "turn_id": self.id, "text": text, "final": final}))
+        return sent
+
+
 class SpeechClient:
     """One connection; a reader task routes each message and frame to its context."""
 
@@ -247,6 +260,12 @@ class SpeechClient:
         context = Context(self, context_id or f"c{next(self._ids)}")
         self._contexts[context.id] = context
         return context
+
+    def turn(self, turn_id: str | None = None) -> Turn:
+        """A new chat turn (connect with config chat={...} to set its speculation)."""
+        turn = Turn(self, turn_id or f"t{next(self._ids)}")
+        self._contexts[turn.id] = turn
+        return turn
 
     async def speak(self, text: str, **voice: Any) -> AsyncIterator[v1.AudioFrame]:
         """Speak `text` in a new context (with its own `voice` and voice parameters, as

@@ -459,7 +459,11 @@ class Session:
         if not turn.transcript.strip():
             self._drop_turn(turn)
             raise p.ProtocolError(v1.INVALID_FIELD, "the final transcript is empty", turn.id)
-        stop = [StopThinking(turn.round.id)] if turn.round is not None else []
+        stop = []
+        if turn.round is not None:  # what the round in flight drafted so far is a draft as good as any: verified anyway
+            stop.append(StopThinking(turn.round.id))
+            if turn.round.ids:
+                turn.adopt(turn.round)
         turn.round, turn.final = None, True
         try:
             context, opened = self._open(p.ContextMessage("text", turn.id))
@@ -477,9 +481,15 @@ class Session:
         first = not turn.round.ids and turn.round.accepted is None
         turn.round.add(ids, text, accepted, turn.marks)
         if not turn.round.final:
-            return []
+            if self._first_sentence(turn.round.text, complete=False) is None:
+                return []
+            # The draft holds its first sentence: what speculation needs. Drafting on would only cost time.
+            return [StopThinking(turn.round.id)] + self._end_round(turn, complete=False)
         actions = self._decide(turn) if first else []
         return actions + self._reply_text(turn, text)
+
+    def _first_sentence(self, text: str, complete: bool) -> Sentence | None:
+        return ch.first_sentence(text, complete, self.voices[self.config.voice].language_family)
 
     def _decide(self, turn: ch.Turn) -> list[Action]:
         """The final request verified the draft: say how, and release or drop the held audio."""
@@ -524,12 +534,17 @@ class Session:
         turn = self._turn_thinking(think_id)
         if turn is None:
             return []
-        round_ = turn.round
-        if round_.final:
+        if turn.round.final:
             return self._end_reply(turn)
+        return self._end_round(turn, complete=len(turn.round.ids) < turn.round.max_tokens)
+
+    def _end_round(self, turn: ch.Turn, complete: bool) -> list[Action]:
+        """A speculative round is over (`complete`: its draft ended the reply): its draft
+        is the turn's, its first sentence held, and the next round starts if new words came."""
+        turn.adopt(turn.round)
         turn.round = None
-        turn.adopt(round_)
-        actions = self._hold(turn, complete=len(round_.ids) < round_.max_tokens)
+        # A draft of words already revised is verified by the next round, not held: its TTS would compete with that round.
+        actions = [] if turn.changed else self._hold(turn, complete)
         if turn.wants_round() and not self.admission.refusal():
             actions.append(self._think(turn, final=False))
         return actions
@@ -544,7 +559,7 @@ class Session:
 
     def _hold(self, turn: ch.Turn, complete: bool) -> list[Action]:
         """Synthesize the draft's first sentence out of sight, unless it is held already."""
-        sentence = ch.first_sentence(turn.draft_text, complete, self.voices[self.config.voice].language_family)
+        sentence = self._first_sentence(turn.draft_text, complete)
         held = turn.held
         if held is not None and sentence == held.sentence:
             return []

@@ -106,10 +106,11 @@ class Servers:
     # Every simulated listener comes from 127.0.0.1: by default, lift the per-address caps.
     ONE_ADDRESS = ("--max-connections-per-client", "1024", "--max-streams-per-client", "0")
 
-    def __init__(self, log_dir: Path, gateway_flags: tuple[str, ...] = ONE_ADDRESS) -> None:
-        self.gateway_flags = gateway_flags
+    def __init__(self, log_dir: Path, gateway_flags: tuple[str, ...] = ONE_ADDRESS, chat_model: str | None = None) -> None:
+        """`chat_model`: a chat model directory, or "embedded", for Triton's Thinker and the gateway's chat mode."""
+        self.gateway_flags = gateway_flags + (("--chat-model", chat_model) if chat_model else ())
         http, grpc, self.metrics_port, self.port = free_ports(4)
-        self.triton = TritonServer(http, grpc, self.metrics_port)
+        self.triton = TritonServer(http, grpc, self.metrics_port, chat_model=chat_model)
         self.logs = {"gateway": log_dir / "gateway.log", "triton": log_dir / "tritonserver.log"}
         self.gateway: subprocess.Popen | None = None
         self._logs: list[IO] = []
@@ -123,7 +124,7 @@ class Servers:
     def start(self) -> None:
         self._logs = [self.logs["gateway"].open("w"), self.logs["triton"].open("w")]
         self.triton.start(stdout=self._logs[1])
-        self.triton.wait_ready()
+        self.triton.wait_ready(timeout=300)
         self.gateway, self.port = start_gateway(
             f"127.0.0.1:{self.triton.grpc_port}", self._logs[0], *self.gateway_flags
         )

@@ -63,13 +63,24 @@ def test_a_partial_question_starts_one_round_at_a_time_and_nothing_reaches_the_c
     assert thinks(first)[0].messages[-1] == {"role": "user", "content": "What is"}
     assert user(s, "What is the capital") == []  # a round is in flight: the next waits for it
     after = answer(s, thinks(first)[0], DRAFT)
+    assert StopThinking(thinks(first)[0].id) in after  # its draft holds a first sentence: drafting on costs only time
+    assert not [a for a in after if isinstance(a, Synthesize)]  # words came meanwhile: the next round verifies it first
     again = thinks(after)
     assert len(again) == 1 and again[0].draft == (10, 11, 12, 13, 14)  # verify the draft against the new words
     assert again[0].messages[-1]["content"] == "What is the capital"
-    held = [a.job for a in after if isinstance(a, Synthesize)]
+    kept = answer(s, again[0], DRAFT, accepted=5)
+    held = [a.job for a in kept if isinstance(a, Synthesize)]
     assert [j.sentences[0].text for j in held] == ["Paris is big."]  # the first sentence, out of sight
-    assert messages(after) == [] and frames(after) == []
+    assert messages(after + kept) == [] and frames(after + kept) == []
     assert s.audio(held[0].id, np.ones(2205, np.float32), 0, []) == []  # held audio stays held
+
+
+def test_the_final_input_takes_what_the_round_in_flight_drafted_so_far_as_its_draft():
+    s = chat_session()
+    round_ = thinks(user(s, "What is the capital of France"))[0]
+    s.thought(round_.id, [10, 11, 12], "Paris is", None)
+    final = user(s, "What is the capital of France?", final=True)
+    assert StopThinking(round_.id) in final and thinks(final)[0].draft == (10, 11, 12)
 
 
 def test_the_final_input_releases_held_audio_when_the_verification_keeps_its_tokens():
@@ -122,13 +133,10 @@ def test_a_draft_kept_short_of_the_held_sentence_is_partial():
 
 def test_a_revised_sentence_replaces_the_held_audio():
     s = chat_session()
-    r1 = thinks(user(s, "What is"))[0]
-    user(s, "What is the capital")
-    after = answer(s, r1, DRAFT)
-    first_job = [a.job for a in after if isinstance(a, Synthesize)][0]
-    r2 = thinks(after)[0]
+    first = [a.job for a in answer(s, thinks(user(s, "What is"))[0], DRAFT) if isinstance(a, Synthesize)][0]
+    r2 = thinks(user(s, "What is the capital"))[0]
     revised = answer(s, r2, [([10, 11], "Paris is"), ([30], " huge."), ([31], " Yes")], accepted=2)
-    assert Stop(first_job.id) in revised
+    assert Stop(first.id) in revised
     assert [a.job.sentences[0].text for a in revised if isinstance(a, Synthesize)] == ["Paris is huge."]
 
 
