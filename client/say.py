@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default=f"ws://127.0.0.1:8080{PROTOCOL_PATH}")
     parser.add_argument("--api-key", default=os.environ.get("GATEWAY_API_KEY"),
                         help="the gateway's API key, if it has one (default: $GATEWAY_API_KEY)")
+    parser.add_argument("--voice", help="a voice the server speaks with (GET /v1/voices; default: its default)")
     parser.add_argument("--speed", type=float, help="1 is normal, 2 twice as fast")
     parser.add_argument("--seed", type=int, help="same seed, same audio")
     args = parser.parse_args(argv)
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     length_scale = 1 / args.speed if args.speed else None
     try:
         first, seconds = asyncio.run(
-            say(args.url, text, args.out, player, args.api_key, length_scale=length_scale, seed=args.seed)
+            say(args.url, text, args.out, player, args.api_key, voice=args.voice, length_scale=length_scale,
+                seed=args.seed)
         )
     except (OSError, SpeechError, websockets.WebSocketException) as e:  # refused (401, 403, 429), closed, bad URL
         print(f"speechstream-say: {e}{refusal_hint(e)}", file=sys.stderr)

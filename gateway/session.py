@@ -51,10 +51,12 @@ class Limits:
     max_text_chars: int = Settings.max_text_chars
     max_contexts: int = Settings.max_contexts
     max_message_bytes: int = Settings.max_message_bytes
+    chat_speculation_chars: int = Settings.chat_speculation_chars
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
-        return cls(settings.max_text_chars, settings.max_contexts, settings.max_message_bytes)
+        return cls(settings.max_text_chars, settings.max_contexts, settings.max_message_bytes,
+                   settings.chat_speculation_chars)
 
 
 class Admission(Protocol):
@@ -419,16 +421,23 @@ class Session:
             raise p.ProtocolError(v1.CONTEXT_EXISTS, f"turn '{message.turn_id}' has ended: its reply is a context", message.turn_id)
         turn = self.turns.get(message.turn_id)
         if turn is None:
-            if len(self.turns) + len(self.contexts) >= self.limits.max_contexts:
+            if len(self.turns.keys() | self.contexts.keys()) >= self.limits.max_contexts:
                 raise p.ProtocolError(v1.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts and turns", message.turn_id)
             turn = self.turns[message.turn_id] = ch.Turn(message.turn_id)
         if message.text != turn.transcript:
             turn.transcript, turn.changed = message.text, True
         if message.final:
             return self._final(turn)
-        if self._chat_config.speculation is p.Speculation.OFF or not turn.wants_round() or self.admission.refusal():
+        if not self._speculates(turn) or not turn.wants_round() or self.admission.refusal():
             return []  # under load, speculation yields: it takes no capacity a listener needs
         return [self._think(turn, final=False)]
+
+    def _speculates(self, turn: ch.Turn) -> bool:
+        """Whether the turn drafts while the question arrives: speculation is on, and the
+        conversation is short enough that verifying a draft costs less than it can save."""
+        limit = self.limits.chat_speculation_chars
+        chars = sum(len(m["content"]) for m in self._messages(turn.transcript))
+        return self._chat_config.speculation is not p.Speculation.OFF and (not limit or chars <= limit)
 
     @property
     def _chat_config(self) -> p.ChatConfig:
@@ -448,7 +457,7 @@ class Session:
         """The turn's next Thinker request: a speculative round, or the final one."""
         cfg = self._chat_config
         self._thinks += 1
-        draft = tuple(turn.draft[: cfg.max_tokens - 1]) if cfg.speculation is not p.Speculation.OFF else ()
+        draft = tuple(turn.draft[: cfg.max_tokens - 1]) if self._speculates(turn) else ()
         max_tokens = cfg.max_tokens if final else min(cfg.max_tokens, len(draft) + ch.DRAFT_TOKENS)
         turn.round, turn.changed = ch.Round(self._thinks, final, max_tokens), False
         turn.rounds += not final
@@ -457,9 +466,8 @@ class Session:
     def _final(self, turn: ch.Turn) -> list[Action]:
         """The question ended: its reply becomes a context, and one request verifies the draft and writes the rest."""
         if not turn.transcript.strip():
-            self._drop_turn(turn)
-            raise p.ProtocolError(v1.INVALID_FIELD, "the final transcript is empty", turn.id)
-        stop = []
+            return self._drop_turn(turn) + [self._error(v1.INVALID_FIELD, "the final transcript is empty", turn.id)]
+        stop: list[Action] = []
         if turn.round is not None:  # what the round in flight drafted so far is a draft as good as any: verified anyway
             stop.append(StopThinking(turn.round.id))
             if turn.round.ids:
@@ -467,9 +475,8 @@ class Session:
         turn.round, turn.final = None, True
         try:
             context, opened = self._open(p.ContextMessage("text", turn.id))
-        except p.ProtocolError:
-            stop += self._drop_turn(turn)
-            raise
+        except p.ProtocolError as e:  # refused (busy, draining): the turn ends, and what it ran stops
+            return stop + self._drop_turn(turn) + [self._error(e.code, e.message, turn.id, e.retry_after_ms)]
         context.closed = True  # the reply alone speaks on it
         return stop + opened + [self._think(turn, final=True)]
 
@@ -493,8 +500,9 @@ class Session:
 
     def _decide(self, turn: ch.Turn) -> list[Action]:
         """The final request verified the draft: say how, and release or drop the held audio."""
-        cfg, round_ = self._chat_config, turn.round
-        outcome = ch.outcome(cfg.speculation, round_.accepted, turn.held)
+        round_ = turn.round
+        speculation = self._chat_config.speculation if self._speculates(turn) else p.Speculation.OFF
+        outcome = ch.outcome(speculation, round_.accepted, turn.held)
         self.observer.chat_turn(outcome.value)
         actions: list[Action] = [Send(p.encode(
             "reply", turn_id=turn.id, outcome=outcome.value, rounds=turn.rounds, draft_tokens=len(turn.draft),

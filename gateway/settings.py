@@ -102,6 +102,11 @@ class Settings:
         "chat mode is on, its replies written by Triton's `thinker` model, which Triton must serve from the same "
         "(speechstream-serve does; --chat is --chat-model embedded)", env=CHAT_MODEL_ENV,
     )
+    chat_speculation_chars: int = _setting(
+        1500, "the longest conversation (characters of its messages: system prompt, history, question) a chat turn "
+        "speculates on; past it the turn is answered without speculation: vLLM reads no prefix cache for the "
+        "verification, whose cost grows with the conversation (0 for no limit)",
+    )
 
     @property
     def max_frame_bytes(self) -> int:

@@ -65,11 +65,11 @@ async def typed_turn(url: str, question: str, mode: str, top_k: int, max_tokens:
         final_at = await turn.user(question, final=True)
         async with asyncio.timeout(180):
             events = [event async for event in turn.events()]
-    reply = next(e.message for e in events if e.kind == "reply")
+    reply = next(e for e in events if e.kind == "reply")
     first_audio = next(e.at for e in events if e.frame is not None)
     return {
-        "mode": mode, "question": question, "wait_s": first_audio - final_at, "outcome": reply["outcome"],
-        "rounds": reply["rounds"], "draft_tokens": reply["draft_tokens"], "accepted_tokens": reply["accepted_tokens"],
+        "mode": mode, "question": question, "wait_s": first_audio - final_at, "first_piece_s": reply.at - final_at,
+        **{k: reply.message[k] for k in ("outcome", "rounds", "draft_tokens", "accepted_tokens")},
         "reply": "".join(e.message["text"] for e in events if e.kind == "reply_text"), "audio_ms": turn.done["audio_ms"],
     }
 
@@ -102,7 +102,8 @@ def run(n: int, top_k: int, max_tokens: int, endpointing_s: float, log_dir: Path
                     turn[f"held_{fate}_s"] = gateway_counter(
                         servers.port, "speechstream_chat_held_audio_seconds_total", f'fate="{fate}"') - before
                 turns.append(turn)
-                print(f"{mode:6} {turn['wait_s'] * 1000:6.0f} ms {turn['outcome']:8} {question}", flush=True)
+                print(f"{mode:6} {turn['wait_s'] * 1000:6.0f} ms (Thinker's first piece {turn['first_piece_s'] * 1000:4.0f}) "
+                      f"{turn['outcome']:8} {turn['accepted_tokens']:3}/{turn['draft_tokens']:3} {question}", flush=True)
     finally:
         servers.stop()
     return {"questions": n, "top_k": top_k, "max_tokens": max_tokens, "chars_per_s": CHARS_PER_S,

@@ -13,6 +13,7 @@ from contract import protocol as v1
 from operations.launcher import TritonServer
 from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from tests.recorder import Recorder
+from tests.test_page import FINISHED, REPORT, browser, http_of, open_page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.triton
 
@@ -138,3 +139,20 @@ def test_a_server_without_a_chat_model_says_chat_unavailable_and_keeps_the_conne
 
     error = asyncio.run(run())
     assert error["code"] == v1.CHAT_UNAVAILABLE and error["context_id"] == "t1"
+
+
+def test_the_page_chats_a_question_typed_word_by_word_and_picks_voices(chat_gateway, open_page):
+    problems = []
+    page = open_page(http_of(chat_gateway) + "/", problems)
+    page.wait_for_function("document.querySelectorAll('#voice option').length > 0")
+    assert page.eval_on_selector_all("#voice option", "os => os.map(o => o.value)")[0] == "en_US-joe-medium"
+    page.check("#chat-mode")
+    page.type("#line", QUESTION, delay=60)  # a partial at each space, as a recognizer's
+    page.press("#line", "Enter")
+    page.wait_for_function(FINISHED, timeout=120_000)
+    report = page.evaluate(REPORT)
+    assert report["errors"] == [] and problems == []
+    assert report["reply"]["outcome"] in ("held", "partial", "rejected") and report["reply"]["rounds"] >= 1
+    assert "Paris" in report["replyText"] and page.inner_text("#reply") == report["replyText"]
+    assert abs(report["decodedSamples"] * 1000 / 48000 - report["audioMs"]) <= 20
+    assert 0 < report["ttfaMs"] and page.inner_text("#outcome").startswith(report["reply"]["outcome"])

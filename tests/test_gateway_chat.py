@@ -149,6 +149,18 @@ def test_speculation_off_thinks_only_on_the_final_input_and_says_off():
     assert messages(s.thought(think.id, [5], "Noon.", None))[0]["outcome"] == "off"
 
 
+def test_a_long_conversation_is_answered_without_speculation():
+    s = Session(Limits(chat_speculation_chars=60), Recorder(), Clock(), chat=True)
+    s.receive(json.dumps({"type": "config", "chat": {"speculation": "greedy"}}))
+    think = thinks(user(s, "Tell me about the sea.", final=True))[0]
+    s.thought(think.id, [1], "The sea is deep and wide, and it covers most of the Earth.", None)
+    s.thought_done(think.id)
+    assert thinks(user(s, "Why?", turn="t2")) == []  # the history is past the limit: no round
+    final = thinks(user(s, "Why is it salty?", final=True, turn="t2"))[0]
+    assert final.draft == ()
+    assert messages(s.thought(final.id, [2], "Salt.", None))[0]["outcome"] == "off"
+
+
 def test_top_k_asks_the_thinker_to_keep_tokens_within_the_best_k():
     s = Session(Limits(), Recorder(), Clock(), chat=True)
     s.receive(json.dumps({"type": "config", "chat": {"speculation": "top_k", "top_k": 5}}))
@@ -167,6 +179,18 @@ def test_rounds_per_turn_are_bounded():
 def test_under_load_speculation_yields():
     s = chat_session(admission=Busy())
     assert user(s, "What is the") == []
+
+
+def test_a_reply_refused_at_capacity_ends_its_turn_and_stops_what_it_ran():
+    busy = Busy()
+    s = chat_session(admission=busy)
+    busy.refusal = lambda: None  # capacity while the question is spoken
+    round_ = thinks(user(s, "What is"))[0]
+    busy.refusal = Busy.refusal.__get__(busy)  # and none left when it ends
+    out = user(s, "What is it?", final=True)
+    assert StopThinking(round_.id) in out and not thinks(out)
+    assert messages(out)[-1]["code"] == v1.SERVER_BUSY and messages(out)[-1]["context_id"] == "t1"
+    assert "t1" not in s.turns and "t1" not in s.contexts
 
 
 def test_cancel_before_the_final_input_stops_the_round_and_the_held_audio():

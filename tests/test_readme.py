@@ -339,3 +339,9 @@ def test_the_ar_tables_are_ar_md_and_step_logits_md():
     assert len(rows) >= 10
     for row in rows:
         assert row in measured, row
+
+
+def test_the_voice_chat_tables_are_perf_chat_results():
+    for results, section in (("chat.md", "### Final at once"), ("chat-endpointing-500ms.md", "### Final after 500 ms")):
+        _header, rows = _results_table(RESULTS / results, "speculation")
+        assert _table(_section(PAGES["chat.md"], section), "speculation") == rows, results

@@ -54,6 +54,20 @@ def test_play_streams_pcm_into_the_player(gateway, tmp_path):
     assert abs(sink.stat().st_size / 2 / 48000 - seconds) <= 0.02
 
 
+@pytest.mark.triton
+def test_voice_picks_one_of_the_servers_voices_and_an_unknown_one_is_refused(gateway, tmp_path):
+    from tests.voices import GERMAN
+
+    def run(voice):
+        return subprocess.run(
+            [sys.executable, "-m", "client.say", "Guten Tag.", "--out", str(tmp_path / "x.wav"), "--url", gateway,
+             "--voice", voice], capture_output=True, text=True, timeout=120)
+
+    assert run(GERMAN).returncode == 0
+    refused = run("nobody")
+    assert refused.returncode == 1 and "unknown_voice" in refused.stderr
+
+
 def test_say_reports_an_unreachable_server(tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "client.say", "Hi.", "--out", str(tmp_path / "x.wav"), "--url", "ws://127.0.0.1:9/v1/stream"],

@@ -6,15 +6,17 @@ const RATE = 48000;
 const $ = (id) => document.getElementById(id);
 // What the page measured, for people and for the browser test. `received`: the server
 // sent the whole context and the page has decoded it; `done`: it has also been played.
-// Samples are counted since the last Speak or Stop; `level` is the meter's 0..1
-// (-60..0 dBFS); `state` is idle, speaking, busy, playing, done or error.
+// Samples are counted since the last Speak, question or Stop; `level` is the meter's 0..1
+// (-60..0 dBFS); `state` is idle, speaking, busy, playing, done or error. In voice chat,
+// ttfaMs counts from the end of the question, and `reply` is the speculation's outcome.
 const fresh = () => ({
   ttfaMs: null, decodedSamples: 0, audioMs: null, received: false, done: false, errors: [], retries: 0,
-  playedSamples: 0, queuedSamples: 0,
+  playedSamples: 0, queuedSamples: 0, reply: null, replyText: "",
 });
 const report = (window.speechstream = { ...fresh(), level: 0, levelDb: null, status: "", state: "idle" });
 
 let ws, audio, player, decoder, connectedTo = "", contextSeq = 0, currentText = "", sentAt = 0;
+let turn = null; // the voice chat's question being typed (its turn_id), until Enter
 let current = null; // the context being spoken or played, or null
 let currentStream = null; // its audio frames' stream number, from audio_start
 let streaming = false; // the server is still sending `current`: Stop must cancel it
@@ -73,6 +75,8 @@ function wanted() {
   const config = JSON.stringify({
     type: "config", format: useOpus ? "opus" : "pcm_s16le", sample_rate: RATE,
     length_scale: 1 / +$("speed").value, noise_scale: +$("noise").value,
+    ...($("voice").value ? { voice: $("voice").value } : {}),
+    ...(chatting() ? { chat: { speculation: $("speculation").value } } : {}),
   });
   return { key, url, config };
 }
@@ -124,7 +128,13 @@ async function whyRefused(key) {
 }
 
 function onMessage(m) {
-  if (m.context_id !== undefined && m.context_id !== current) return; // a stopped context's last words
+  const id = m.context_id ?? m.turn_id; // a chat turn's reply and reply_text name the turn
+  if (id !== undefined && id !== current) return; // a stopped context's last words
+  if (m.type === "reply") {
+    report.reply = m;
+    $("outcome").textContent = `${m.outcome} (kept ${m.accepted_tokens} of ${m.draft_tokens} drafted tokens, ${m.rounds} rounds)`;
+  }
+  if (m.type === "reply_text") $("reply").textContent = report.replyText += m.text;
   if (m.type === "audio_start") currentStream = m.stream;
   if (m.type === "error" && m.retry_after_ms && m.context_id) return retryLater(m);
   if (m.type === "error") {
@@ -170,18 +180,57 @@ function onAudio(buffer) {
   }
 }
 
+// Ready to send: the audio running, the connection open with the config wanted now.
+async function prepare() {
+  await ensureAudio();
+  await audio.resume();
+  const target = wanted();
+  if (!ws || connectedTo !== target.url + target.config) await connect(target);
+}
+
 async function speak() {
   try {
     halt();
     Object.assign(report, fresh());
-    await ensureAudio();
-    await audio.resume();
-    const target = wanted();
-    if (!ws || connectedTo !== target.url + target.config) await connect(target);
+    await prepare();
     if (useOpus) decoder = newDecoder();
     currentText = $("text").value;
     sentAt = performance.now();
     send();
+  } catch (e) {
+    fail(e.message);
+  }
+}
+
+const chatting = () => $("chat-mode").checked;
+
+// Voice chat: the question so far goes out at each word's end, as a recognizer's partial
+// transcript would; Enter sends it as final, and its reply plays as a context named by the turn.
+async function typed(event) {
+  const text = $("line").value;
+  const final = event.type === "keydown";
+  if (final ? event.key !== "Enter" : !/\s$/.test(text) && event.inputType !== "insertFromPaste") return;
+  if (!text.trim()) return;
+  try {
+    if (!turn) {
+      halt();
+      Object.assign(report, fresh());
+      $("reply").textContent = "";
+      $("outcome").textContent = "–";
+      await prepare();
+      turn = `t${++contextSeq}`;
+    }
+    const id = turn;
+    if (final) {
+      turn = null;
+      if (useOpus) decoder = newDecoder();
+      current = id;
+      streaming = true;
+      sentAt = performance.now();
+      setStatus("thinking…", "speaking");
+      $("line").value = "";
+    }
+    ws.send(JSON.stringify({ type: "user", turn_id: id, text: text.trim(), final }));
   } catch (e) {
     fail(e.message);
   }
@@ -244,7 +293,32 @@ function drawLevel(level) {
   });
 }
 
+// The voices this server speaks with, for both modes (the first is its default).
+async function listVoices() {
+  const key = $("key").value.trim();
+  try {
+    const r = await fetch("/v1/voices", { headers: key ? { "X-API-Key": key } : {}, cache: "no-store" });
+    if (!r.ok) return;
+    const { voices } = await r.json();
+    $("voice").replaceChildren(...voices.map((v) => new Option(`${v.id} (${v.language})`, v.id)));
+  } catch {
+    // unreachable: the server's default voice is used
+  }
+}
+
+function showMode() {
+  $("chat").hidden = !chatting();
+  $("speak-mode").hidden = chatting();
+  $("speak").hidden = chatting();
+  $("ttfa-label").textContent = chatting() ? "end of question → first audio" : "first audio";
+}
+
 $("speak").onclick = speak;
+$("line").addEventListener("input", typed);
+$("line").addEventListener("keydown", typed);
+document.querySelectorAll("input[name=mode]").forEach((r) => (r.onchange = showMode));
+$("key").onchange = listVoices;
+listVoices();
 $("stop").onclick = stop;
 $("speed").oninput = () => { $("speed-value").textContent = `${(+$("speed").value).toFixed(2)}\u00d7`; };
 setStatus("ready", "idle");
