@@ -6,8 +6,8 @@ them without Triton.
 A turn's transcript arrives word by word (`user` messages). While it does, a round asks
 the Thinker to verify the turn's draft against the new partial question and to draft on
 from what it kept (one Thinker request; never two at once, at most MAX_ROUNDS a turn).
-Once a draft holds a complete first sentence, its audio is synthesized out of sight;
-a later round that changes that sentence discards it. On the final transcript, one
+A round ends once its draft holds a complete first sentence, whose audio is then
+synthesized out of sight; a later round that changes that sentence discards it. On the final transcript, one
 more request verifies the draft and writes the rest of the reply: if it kept the tokens
 of the held sentence, that audio is released at once.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from contract.text import Sentence
 
-from gateway.protocol import ChatConfig, Speculation
+from gateway.protocol import Speculation
 from gateway.segmenter import Segmenter
 
 MAX_ROUNDS = 8  # speculative rounds a turn may run: a bound on the Thinker's work for one question
@@ -79,7 +79,6 @@ class Turn:
     round: Round | None = None  # the Thinker request in flight
     changed: bool = False  # the transcript changed since the round in flight began
     held: Held | None = None
-    released: bool = False  # the held audio is the reply's
     spoken_from: int = 0  # where the reply's text goes on after the held sentence
 
     def wants_round(self) -> bool:

@@ -517,7 +517,7 @@ class Session:
         held, context = turn.held, self.contexts[turn.id]
         del self._held[held.job_id]
         self.observer.held_audio(self._held_seconds(held), released=True)
-        turn.released, turn.spoken_from = True, held.sentence.end
+        turn.spoken_from = held.sentence.end
         context.segmenter.append(turn.draft_text[: held.sentence.end])
         context.segmenter.flush()  # spans stay those of the reply's text
         context.ready_at = self.clock()
@@ -576,9 +576,7 @@ class Session:
         if sentence is None or tokens is None or self.admission.refusal():
             return actions
         self._jobs += 1
-        cfg = self.config
-        params = tuple(cfg.voice_params)
-        job = Job(self._jobs, turn.id, (sentence,), cfg.voice, params, 0.0)
+        job = Job(self._jobs, turn.id, (sentence,), self.config.voice, self.config.voice_params, 0.0)
         turn.held = ch.Held(sentence, tokens, job.id)
         self._held[job.id] = turn
         return actions + [Synthesize(job)]
@@ -618,8 +616,9 @@ class Session:
             turn.round = None
             return []
         actions = self._drop_turn(turn)
-        if (context := self.contexts.pop(turn.id, None)) is not None and context.job is not None:
-            actions.append(Stop(context.job.id))
+        if (context := self.contexts.get(turn.id)) is not None:
+            actions += [Stop(context.job.id)] if context.job is not None else []
+            self._remove(context)
         return actions + [self._error(code, message, turn.id)]
 
     def _turn_thinking(self, think_id: int) -> ch.Turn | None:

@@ -4,6 +4,7 @@ pytest_plugins = ["tests.shm_guard"]
 
 from perf.servers import free_ports, start_gateway, stop
 from operations.launcher import TritonServer
+from tests.triton_servers import running
 from tests.voices import build_german_voice, build_trio_voice
 
 
@@ -18,20 +19,8 @@ def voices_dir(tmp_path_factory):
 def triton(tmp_path_factory, voices_dir):
     """A real tritonserver on free loopback ports, serving model_repository/ with the
     embedded voice and the voices of `voices_dir`."""
-    http, grpc, metrics = free_ports(3)
-    server = TritonServer(http, grpc, metrics, voices=str(voices_dir))
-    log = (tmp_path_factory.mktemp("triton") / "tritonserver.log").open("w")
-    server.start(stdout=log)
-    try:
-        server.wait_ready()
-    except Exception:
-        server.stop()
-        raise RuntimeError(f"tritonserver did not start; see {log.name}") from None
-    server.grpc_url = f"127.0.0.1:{grpc}"
-    server.log_path = log.name
-    yield server
-    server.stop()
-    log.close()
+    with running(TritonServer(*free_ports(3), voices=str(voices_dir)), tmp_path_factory.mktemp("triton")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

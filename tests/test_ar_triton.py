@@ -30,6 +30,7 @@ from operations.triton_client import Stream, StreamError, infer, stream
 from tests.audio import snr_db
 from perf import perf_analyzer as pa
 from perf.servers import free_ports
+from tests.triton_servers import running
 from tests.voices import build_orpheus_model
 
 pytestmark = pytest.mark.triton
@@ -40,24 +41,14 @@ GREEDY = {c.TEMPERATURE: np.float32(0)}
 
 @pytest.fixture(scope="module")
 def ar_triton(tmp_path_factory):
-    http, grpc, metrics = free_ports(3)
-    server = TritonServer(http, grpc, metrics, ar_model=str(build_orpheus_model()))  # and the Piper chain
-    log = (tmp_path_factory.mktemp("ar-triton") / "tritonserver.log").open("w")
+    server = TritonServer(*free_ports(3), ar_model=str(build_orpheus_model()))  # and the Piper chain
     with pytest.MonkeyPatch.context() as env:
         # An empty vLLM cache, as on a fresh machine: a cached model inspection once hid
         # that the stub ran vLLM's inspection subprocess with a Python without vLLM.
         env.setenv("VLLM_CACHE_ROOT", str(tmp_path_factory.mktemp("vllm-cache")))
-        server.start(stdout=log)
-    try:
-        server.wait_ready(timeout=300)
-    except Exception:
-        server.stop()
-        raise RuntimeError(f"tritonserver did not start; see {log.name}") from None
-    server.grpc_url = f"127.0.0.1:{grpc}"
-    server.ar_model_dir = str(build_orpheus_model())
-    yield server
-    server.stop()
-    log.close()
+        with running(server, tmp_path_factory.mktemp("ar-triton"), timeout_s=300):
+            server.ar_model_dir = str(build_orpheus_model())
+            yield server
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,13 @@ import time
 
 import pytest
 
-from client.speech import connection
+from client.speech import SpeechClient, connection
 from contract import models as c
 from contract import protocol as v1
 from operations.launcher import TritonServer
 from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from tests.recorder import Recorder
+from tests.triton_servers import running
 from tests.test_page import FINISHED, REPORT, browser, http_of, open_page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.triton
@@ -23,20 +24,10 @@ QUESTION = "What is the capital of France?"
 
 @pytest.fixture(scope="module")
 def chat_triton(tmp_path_factory):
-    http, grpc, metrics = free_ports(3)
-    server = TritonServer(http, grpc, metrics, chat_model="embedded")
-    log = (tmp_path_factory.mktemp("chat-triton") / "tritonserver.log").open("w")
-    server.start(stdout=log)
-    try:
-        server.wait_ready(timeout=300)
-    except Exception:
-        server.stop()
-        raise RuntimeError(f"tritonserver did not start; see {log.name}") from None
-    server.grpc_url = f"127.0.0.1:{grpc}"
-    yield server
-    stopped = server.stop()
-    log.close()
-    assert stopped.stubs_left_running == 0, stopped  # the Thinker unloads within Triton's exit timeout
+    server = TritonServer(*free_ports(3), chat_model="embedded")
+    with running(server, tmp_path_factory.mktemp("chat-triton"), timeout_s=300):
+        yield server
+    assert server.stopped.stubs_left_running == 0, server.stopped  # the Thinker unloads within Triton's exit timeout
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +115,22 @@ def test_cancel_mid_reply_frees_the_thinkers_vllm_request(chat_gateway, chat_tri
     tokens = triton_metrics(chat_triton.metrics_port)[c.THINKER_TOKENS_METRIC]
     time.sleep(1.0)
     assert triton_metrics(chat_triton.metrics_port)[c.THINKER_TOKENS_METRIC] == tokens  # nothing more written
+
+
+def test_the_client_librarys_turn_sends_the_transcript_and_reads_the_reply(chat_gateway):
+    async def run():
+        async with await SpeechClient.connect(chat_gateway, chat={"speculation": "top_k", "system": SYSTEM}) as client:
+            turn = client.turn()
+            for partial in ("What is", "What is the capital of", QUESTION):
+                await turn.user(partial)
+                await asyncio.sleep(0.3)
+            await turn.user(QUESTION, final=True)
+            return [event async for event in turn.events()], turn.done
+
+    events, done = asyncio.run(run())
+    kinds = [e.kind for e in events if e.kind]
+    assert kinds[0] == "reply" and "reply_text" in kinds and kinds[-1] == "done"
+    assert [e for e in events if e.frame] and done["audio_ms"] > 0
 
 
 def test_a_server_without_a_chat_model_says_chat_unavailable_and_keeps_the_connection(gateway):
