@@ -25,6 +25,7 @@ import json
 import random
 import statistics
 import time
+import urllib.request
 from pathlib import Path
 
 from client.speech import SpeechClient
@@ -75,8 +76,7 @@ async def typed_turn(url: str, question: str, mode: str, top_k: int, max_tokens:
 
 
 def gateway_counter(port: int, name: str, label: str) -> float:
-    import urllib.request
-
+    """The gateway's counter `name` with the label `label` (key="value")."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         lines = r.read().decode().splitlines()
     return sum(float(line.split()[-1]) for line in lines if line.startswith(f"{name}{{{label}}}"))

@@ -74,7 +74,8 @@ class ThinkerEngine:
         logger = functools.partial(StatsLogger, stats=self.stats, on_stats=on_stats)
         self.engine = AsyncLLM.from_engine_args(args, stat_loggers=[logger])
         self.tokenizer = self.engine.get_tokenizer()
-        self.end_tokens = frozenset(filter(None, (self.tokenizer.eos_token_id,)))
+        eos = self.tokenizer.eos_token_id
+        self.end_tokens = frozenset() if eos is None else frozenset({eos})
         self._ids = itertools.count()
 
     def prompt(self, messages: list[dict[str, str]]) -> list[int]:
