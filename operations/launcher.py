@@ -132,6 +132,7 @@ class TritonServer:
     process: subprocess.Popen | None = field(default=None, init=False)
     _stdout: object = field(default=None, init=False, repr=False)
     _stubs: list[psutil.Process] = field(default_factory=list, init=False, repr=False)
+    _chat_dir: str | None = field(default=None, init=False, repr=False)  # chat_model's directory, resolved once
 
     def command(self) -> list[str]:
         return [
@@ -163,7 +164,8 @@ class TritonServer:
             load_voice(voice)  # derive the graphs once here, not in three model processes at once
         if self.ar_model:
             check_ar_model(self.ar_model)
-        chat_dir = chat_model_dir(self.chat_model) if self.chat_model else None
+        if self.chat_model and self._chat_dir is None:  # not again on each restart
+            self._chat_dir = chat_model_dir(self.chat_model)
         removed = remove_stale_regions()
         if removed:
             log.warning("removed %d shared-memory regions left by Triton processes that are gone", removed)
@@ -173,7 +175,7 @@ class TritonServer:
         # A session of its own: a signal Triton or a dying stub sends to its process group
         # does not reach the supervisor, which stops Triton itself.
         self.process = subprocess.Popen(
-            self.command(), env=server_environment(self.voices, self.ar_model, chat_dir), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
+            self.command(), env=server_environment(self.voices, self.ar_model, self._chat_dir), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def is_ready(self) -> bool:
@@ -415,6 +417,11 @@ def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"a chat model directory (Hugging Face, Llama- or Qwen-style) for the voice chat's Thinker, or "
              f"'{EMBEDDED_CHAT}' for the embedded SmolLM2-135M-Instruct (env {CHAT_MODEL_ENV})",
     )
+    add_chat_flag(parser)
+
+
+def add_chat_flag(parser: argparse.ArgumentParser) -> None:
+    """--chat, the embedded chat model: a shorthand for --chat-model embedded."""
     parser.add_argument("--chat", dest="chat_model", action="store_const", const=EMBEDDED_CHAT,
                         help=f"voice chat on the embedded chat model: --chat-model {EMBEDDED_CHAT}")
 

@@ -14,8 +14,8 @@ import os
 import signal
 import threading
 
-from contract.voices import EMBEDDED_CHAT, VoiceError
-from operations.launcher import TritonServer, add_gpu_argument
+from contract.voices import VoiceError
+from operations.launcher import TritonServer, add_chat_flag, add_gpu_argument
 
 from gateway import settings as s
 from gateway.server import serve_forever
@@ -62,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-grpc-port", type=int, default=int(env("TRITON_GRPC_PORT", 8001)))
     parser.add_argument("--triton-metrics-port", type=int, default=int(env("TRITON_METRICS_PORT", 8002)))
     add_gpu_argument(parser)
-    parser.add_argument("--chat", dest="chat_model", action="store_const", const=EMBEDDED_CHAT,
-                        help=f"voice chat on the embedded chat model: --chat-model {EMBEDDED_CHAT}")
+    add_chat_flag(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

@@ -6,8 +6,11 @@ backend (needs its `pb_utils`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import multiprocessing
 import queue
+import sys
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import aclosing
@@ -174,11 +177,19 @@ class EngineModel(DecoupledModel):
     responses leave through a ResponseLoop, so the engine's loop never waits on Triton,
     and `finalize` lets the requests in flight end before the engine stops.
 
-    A subclass writes `start_engine` (a coroutine, run on the loop) and `respond`."""
+    A subclass writes `start_engine` (a coroutine, run on the loop; `engine_options`
+    reads the config's engine parameters) and `respond`, and names in `gauges` the
+    metrics (name, description) that `export` sets from its engine's stats, a dataclass
+    whose fields are in the same order."""
 
     drain_s = 10.0  # the longest finalize waits for requests in flight
+    gauges: tuple[tuple[str, str], ...] = ()
 
     def initialize(self, args) -> None:
+        multiprocessing.set_executable(sys.executable)  # vLLM's engine processes: the shim set it to the engine's Python
+        families = [gauge(name, about) for name, about in self.gauges]
+        self.families = [family for family, _ in families]
+        self.metrics = [metric for _, metric in families]
         self.in_flight = 0  # requests handed to the loop and not ended
         self.idle = threading.Condition()
         self.responses = ResponseLoop()
@@ -189,6 +200,17 @@ class EngineModel(DecoupledModel):
 
     async def start_engine(self, parameters: dict[str, str]):
         raise NotImplementedError
+
+    @staticmethod
+    def engine_options(parameters: dict[str, str]) -> dict:
+        """The config's `dtype`, `max_model_len` and `enforce_eager` (true: no CUDA graphs), as engine arguments."""
+        return {"dtype": parameters.get("dtype", "float32"), "max_model_len": int(parameters.get("max_model_len", "4096")),
+                "eager": parameters.get("enforce_eager", "true") == "true"}
+
+    def export(self, stats) -> None:
+        """The engine's counts on Triton's metrics port."""
+        for metric, value in zip(self.metrics, dataclasses.astuple(stats)):
+            metric.set(value)
 
     def execute(self, requests) -> None:
         for request in requests:
@@ -215,3 +237,5 @@ class EngineModel(DecoupledModel):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         self.responses.close(timeout=10)
+        del self.metrics  # metrics go before their families
+        del self.families

@@ -4,9 +4,7 @@ Imported only inside Triton's Python backend (needs its `pb_utils`)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import replace
@@ -17,40 +15,27 @@ import numpy as np
 from contract import models as c
 from python_backends.ar.inputs import read_talker_request
 from python_backends.ar.orpheus import frame_budget
-from python_backends.ar.talker import TalkerStats, TalkerEngine
-from python_backends.serving import EngineModel, gauge, request_inputs
-
-GAUGES = (
-    (c.TALKER_RUNNING_METRIC, "Talker requests in vLLM's batch"),
-    (c.TALKER_WAITING_METRIC, "Talker requests waiting for a place in vLLM's batch"),
-    (c.TALKER_TOKENS_METRIC, "codec tokens vLLM has written since the Talker started"),
-    (c.TALKER_PEAK_METRIC, "the most Talker requests vLLM has run in one batch since the Talker started"),
-    (c.TALKER_GUIDED_METRIC, "Talker streams decoded as a classifier-free guidance pair"),
-    (c.TALKER_GUIDANCE_LOST_METRIC, "guided Talker streams whose pair fell out of lock-step (decoded unguided from there)"),
-)
+from python_backends.ar.talker import TalkerEngine
+from python_backends.serving import EngineModel, request_inputs
 
 
 class TalkerModel(EngineModel):
     model = c.TALKER_MODEL
+    gauges = (  # in TalkerStats' order
+        (c.TALKER_RUNNING_METRIC, "Talker requests in vLLM's batch"),
+        (c.TALKER_WAITING_METRIC, "Talker requests waiting for a place in vLLM's batch"),
+        (c.TALKER_TOKENS_METRIC, "codec tokens vLLM has written since the Talker started"),
+        (c.TALKER_PEAK_METRIC, "the most Talker requests vLLM has run in one batch since the Talker started"),
+        (c.TALKER_GUIDED_METRIC, "Talker streams decoded as a classifier-free guidance pair"),
+        (c.TALKER_GUIDANCE_LOST_METRIC,
+         "guided Talker streams whose pair fell out of lock-step (decoded unguided from there)"),
+    )
 
     async def start_engine(self, parameters: dict[str, str]) -> TalkerEngine:
-        multiprocessing.set_executable(sys.executable)  # for vLLM's engine processes
-        gauges = [gauge(name, about) for name, about in GAUGES]
-        self.families = [family for family, _ in gauges]
-        self.gauges = [metric for _, metric in gauges]
         self.running_streams: set[str] = set()  # STREAM_IDs streaming
         self.stopped: set[str] = set()  # and those a STOP named
         model = Path(os.environ["SPEECHSTREAM_AR_MODEL"]) / "talker"
-        return TalkerEngine(model, dtype=parameters.get("dtype", "float32"),
-                            max_model_len=int(parameters.get("max_model_len", "4096")),
-                            eager=parameters.get("enforce_eager", "true") == "true", on_stats=self._export)
-
-    def _export(self, stats: TalkerStats) -> None:
-        """vLLM's counts on Triton's metrics port."""
-        values = (stats.running, stats.waiting, stats.generated_tokens, stats.peak_running, stats.guided,
-                  stats.guidance_lost)
-        for metric, value in zip(self.gauges, values):
-            metric.set(value)
+        return TalkerEngine(model, **self.engine_options(parameters), on_stats=self.export)
 
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         talk = read_talker_request(request_inputs(request, self.model))
@@ -70,8 +55,3 @@ class TalkerModel(EngineModel):
         finally:
             self.running_streams.discard(talk.stream_id)
             self.stopped.discard(talk.stream_id)
-
-    def finalize(self) -> None:
-        super().finalize()
-        del self.gauges  # metrics go before their families
-        del self.families

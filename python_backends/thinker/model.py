@@ -5,9 +5,7 @@ Triton's Python backend (needs its `pb_utils`)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
@@ -15,41 +13,27 @@ import numpy as np
 
 from contract import models as c
 from contract.voices import CHAT_MODEL_ENV
-from python_backends.serving import EngineModel, gauge, request_inputs
-from python_backends.thinker.engine import ThinkerEngine, ThinkerStats
+from python_backends.serving import EngineModel, request_inputs
+from python_backends.thinker.engine import ThinkerEngine
 from python_backends.thinker.inputs import read_thinker_request
-
-
-GAUGES = (
-    (c.THINKER_RUNNING_METRIC, "Thinker requests in vLLM's batch"),
-    (c.THINKER_WAITING_METRIC, "Thinker requests waiting for a place in vLLM's batch"),
-    (c.THINKER_TOKENS_METRIC, "tokens the Thinker's vLLM engine has written since it started"),
-    (c.THINKER_PEAK_METRIC, "the most Thinker requests vLLM has run in one batch since it started"),
-    (c.THINKER_VERIFIED_METRIC, "Thinker replies that began by verifying a draft"),
-    (c.THINKER_DRAFT_TOKENS_METRIC, "tokens of the drafts the Thinker verified"),
-    (c.THINKER_ACCEPTED_METRIC, "draft tokens the Thinker kept"),
-)
 
 
 class ThinkerModel(EngineModel):
     model = c.THINKER_MODEL
+    gauges = (  # in ThinkerStats' order
+        (c.THINKER_RUNNING_METRIC, "Thinker requests in vLLM's batch"),
+        (c.THINKER_WAITING_METRIC, "Thinker requests waiting for a place in vLLM's batch"),
+        (c.THINKER_TOKENS_METRIC, "tokens the Thinker's vLLM engine has written since it started"),
+        (c.THINKER_PEAK_METRIC, "the most Thinker requests vLLM has run in one batch since it started"),
+        (c.THINKER_VERIFIED_METRIC, "Thinker replies that began by verifying a draft"),
+        (c.THINKER_DRAFT_TOKENS_METRIC, "tokens of the drafts the Thinker verified"),
+        (c.THINKER_ACCEPTED_METRIC, "draft tokens the Thinker kept"),
+    )
 
     async def start_engine(self, parameters: dict[str, str]) -> ThinkerEngine:
-        multiprocessing.set_executable(sys.executable)  # for vLLM's engine processes
-        gauges = [gauge(name, about) for name, about in GAUGES]
-        self.families = [family for family, _ in gauges]
-        self.gauges = [metric for _, metric in gauges]
-        engine = ThinkerEngine(os.environ[CHAT_MODEL_ENV], dtype=parameters.get("dtype", "float32"),
-                               max_model_len=int(parameters.get("max_model_len", "4096")),
-                               eager=parameters.get("enforce_eager", "true") == "true", on_stats=self._export)
+        engine = ThinkerEngine(os.environ[CHAT_MODEL_ENV], **self.engine_options(parameters), on_stats=self.export)
         await engine.warm_up()
         return engine
-
-    def _export(self, stats: ThinkerStats) -> None:
-        values = (stats.running, stats.waiting, stats.generated_tokens, stats.peak_running, stats.drafts_verified,
-                  stats.draft_tokens, stats.accepted_tokens)
-        for metric, value in zip(self.gauges, values):
-            metric.set(value)
 
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         ask = read_thinker_request(request_inputs(request, self.model), len(self.engine.tokenizer))
@@ -61,8 +45,3 @@ class ThinkerModel(EngineModel):
                 if piece.accepted is not None:
                     outputs[c.ACCEPTED] = np.array([piece.accepted], dtype=np.int32)
                 yield outputs
-
-    def finalize(self) -> None:
-        super().finalize()
-        del self.gauges  # metrics go before their families
-        del self.families
