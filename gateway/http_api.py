@@ -1,6 +1,7 @@
 """The gateway's HTTP endpoints: OpenAI's `POST /v1/audio/speech` (the body streams as
-the audio is made), the voices, health, metrics and the page. The request and body
-formats are sans I/O in speech_api.py; this is their aiohttp shell."""
+the audio is made, or comes whole with its length), the voices, health, metrics and the
+page. The request and body formats are sans I/O in speech_api.py; this is their aiohttp
+shell."""
 
 from __future__ import annotations
 
@@ -32,7 +33,14 @@ from gateway.protocol import OPENAI_VOICES
 from gateway.segmenter import batches
 from gateway.service import GATEWAY, Gateway
 from gateway.settings import Settings
-from gateway.speech_api import OPENAI_MODELS, ApiError, SpeechBody, SpeechRequest, parse_speech_request
+from gateway.speech_api import (
+    OPENAI_MODELS,
+    ApiError,
+    SpeechBody,
+    SpeechRequest,
+    parse_speech_request,
+    streams_by_default,
+)
 from gateway.synthesis import SynthesisFailed, Synthesizer, TtsChunk
 from contract import protocol as v1
 
@@ -108,8 +116,10 @@ async def stream_speech(
 async def whole_speech(
     gateway: Gateway, speech_request: SpeechRequest, body: SpeechBody, first: TtsChunk, chunks: AsyncIterator[TtsChunk]
 ) -> web.Response:
-    """The body of a request with `stream` false: all of it, then sent at once with its
-    length; a failure midway is an error response, since nothing was sent yet."""
+    """A whole body (`stream` false, or OpenAI's Python SDK's plain `create`): all of it,
+    then sent at once with its length, so that WAV and FLAC headers say their exact sizes;
+    a failure midway is an error response, since nothing was sent yet. It is held until
+    sent: as long as `--max-text-chars` of text can be spoken."""
     body.push(first.pcm)
     try:
         async for chunk in chunks:
@@ -158,7 +168,7 @@ async def read_speech_request(
         ) from None
     except web.RequestPayloadError as e:  # a bad Content-Encoding, a broken chunked body
         raise ApiError(f"the body cannot be read: {str(e).splitlines()[-1].strip()}") from None
-    return parse_speech_request(raw, voices, settings.max_text_chars)
+    return parse_speech_request(raw, voices, settings.max_text_chars, streams_by_default(request.headers))
 
 
 def api_error(gateway: Gateway, code: str, error: ApiError) -> web.Response:

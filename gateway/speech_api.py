@@ -1,6 +1,7 @@
 """OpenAI's `POST /v1/audio/speech`, sans I/O: the request body parsed and checked, errors
-in OpenAI's shape, and the response body made from PCM as it comes (frames, container,
-and the server-sent events of `stream_format: "sse"`). The HTTP shell is in server.py.
+in OpenAI's shape, whether the body streams or comes whole, and the response body made
+from PCM as it comes (frames, container, and the server-sent events of
+`stream_format: "sse"`). The HTTP shell is in http_api.py.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ STREAM_FORMATS = ("audio", "sse")
 DEFAULT_FORMAT = "mp3"  # as OpenAI's: clients that name no format expect it
 RATES = {"pcm": 24000, "wav": 24000, "flac": 24000, "opus": 48000, "mp3": 24000, "aac": 24000}  # OpenAI's pcm is 24 kHz
 FRAME_MS = 20
+# OpenAI's Python SDK names itself on every request, and asks for the body as it comes
+# only from `with_streaming_response`; without that header it reads the whole body
+# before returning (its own test, in _base_client.py, is on the same header).
+SDK_LANGUAGE, SDK_RAW_RESPONSE = "X-Stainless-Lang", "X-Stainless-Raw-Response"
 _SPEED = next(p for p in CLIENT_PARAMS if p.name == LENGTH_SCALE)  # speed = 1 / length_scale
 
 
@@ -92,8 +97,20 @@ def _string(body: dict, name: str, default: str | None = None) -> str:
     return value
 
 
-def parse_speech_request(raw: bytes, voices: Mapping[str, VoiceInfo], max_chars: int) -> SpeechRequest:
-    """The request in `raw` (a JSON body), or ApiError saying which field is wrong."""
+def streams_by_default(headers: Mapping[str, str]) -> bool:
+    """Whether a request whose body does not say `stream` gets its body streamed: every
+    request but the plain `create` of OpenAI's Python SDK, which reads the body whole
+    before its caller sees a byte, so a whole body with exact WAV and FLAC sizes costs it
+    nothing. `headers` are case-insensitive, as aiohttp's are."""
+    return headers.get(SDK_LANGUAGE) != "python" or headers.get(SDK_RAW_RESPONSE) == "stream"
+
+
+def parse_speech_request(
+    raw: bytes, voices: Mapping[str, VoiceInfo], max_chars: int, stream_default: bool = True
+) -> SpeechRequest:
+    """The request in `raw` (a JSON body), or ApiError saying which field is wrong.
+    `stream_default` is what a body without `stream` gets (streams_by_default); SSE
+    always streams."""
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
@@ -117,7 +134,7 @@ def parse_speech_request(raw: bytes, voices: Mapping[str, VoiceInfo], max_chars:
     stream_format = _string(body, "stream_format", "audio")
     if stream_format not in STREAM_FORMATS:
         raise ApiError(f"stream_format must be one of {', '.join(STREAM_FORMATS)}", "stream_format")
-    stream = body.get("stream", True)
+    stream = body.get("stream", stream_default or stream_format == "sse")
     if not isinstance(stream, bool):
         raise ApiError("'stream' must be true or false", "stream")
     if not stream and stream_format == "sse":

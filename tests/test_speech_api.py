@@ -6,11 +6,14 @@ import wave
 import av
 import numpy as np
 import pytest
+import soundfile
+from multidict import CIMultiDict
 
 from gateway.protocol import OPENAI_VOICES
-from gateway.speech_api import ApiError, SpeechBody, parse_speech_request, sse_delta, sse_done
+from gateway.speech_api import ApiError, SpeechBody, parse_speech_request, sse_delta, sse_done, streams_by_default
 from contract.voices import EMBEDDED_ONLY
 from contract.models import DEFAULT_VOICE, GUIDANCE_SCALE, LENGTH_SCALE, NOISE_W, SEED, TEMPERATURE
+from tests.test_gateway_containers import UNKNOWN_WAV_SIZE, flac_total_samples, riff_sizes
 
 VOICES = EMBEDDED_ONLY
 
@@ -113,15 +116,38 @@ def test_a_speech_body_streams_a_container_of_the_pushed_length(fmt):
     assert 1.0 - 0.007 <= seconds <= (1.12 if fmt in ("mp3", "aac") else 1.02)
 
 
-def flac_total_samples(data: bytes) -> int:
-    """STREAMINFO's total_samples (0: unknown), 36 bits after rate, channels and depth."""
-    assert data[:4] == b"fLaC" and data[4] & 0x7F == 0  # the first block is STREAMINFO
-    return int.from_bytes(data[8 + 10 : 8 + 18], "big") & ((1 << 36) - 1)
+# The headers OpenAI's Python SDK sends (tests/test_speech_http.py sees them on the wire):
+# X-Stainless-Lang on every request, X-Stainless-Raw-Response from with_raw_response
+# ("true") and with_streaming_response ("stream").
+SDK = {"X-Stainless-Lang": "python", "X-Stainless-Package-Version": "3.51.0"}
+
+
+@pytest.mark.parametrize("headers,streams", [
+    ({}, True),  # curl, a browser, urllib
+    (SDK, False),  # the SDK's plain create, which reads the whole body before returning
+    (SDK | {"X-Stainless-Raw-Response": "true"}, False),  # with_raw_response: read whole too
+    (SDK | {"X-Stainless-Raw-Response": "stream"}, True),  # with_streaming_response
+    ({"x-stainless-lang": "python", "x-stainless-raw-response": "stream"}, True),  # header case is no matter
+    ({"X-Stainless-Lang": "js"}, True),  # the Node SDK hands its caller the body as it streams
+])
+def test_only_the_python_sdks_plain_create_gets_a_whole_body_by_default(headers, streams):
+    assert streams_by_default(CIMultiDict(headers)) is streams
+
+
+def test_the_stream_field_wins_over_the_default_and_sse_always_streams():
+    def stream(default: bool, **body) -> bool:
+        raw = json.dumps({"model": "m", "input": "Hi.", "voice": "alloy", **body}).encode()
+        return parse_speech_request(raw, VOICES, 100, default).stream
+
+    assert (stream(True), stream(False)) == (True, False)
+    assert stream(False, stream=True) and not stream(True, stream=False)
+    assert stream(False, stream_format="sse")
 
 
 def test_a_body_not_streamed_comes_whole_from_finish_with_exact_sizes():
     streamed, _ = speech_body("flac")
     assert flac_total_samples(streamed) == 0  # unknown while streaming
+    assert riff_sizes(speech_body("wav")[0])[:2] == (UNKNOWN_WAV_SIZE, UNKNOWN_WAV_SIZE)
     for fmt in ("wav", "flac"):
         body = SpeechBody(parse(model="m", input="Hi.", voice="alloy", response_format=fmt, stream=False), 22050)
         tone = np.sin(np.arange(22050) / 22050 * 2 * np.pi * 440).astype(np.float32) * 0.3
@@ -129,10 +155,13 @@ def test_a_body_not_streamed_comes_whole_from_finish_with_exact_sizes():
         data = body.finish()
         samples = 24000  # a second at 24 kHz, whole 20 ms frames
         if fmt == "wav":
+            riff, size, start = riff_sizes(data)
+            assert (riff, size) == (len(data) - 8, len(data) - start) and size == 2 * samples
             with wave.open(io.BytesIO(data)) as w:
                 assert w.getnframes() == samples and len(w.readframes(samples + 1)) == samples * 2
         else:
             assert flac_total_samples(data) == samples
+        assert len(soundfile.read(io.BytesIO(data))[0]) == samples
 
 
 def test_an_sse_body_wraps_the_container_in_deltas_then_done():

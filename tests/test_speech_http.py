@@ -19,7 +19,7 @@ from perf.servers import start_gateway, stop, triton_metrics
 from perf.workloads import workload
 from contract import models as c
 from operations.triton_client import inference_count
-from tests.test_speech_api import flac_total_samples
+from tests.test_gateway_containers import flac_total_samples
 
 pytestmark = pytest.mark.triton
 
