@@ -1,11 +1,14 @@
 """The Triton servers behind a gateway: each `tts` request goes to the one with the least
 outstanding work among those up; a health poll marks them down and up again, and a
-readiness probe (synthesis.Synthesizer.watch) says whether each can synthesize."""
+readiness probe (synthesis.Synthesizer.watch) says whether each can synthesize. The
+servers are a fixed list, or what DNS says now (discovery.py): one that leaves it
+drains, taking no new request, and its channel is closed once its last one ends."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import tritonclient.grpc.aio as grpcclient
@@ -36,6 +39,7 @@ class Backend:
     why_down: str = "not polled yet"
     # Real-time streams it sustains, as each BLS model last said (0: not measured yet).
     capacity: dict[str, float] = field(default_factory=dict)
+    draining: bool = False  # gone from DNS: no new request; closed once `outstanding` is 0
 
     @property
     def streams_sustained(self) -> float:
@@ -51,6 +55,8 @@ class Backend:
     @property
     def state(self) -> str:
         """`ready`, or why not."""
+        if self.draining:
+            return f"draining: gone from DNS, {self.outstanding} requests left"
         if not self.up:
             return f"down: {self.why_down}"
         return "ready" if self.probe_error is None else f"cannot synthesize: {self.probe_error}"
@@ -64,6 +70,15 @@ class Backend:
         self.up = up
         self.why_down = "" if up else why or "not ready"
 
+    def drain(self, draining: bool) -> None:
+        """Whether it has left DNS (and takes no new request), or is back in it."""
+        if draining != self.draining:
+            if draining:
+                log.info("Triton %s left DNS: draining, no new requests (%d in flight)", self.url, self.outstanding)
+            else:
+                log.info("Triton %s is back in DNS: it takes requests again", self.url)
+        self.draining = draining
+
     def probed(self, error: str | None) -> None:
         """The outcome of a readiness probe: None, or why it failed."""
         if error != self.probe_error:
@@ -72,17 +87,50 @@ class Backend:
         self.probe_error = error
 
 
+class NoBackend(ConnectionError):
+    """No Triton server to send a request to: DNS names none, or all are draining."""
+
+
 def choose(backends: list[Backend]) -> Backend:
     """The backend with the least outstanding work among those ready, else among those
     up, else of all (a stream to a server that is down fails at once, and one that just
-    came back is used before the next health poll notices)."""
-    candidates = [b for b in backends if b.ready] or [b for b in backends if b.up] or backends
+    came back is used before the next health poll notices); never one draining."""
+    open_ = [b for b in backends if not b.draining]
+    candidates = [b for b in open_ if b.ready] or [b for b in open_ if b.up] or open_
+    if not candidates:
+        raise NoBackend("no Triton server to send it to (none found in DNS, or all are leaving)")
     return min(candidates, key=lambda b: b.outstanding)
+
+
+def connect(url: str) -> Backend:
+    """A backend for the server at `url`, its channel opened lazily by gRPC."""
+    return Backend(url, grpcclient.InferenceServerClient(url, channel_args=CHANNEL_ARGS))
 
 
 class Backends:
     def __init__(self, urls: tuple[str, ...]) -> None:
-        self.all = [Backend(url, grpcclient.InferenceServerClient(url, channel_args=CHANNEL_ARGS)) for url in urls]
+        self.all = [connect(url) for url in urls]
+
+    def update(self, urls: Iterable[str]) -> None:
+        """The servers are `urls` now (what DNS says): one new is added, and takes requests
+        once it is up and probed (`choose`); one gone drains; one back stops draining."""
+        urls = list(dict.fromkeys(urls))
+        for backend in self.all:
+            backend.drain(backend.url not in urls)
+        known = {b.url for b in self.all}
+        for url in urls:
+            if url not in known:
+                log.info("Triton %s found in DNS: it takes requests once it is up and has passed its probe", url)
+                self.all.append(connect(url))
+
+    async def close_drained(self) -> None:
+        """Forget the backends that drained and whose last request ended, and close their
+        channels."""
+        drained = [b for b in self.all if b.draining and not b.outstanding]
+        if drained:
+            self.all = [b for b in self.all if b not in drained]
+            log.info("Triton %s drained: channel closed", ", ".join(b.url for b in drained))
+            await asyncio.gather(*(b.client.close() for b in drained))
 
     @property
     def capacity(self) -> float | None:
@@ -101,7 +149,9 @@ class Backends:
         backend.outstanding -= 1
 
     async def poll(self) -> None:
-        """Ask every backend whether it is ready, at once; a hung one counts as down."""
+        """Close the channels of those drained; ask every other backend whether it is
+        ready, at once; a hung one counts as down."""
+        await self.close_drained()
 
         async def ready(backend: Backend) -> None:
             try:

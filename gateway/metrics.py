@@ -1,16 +1,19 @@
 """The gateway's Prometheus metrics, served at GET /metrics.
 
-Gauges of what is open are read from the live sessions when scraped; counters and
-histograms are updated where the events happen.
+Gauges of what is open are read from the live sessions when scraped, and those of each
+Triton server from the servers known then (a pod found in DNS comes, one drained goes);
+counters and histograms are updated where the events happen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
-from gateway.backends import Backend
+from gateway.backends import Backend, Backends
 
 # Seconds; the goals are tens of milliseconds at the client, so most buckets sit there.
 LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
@@ -19,7 +22,7 @@ LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75
 class Metrics:
     def __init__(
         self, connections: Callable[[], int], contexts: Callable[[], int], speaking: Callable[[], int],
-        backends: list[Backend],
+        backends: Backends,
     ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -36,17 +39,7 @@ class Metrics:
             "speechstream_triton_first_response_seconds", "From a tts request sent to Triton to its first audio",
             buckets=LATENCY_BUCKETS, registry=r,
         )
-        up = Gauge("speechstream_triton_up", "1 while a Triton server is ready", ["url"], registry=r)
-        load = Gauge("speechstream_triton_outstanding", "Contexts speaking through a Triton server", ["url"], registry=r)
-        capacity = Gauge(
-            "speechstream_triton_capacity_streams",
-            "Real-time streams a Triton server sustains, as it measures them (0: not yet); admission's reference",
-            ["url"], registry=r,
-        )
-        for b in backends:
-            up.labels(b.url).set_function(lambda b=b: float(b.up))
-            load.labels(b.url).set_function(lambda b=b: b.outstanding)
-            capacity.labels(b.url).set_function(lambda b=b: b.streams_sustained)
+        r.register(BackendGauges(backends))
         self._audio = Counter("speechstream_audio_seconds", "Audio sent to clients", registry=r)
         self._errors = Counter(
             "speechstream_errors", "Error messages sent, and HTTP speech requests refused or cut short, by code",
@@ -85,3 +78,25 @@ class Metrics:
     def exposition(self) -> tuple[bytes, str]:
         """The text format and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class BackendGauges(Collector):
+    """Each Triton server's gauges, labelled by its URL, for the servers known when scraped."""
+
+    GAUGES: tuple[tuple[str, str, Callable[[Backend], float]], ...] = (
+        ("speechstream_triton_up", "1 while a Triton server is up", lambda b: float(b.up)),
+        ("speechstream_triton_outstanding", "Contexts speaking through a Triton server", lambda b: b.outstanding),
+        ("speechstream_triton_capacity_streams",
+         "Real-time streams a Triton server sustains, as it measures them (0: not yet); admission's reference",
+         lambda b: b.streams_sustained),
+    )
+
+    def __init__(self, backends: Backends) -> None:
+        self.backends = backends
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        for name, about, value in self.GAUGES:
+            family = GaugeMetricFamily(name, about, labels=["url"])
+            for backend in self.backends.all:
+                family.add_metric([backend.url], value(backend))
+            yield family

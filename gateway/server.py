@@ -2,8 +2,8 @@
 on one port, with audio from Triton's `tts` model.
 
 This file assembles the application: the routes (websocket.py, http_api.py), and its
-lifetime as aiohttp runs it: the Triton health watch and the admission queue run in the
-app's cleanup context and are awaited when it ends; on shutdown each open WebSocket is
+lifetime as aiohttp runs it: the Triton health watch, the DNS watch (with
+--triton-service) and the admission queue run in the app's cleanup context and are awaited when it ends; on shutdown each open WebSocket is
 closed with 1001 (going away), and the gRPC channels to Triton are closed last. SIGTERM
 and SIGINT stop the gateway that way.
 """
@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable
 from aiohttp import WSCloseCode, web
 from contract.voices import VoiceError
 
-from gateway import http_api
+from gateway import discovery, http_api
 from gateway import settings as s
 from gateway.backends import HEALTH_INTERVAL_S
 from gateway.listener import listen
@@ -61,13 +61,17 @@ def application(gateway: Gateway) -> web.Application:
 
 
 async def background_tasks(app: web.Application) -> AsyncIterator[None]:
-    """The Triton health watch and the admission queue's pump, for the app's lifetime;
-    then the gRPC channels, which the stopped tasks and streams no longer use."""
-    gateway = app[GATEWAY]
+    """The Triton health watch, the DNS watch and the admission queue's pump, for the
+    app's lifetime; then the gRPC channels, which the stopped tasks and streams no longer
+    use."""
+    gateway, settings = app[GATEWAY], app[GATEWAY].settings
     tasks = [
-        asyncio.create_task(gateway.synthesizer.watch(HEALTH_INTERVAL_S, gateway.settings.probe_interval_s)),
+        asyncio.create_task(gateway.synthesizer.watch(HEALTH_INTERVAL_S, settings.probe_interval_s)),
         asyncio.create_task(gateway.admit_queued()),
     ]
+    if gateway.service:
+        watch = discovery.watch(gateway.backends, gateway.service, gateway.dns, settings.resolve_interval_s)
+        tasks.append(asyncio.create_task(watch))
     yield
     for task in tasks:
         task.cancel()
@@ -97,8 +101,9 @@ async def serve_forever(settings: Settings) -> None:
     raise_open_file_limit(settings.max_connections)
     listener = await listen(runner.server, settings)
     try:
+        tritons = f"the A records of {gateway.service}" if gateway.service else ", ".join(settings.triton_urls)
         log.info("gateway on http://%s:%d (WebSocket %s), Triton at %s", settings.host, settings.port,
-                 v1.PROTOCOL_PATH, ", ".join(settings.triton_urls))
+                 v1.PROTOCOL_PATH, tritons)
         await asyncio.Event().wait()
     finally:
         await gateway.drain(settings.drain_s)
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         asyncio.run(until_signalled(serve_forever(s.from_arguments(args))))
-    except VoiceError as e:
+    except (VoiceError, discovery.BadAddress) as e:
         log.error("%s", e)
         raise SystemExit(2) from None
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from aiohttp import web
 from contract.voices import find_voices
 
+from gateway import discovery
 from gateway.access import KeyFailures, log_refusal
 from gateway.admission import AdmissionQueue
 from gateway.backends import Backends
@@ -43,7 +44,10 @@ class Gateway:
         # VoiceError, saying what to fix, at start-up
         self.voices = find_voices(settings.voices, ar=settings.ar_model is not None)
         self.limits = Limits.of(settings)
-        self.backends = Backends(settings.triton_urls)
+        # A DNS name's servers are found once running (discovery.watch); BadAddress at start-up.
+        self.service = discovery.Address.parse(settings.triton_service) if settings.triton_service else None
+        self.dns = discovery.Address.parse(settings.dns, discovery.DNS_PORT) if settings.dns else None
+        self.backends = Backends(() if self.service else settings.triton_urls)
         self.key_failures = KeyFailures(settings.max_key_failures)
         self.sessions: dict[Session, str] = {}  # each open session, and its client's address
         self.http_streams: Counter[str] = Counter()  # HTTP speech requests in flight, by address
@@ -53,7 +57,7 @@ class Gateway:
             connections=lambda: len(self.sessions),
             contexts=lambda: sum(len(s.contexts) for s in self.sessions),
             speaking=self.speaking_contexts,
-            backends=self.backends.all,
+            backends=self.backends,
         )
         # chat mode: the Thinker's requests, when Triton serves a chat model
         self.thinker = Thinker(self.backends, settings.stage_timeout_s) if settings.chat_model else None

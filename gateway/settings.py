@@ -27,6 +27,18 @@ class Settings:
         ("127.0.0.1:8001",), "Triton gRPC addresses, comma-separated; each tts request goes to the least busy one that is up",
         env="TRITON_GRPC_URL",
     )
+    triton_service: str | None = _setting(
+        None, "NAME:PORT: the Triton servers are the A records of NAME (a headless Service's), on gRPC port PORT, "
+        "resolved again every --resolve-interval s; each tts request goes to the least busy one; replaces --triton-urls"
+    )
+    dns: str | None = _setting(
+        None, "HOST[:PORT] of the DNS server --triton-service is resolved through (UDP; port 53 by default); "
+        "none: the system's resolver"
+    )
+    resolve_interval_s: float = _setting(
+        5.0, "seconds between resolutions of --triton-service: a pod's address found takes requests once it is up and "
+        "has passed its probe; one gone from DNS takes no new request and is closed when its last ends"
+    )
     max_text_chars: int = _setting(MAX_TEXT_CHARS, "characters per text message, and waiting per context")
     max_contexts: int = _setting(16, "open contexts per connection")
     max_streams_per_client: int = _setting(

@@ -27,7 +27,7 @@ from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from contract import models as c
 
-from gateway.backends import NOT_PROBED, Backend, Backends
+from gateway.backends import NOT_PROBED, Backend, Backends, NoBackend
 from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
@@ -168,7 +168,10 @@ async def on_backend(backends: Backends) -> AsyncIterator[Backend]:
     """The least loaded Triton server that is up, for one request; its failures become
     SynthesisFailed with protocol v1's code, and a server that cannot be reached is
     marked down."""
-    backend = backends.acquire()
+    try:
+        backend = backends.acquire()
+    except NoBackend as e:
+        raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, str(e)) from None
     try:
         yield backend
     except SynthesisFailed as e:
@@ -222,13 +225,14 @@ class Synthesizer:
 
     async def watch(self, poll_s: float, probe_s: float) -> None:
         """Ask every server whether it is up every `poll_s`, and probe each one that is
-        every `probe_s`, and at once when it comes up (`probe_s` 0: never; up is ready)."""
+        every `probe_s`, and at once when it comes up (`probe_s` 0: never; up is ready);
+        not one draining, which takes no new request."""
         last_probe = -math.inf
         while True:
             await self.backends.poll()
             due = probe_s and time.monotonic() - last_probe >= probe_s
             last_probe = time.monotonic() if due else last_probe
-            up = [b for b in self.backends.all if b.up]
+            up = [b for b in self.backends.all if b.up and not b.draining]
             if not probe_s:
                 for backend in up:
                     backend.probed(None)

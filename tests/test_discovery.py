@@ -1,0 +1,334 @@
+"""Triton servers found in DNS: the gateway's DNS client against a real DNS server on
+loopback, its servers following the records (sans I/O), and, over two real Tritons
+(127.0.0.1 and 127.0.0.2, as two pods of one headless Service), requests balanced per
+stream over a name's addresses, an address added taking requests only once ready, and
+one removed draining: no new request, the one in flight ending whole, then forgotten."""
+
+import asyncio
+import json
+import time
+import urllib.request
+
+import pytest
+from dnslib import CNAME, QTYPE, RCODE, RR, A, DNSHeader, DNSQuestion, DNSRecord
+
+from client.speech import connection
+from contract import protocol as v1
+from gateway import discovery
+from gateway.backends import Backends, NoBackend, choose
+from gateway.metrics import Metrics
+from operations.launcher import TritonServer
+from perf.servers import free_ports, start_gateway, stop
+from perf.workloads import workload
+from tests.dns_server import dns_server
+from tests.recorder import Recorder
+from tests.triton_servers import running
+
+NAME = "triton.speech.svc.cluster.local"
+
+
+# The DNS client, sans I/O and against dnslib's server.
+
+
+def test_a_query_is_one_a_question_with_recursion_desired():
+    parsed = DNSRecord.parse(discovery.query(NAME, 0x1234))
+    assert parsed.header.id == 0x1234 and parsed.header.rd and not parsed.header.qr
+    assert [(str(q.qname), q.qtype) for q in parsed.questions] == [(NAME + ".", QTYPE.A)]
+
+
+def reply(ident: int, *records: RR, rcode: int = RCODE.NOERROR, truncated: bool = False) -> bytes:
+    header = DNSHeader(id=ident, qr=1, ra=1, rcode=rcode, tc=int(truncated))
+    return DNSRecord(header, q=DNSQuestion(NAME), rr=list(records)).pack()
+
+
+def test_an_answer_gives_its_a_records_past_a_cname_and_compressed_names():
+    answer = reply(7, RR("triton", QTYPE.CNAME, rdata=CNAME(NAME)), RR(NAME, QTYPE.A, rdata=A("10.1.0.5")),
+                   RR(NAME, QTYPE.A, rdata=A("10.1.0.9")))
+    assert discovery.a_records(answer, 7) == ["10.1.0.5", "10.1.0.9"]
+    assert discovery.a_records(reply(7, rcode=RCODE.NXDOMAIN), 7) == []  # no pod ready: no server
+
+
+@pytest.mark.parametrize("answer,why", [
+    (reply(8), "another query"),
+    (reply(7, rcode=RCODE.SERVFAIL), "error code 2"),
+    (reply(7, truncated=True), "truncated"),
+    (reply(7, RR(NAME, QTYPE.A, rdata=A("10.1.0.5")))[:-3], "malformed"),
+])
+def test_an_answer_that_cannot_be_read_is_an_error_not_an_empty_list(answer, why):
+    with pytest.raises(discovery.DnsError, match=why):
+        discovery.a_records(answer, 7)
+
+
+def test_addresses_are_host_and_port():
+    assert discovery.Address.parse("triton.ns.svc:8001") == discovery.Address("triton.ns.svc", 8001)
+    assert discovery.Address.parse("10.0.0.10", discovery.DNS_PORT) == discovery.Address("10.0.0.10", 53)
+    for bad in ("triton.ns.svc", "triton:grpc", ":8001", "a..b:8001"):
+        with pytest.raises(discovery.BadAddress):
+            discovery.Address.parse(bad)
+
+
+def test_the_client_asks_a_real_dns_server_and_sees_its_records_change():
+    async def ask(port):
+        return await discovery.resolve(NAME, discovery.Address("127.0.0.1", port))
+
+    with dns_server() as (records, port):
+        records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
+        assert asyncio.run(ask(port)) == ["127.0.0.1", "127.0.0.2"]
+        records.names = {NAME: ["127.0.0.2"]}
+        assert asyncio.run(ask(port)) == ["127.0.0.2"]
+        records.names = {}
+        assert asyncio.run(ask(port)) == []
+    with pytest.raises(discovery.DnsError):  # nobody answers: an error, and the servers known are kept
+        asyncio.run(ask(port))
+
+
+# The servers following the records, sans I/O.
+
+
+def test_a_server_gone_from_dns_drains_and_is_forgotten_once_its_requests_end():
+    async def run():
+        backends = Backends(())
+        backends.update(["10.0.0.1:8001", "10.0.0.2:8001"])
+        first, second = backends.all
+        for b in backends.all:
+            b.mark(True)
+            b.probed(None)
+        held = backends.acquire()
+        assert held is first
+        backends.update(["10.0.0.2:8001"])
+        assert first.draining and first.state == "draining: gone from DNS, 1 requests left"
+        assert [backends.acquire() for _ in range(2)] == [second, second]  # no new request to it
+        await backends.close_drained()
+        assert backends.all == [first, second]  # its request in flight keeps its channel
+        backends.release(held)
+        await backends.close_drained()
+        assert backends.all == [second]
+        backends.update([])
+        with pytest.raises(NoBackend):
+            choose(backends.all)
+        backends.update(["10.0.0.2:8001"])  # back before it drained: used again
+        assert choose(backends.all) is second
+        await backends.close()
+
+    asyncio.run(run())
+
+
+def test_a_server_found_in_dns_takes_requests_only_once_ready():
+    async def run():
+        backends = Backends(())
+        backends.update(["10.0.0.1:8001"])
+        old = backends.all[0]
+        old.mark(True)
+        old.probed(None)
+        old.outstanding = 10
+        backends.update(["10.0.0.1:8001", "10.0.0.3:8001"])
+        new = backends.all[1]
+        assert choose(backends.all) is old  # idle, but not polled yet
+        new.mark(True)
+        assert choose(backends.all) is old  # up, but not probed yet
+        new.probed(None)
+        assert choose(backends.all) is new
+        await backends.close()
+
+    asyncio.run(run())
+
+
+def test_each_servers_metrics_come_and_go_with_it():
+    def labelled(metrics):
+        return {line.split('"')[1] for line in metrics.exposition()[0].decode().splitlines()
+                if line.startswith("speechstream_triton_up{")}
+
+    async def run():
+        backends = Backends(())
+        metrics = Metrics(lambda: 0, lambda: 0, lambda: 0, backends)
+        backends.update(["10.0.0.1:8001", "10.0.0.2:8001"])
+        assert labelled(metrics) == {"10.0.0.1:8001", "10.0.0.2:8001"}
+        backends.update(["10.0.0.2:8001"])
+        await backends.close_drained()
+        assert labelled(metrics) == {"10.0.0.2:8001"}
+        await backends.close()
+
+    asyncio.run(run())
+
+
+def test_the_watch_follows_the_records_of_a_real_dns_server():
+    async def run(records, port):
+        backends = Backends(())
+        watch = asyncio.create_task(discovery.watch(
+            backends, discovery.Address(NAME, 8001), discovery.Address("127.0.0.1", port), interval_s=0.05))
+        try:
+            records.names = {NAME: ["10.0.0.1", "10.0.0.2"]}
+            await until(lambda: [b.url for b in backends.all] == ["10.0.0.1:8001", "10.0.0.2:8001"])
+            records.names = {NAME: ["10.0.0.2"]}
+            await until(lambda: backends.all[0].draining)
+        finally:
+            watch.cancel()
+            await backends.close()
+
+    with dns_server() as (records, port):
+        asyncio.run(run(records, port))
+
+
+async def until(condition, timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+# Over two real Tritons, as two pods behind one name.
+
+
+@pytest.fixture(scope="module")
+def pods(tmp_path_factory):
+    """Two tritonservers on the same ports at 127.0.0.1 and 127.0.0.2, as two pods."""
+    ports = free_ports(3)
+    one, two = (TritonServer(*ports, host=f"127.0.0.{i}") for i in (1, 2))
+    with running(one, tmp_path_factory.mktemp("pod1")), running(two, tmp_path_factory.mktemp("pod2")):
+        yield one, two
+
+
+@pytest.fixture
+def dns():
+    with dns_server() as served:
+        yield served
+
+
+@pytest.fixture
+def gateway(pods, dns, tmp_path):
+    """A gateway balancing over NAME's A records (set by the test before it asks), as
+    DNS says every 0.3 s; no probe: a server is ready once Triton says so over gRPC."""
+    records, dns_port = dns
+    records.names = {NAME: ["127.0.0.1"]}
+    with (tmp_path / "gateway.log").open("w") as log:
+        process, port = start_gateway(
+            "", log, "--triton-service", f"{NAME}:{pods[0].grpc_port}", "--dns", f"127.0.0.1:{dns_port}",
+            "--resolve-interval", "0.3", "--probe-interval", "0", "--admission-load", "0", "--max-streams-per-client", "0",
+        )
+        process.port, process.records = port, records
+        yield process
+        stop(process)
+
+
+def url(address: str, pods) -> str:
+    return f"{address}:{pods[0].grpc_port}"
+
+
+def readiness(port: int) -> dict[str, str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+        return json.load(r)["backends"]
+
+
+def outstanding(port: int) -> dict[str, float]:
+    """The gateway's requests in flight on each server it knows, by its URL."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        lines = r.read().decode().splitlines()
+    prefix = 'speechstream_triton_outstanding{url="'
+    return {line[len(prefix):].split('"')[0]: float(line.split()[-1]) for line in line_starting(lines, prefix)}
+
+
+def line_starting(lines: list[str], prefix: str) -> list[str]:
+    return [line for line in lines if line.startswith(prefix)]
+
+
+def wait_for(condition, what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+TEXT = " ".join([workload("paragraph")] * 2)  # two requests: the first alone outlasts what buffers hold
+
+
+async def hold(port: int, contexts: list[str]) -> tuple:
+    """A connection that starts two paragraphs in each context, reads until each has audio,
+    then reads no more: the gateway stops reading Triton for it, so each context's
+    request stays in flight where it went until the caller reads on (`finish`)."""
+    ws = await connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}")
+    client = Recorder(ws)
+    await client.until("ready")
+    await client.send(type="config", format="pcm_s16le", sample_rate=48000)  # the most bytes: held soonest
+    await client.until("ready")
+    for context in contexts:
+        await client.send(type="speak", context_id=context, text=TEXT)
+    async with asyncio.timeout(60):
+        while not all(client.audio(context) for context in contexts):
+            await client.read()
+    return ws, client
+
+
+async def finish(ws, client: Recorder, contexts: list[str]) -> dict[str, dict]:
+    """Read on until every context ended; its last message each."""
+    ends = {}
+    try:
+        async with asyncio.timeout(240):
+            while len(ends) < len(contexts):
+                event = await client.read()
+                if event.kind in ("done", "error"):
+                    ends[event.context_id] = event.message
+    finally:
+        await ws.close()
+    return ends
+
+
+def whole(client: Recorder, context: str) -> bool:
+    frames = client.audio(context)
+    return bool(frames) and frames[-1].last and [f.seq for f in frames] == list(range(len(frames)))
+
+
+@pytest.mark.triton
+def test_requests_are_spread_over_the_addresses_of_one_name(pods, gateway):
+    gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
+    both = {url("127.0.0.1", pods), url("127.0.0.2", pods)}
+    wait_for(lambda: readiness(gateway.port) == dict.fromkeys(both, "ready"), "both pods ready")
+
+    async def run():
+        ws, client = await hold(gateway.port, ["c0", "c1", "c2", "c3"])
+        spread = await asyncio.to_thread(outstanding, gateway.port)
+        await ws.close()  # cancels them
+        return spread
+
+    assert asyncio.run(run()) == dict.fromkeys(both, 2)
+
+
+@pytest.mark.triton
+def test_an_address_added_to_dns_takes_requests_only_once_ready(pods, gateway):
+    first, dead, second = url("127.0.0.1", pods), url("127.0.0.3", pods), url("127.0.0.2", pods)
+    gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.3"]}  # nothing listens at .3
+    wait_for(lambda: readiness(gateway.port).get(dead, "").startswith("down: "), "127.0.0.3 found and down")
+
+    async def spread(contexts):
+        ws, client = await hold(gateway.port, contexts)
+        try:
+            return await asyncio.to_thread(outstanding, gateway.port)
+        finally:
+            await ws.close()
+
+    assert asyncio.run(spread(["a0", "a1"])) == {first: 2, dead: 0}  # the idle server is not ready: passed over
+    wait_for(lambda: outstanding(gateway.port) == {first: 0, dead: 0}, "the held requests cancelled")
+    gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
+    wait_for(lambda: readiness(gateway.port) == {first: "ready", second: "ready"}, ".2 ready, .3 forgotten")
+    assert asyncio.run(spread(["b0", "b1"])) == {first: 1, second: 1}
+
+
+@pytest.mark.triton
+def test_an_address_removed_from_dns_takes_no_new_request_and_ends_the_one_in_flight(pods, gateway):
+    first, second = url("127.0.0.1", pods), url("127.0.0.2", pods)
+    gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
+    wait_for(lambda: readiness(gateway.port) == {first: "ready", second: "ready"}, "both pods ready")
+
+    async def run():
+        held = await hold(gateway.port, ["c0", "c1"])  # one request on each pod, held
+        assert await asyncio.to_thread(outstanding, gateway.port) == {first: 1, second: 1}
+        gateway.records.names = {NAME: ["127.0.0.1"]}
+        await asyncio.to_thread(wait_for, lambda: readiness(gateway.port)[second].startswith("draining: "), "draining")
+        later = await hold(gateway.port, ["n0", "n1"])
+        during = await asyncio.to_thread(outstanding, gateway.port)
+        return during, await finish(*later, ["n0", "n1"]), await finish(*held, ["c0", "c1"]), held[1]
+
+    during, later_ends, held_ends, held = asyncio.run(run())
+    assert during == {first: 3, second: 1}  # the new requests all went to the pod still in DNS
+    assert [m["type"] for m in [*later_ends.values(), *held_ends.values()]] == ["done"] * 4
+    assert whole(held, "c1")  # the context whose request was on the pod that left: every frame
+    wait_for(lambda: set(readiness(gateway.port)) == {first}, "the drained pod forgotten")
+    assert set(outstanding(gateway.port)) == {first}  # and its metrics gone with it
