@@ -13,8 +13,9 @@ PYVER=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_inf
 # libopus0: opuslib loads it. pythonX.Y-venv: Debian's python3 has no venv module without it.
 packages=("libpython$PYVER" libb64-0d libopus0)
 "$PYTHON" -c 'import ensurepip' 2>/dev/null || packages+=("python$PYVER-venv")
-# chromium: the browser test drives Debian's build (no browser download).
-[ "${1:-}" = "--tests" ] && packages+=(chromium)
+# chromium: the browser test drives Debian's build (no browser download). prometheus:
+# its promtool unit-tests the Kubernetes manifests' rules.
+[ "${1:-}" = "--tests" ] && packages+=(chromium prometheus)
 # python3.11-venv: Debian's Python 3.11, for the autoregressive family's environment.
 case "${1:-}" in --tests|--ar|--chat|--gpu) packages+=(python3.11-venv libpython3.11) ;; esac
 missing=()
