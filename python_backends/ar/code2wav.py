@@ -11,6 +11,7 @@ right context is cut off anyway.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +43,19 @@ def snac_books(windows: torch.Tensor) -> list[torch.Tensor]:
     the windows' device: position p of a frame goes to codebook CODEBOOK_OF_POSITION[p],
     slot SLOT_OF_POSITION[p] of that frame's codes there."""
     b, f, _ = windows.shape
-    books = []
-    for book in range(3):
-        positions = sorted((s, p) for p, (k, s) in enumerate(zip(orpheus.CODEBOOK_OF_POSITION, orpheus.SLOT_OF_POSITION))
-                           if k == book)
-        books.append(windows[:, :, [p for _, p in positions]].reshape(b, f * len(positions)).long())
-    return books
+    return [windows.index_select(2, index).reshape(b, f * len(index)).long() for index in _book_positions(windows.device)]
+
+
+@functools.cache
+def _book_positions(device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Each codebook's frame positions in slot order, as index tensors made once per device:
+    a CUDA graph's capture allows no copy from unpinned host memory, so the first (warm-up)
+    call makes them."""
+    return tuple(
+        torch.tensor([p for _, p in sorted((s, p) for p, (k, s) in enumerate(
+            zip(orpheus.CODEBOOK_OF_POSITION, orpheus.SLOT_OF_POSITION)) if k == book)], device=device)
+        for book in range(3)
+    )
 
 
 class Code2WavEngine:
