@@ -1,6 +1,12 @@
 """The protocol-v1 client: `SpeechClient` (asyncio, several contexts per connection),
 `SyncSpeechClient` (blocking), and `speechstream-say` (client.say)."""
 
-from client.speech import Context, Event, Router, SpeechClient, SpeechError, SyncSpeechClient, audio_end_s, connection
+from client.speech import (
+    Anchor, Context, Event, Progress, Reconnect, Router, SpeechClient, SpeechError, Splice, SyncSpeechClient, audio_end_s,
+    connection, frame_samples,
+)
 
-__all__ = ["Context", "Event", "Router", "SpeechClient", "SpeechError", "SyncSpeechClient", "audio_end_s", "connection"]
+__all__ = [
+    "Anchor", "Context", "Event", "Progress", "Reconnect", "Router", "SpeechClient", "SpeechError", "Splice",
+    "SyncSpeechClient", "audio_end_s", "connection", "frame_samples",
+]

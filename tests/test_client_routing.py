@@ -125,7 +125,7 @@ class FakeSyncSocket(FakeSocket):
 def test_speech_client_routes_interleaved_contexts_and_raises_the_one_that_failed():
     ws = FakeSocket([
         start("a", 1), start("b", 2), frame(1, 0), frame(2, 0),
-        msg(type="timestamps", context_id="a", words=["Hi"], start_ms=[0], end_ms=[10]),
+        msg(type="timestamps", context_id="a", words=["Hi"], start_ms=[0], end_ms=[10], text_span=[0, 3]),
         msg(type="error", context_id="b", code=v1.SYNTHESIS_FAILED, message="no"), frame(1, 1, last=True),
         done("a"), msg(type="error", code=v1.INVALID_JSON, message="bad"),
     ])
