@@ -26,6 +26,7 @@ import asyncio
 import itertools
 import json
 import random
+import statistics
 import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -168,7 +169,7 @@ class Anchor:
     default is the context's start."""
 
     span: tuple[int, int] | None = None  # the sentence's text_span in all the text sent; None: the start
-    first_word_ms: int = 0  # when its first word starts in the listener's audio
+    word_ms: tuple[int, ...] = ()  # its words' start_ms, then their end_ms, in the listener's audio
     frames_before: int = 0  # frames received before its `timestamps`: it starts within a frame after them
 
     @property
@@ -216,7 +217,7 @@ class Progress:
             self.flushed += 1
         elif event.kind == "timestamps" and event.message["start_ms"]:
             m = event.message
-            self.sentences.append(Anchor(tuple(m["text_span"]), m["start_ms"][0], self.frames))
+            self.sentences.append(Anchor(tuple(m["text_span"]), (*m["start_ms"], *m["end_ms"]), self.frames))
 
     @property
     def anchor(self) -> Anchor:
@@ -226,7 +227,7 @@ class Progress:
         server's resampler or last partial frame."""
         heard_ms = self.heard * 1000 / self.ready["sample_rate"]
         # +1: start_ms is rounded to the millisecond.
-        return next((s for s in reversed(self.sentences) if s.first_word_ms + 1 <= heard_ms), Anchor())
+        return next((s for s in reversed(self.sentences) if s.word_ms[0] + 1 <= heard_ms), Anchor())
 
     def resume(self) -> list[dict[str, Any]]:
         """The messages (without `context_id`) that open the context again on a new
@@ -289,16 +290,18 @@ class Splice:
     def _place(self, timestamps: dict | None) -> None:
         """Once: where the resumed audio's sample 0 falls on the listener's timeline, and
         so what of it was heard already. Its first `timestamps`, the anchor's sentence's
-        again, tell it to the millisecond; lacking them, the frames received before the
-        anchor's tell it to a frame."""
+        again, tell it within a millisecond (each time is rounded to one, so all its
+        words' together); lacking them, the frames received before the anchor's tell it
+        to a frame."""
         if self._cut is not None:
             return
         anchor, rate = self._anchor, self._ready["sample_rate"]
         packet = rate * self._ready["frame_ms"] // 1000
+        again = (*timestamps["start_ms"], *timestamps["end_ms"]) if timestamps else ()
         if anchor.span is None:
             start = 0
-        elif timestamps and self._span(timestamps) == anchor.span and timestamps["start_ms"]:
-            start = round((anchor.first_word_ms - timestamps["start_ms"][0]) * rate / 1000)
+        elif timestamps and self._span(timestamps) == anchor.span and len(again) == len(anchor.word_ms):
+            start = round(statistics.fmean(a - b for a, b in zip(anchor.word_ms, again)) * rate / 1000)
         else:
             start = anchor.frames_before * packet
         heard = max(0, self._heard - start)
