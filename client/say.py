@@ -7,7 +7,9 @@ raw .pcm file, or to the speakers.
 
 Prints the time to first audio and the audio's duration. --play streams PCM into a
 player command as it arrives (aplay, pw-cat or paplay, whichever is installed, or --player).
---api-key (default: the GATEWAY_API_KEY variable) for a gateway that requires one.
+--api-key (default: the GATEWAY_API_KEY variable) for a gateway that requires one. When
+the gateway goes away mid-text (a rolling update), the rest is spoken by another: the
+same URL again (a Service in front of several), or the next --url given.
 """
 
 from __future__ import annotations
@@ -74,12 +76,15 @@ def default_player() -> str | None:
     return next((command for name, command in PLAYERS.items() if shutil.which(name)), None)
 
 
-async def say(url: str, text: str, out: Path | None, player: str | None = None, api_key: str | None = None,
+async def say(urls: list[str], text: str, out: Path | None, player: str | None = None, api_key: str | None = None,
               **voice) -> tuple[float, float]:
-    """Speak `text` into `out` (or into `player`); return (seconds to first audio, audio seconds)."""
+    """Speak `text` into `out` (or into `player`) through the first of `urls`, resuming on
+    the next where one goes away; return (seconds to first audio, audio seconds)."""
     container = None if out is None else SUFFIXES[out.suffix.lower()]
     config = {"format": FRAME_FORMATS.get(container, "pcm_s16le"), "sample_rate": RATE, "frame_ms": FRAME_MS}
-    client = await SpeechClient.connect(url, api_key, **config, **{k: v for k, v in voice.items() if v is not None})
+    client = await SpeechClient.connect(
+        urls, api_key, resume=True, **config, **{k: v for k, v in voice.items() if v is not None}
+    )
     writer = PlayerWriter(player) if out is None else FileWriter(out, container)
     first, seconds = None, 0.0
     try:
@@ -118,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     output.add_argument("--out", type=Path, help="output file: .ogg/.opus (Opus), .wav, .flac or .pcm (s16le)")
     output.add_argument("--play", action="store_true", help="play through the speakers")
     parser.add_argument("--player", help="player command reading raw s16le mono 48 kHz PCM on stdin")
-    parser.add_argument("--url", default=f"ws://127.0.0.1:8080{PROTOCOL_PATH}")
+    parser.add_argument("--url", action="append", help=(
+        f"the gateway (default ws://127.0.0.1:8080{PROTOCOL_PATH}); again for others to go on with if one goes away"))
     parser.add_argument("--api-key", default=os.environ.get("GATEWAY_API_KEY"),
                         help="the gateway's API key, if it has one (default: $GATEWAY_API_KEY)")
     parser.add_argument("--voice", help="a voice the server speaks with (GET /v1/voices; default: its default)")
@@ -136,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     length_scale = 1 / args.speed if args.speed else None
     try:
         first, seconds = asyncio.run(
-            say(args.url, text, args.out, player, args.api_key, voice=args.voice, length_scale=length_scale,
-                seed=args.seed)
+            say(args.url or [f"ws://127.0.0.1:8080{PROTOCOL_PATH}"], text, args.out, player, args.api_key,
+                voice=args.voice, length_scale=length_scale, seed=args.seed)
         )
     except (OSError, SpeechError, websockets.WebSocketException) as e:  # refused (401, 403, 429), closed, bad URL
         print(f"speechstream-say: {e}{refusal_hint(e)}", file=sys.stderr)
