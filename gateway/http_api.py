@@ -93,7 +93,7 @@ async def stream_speech(
         except SynthesisFailed as e:
             return api_error(gateway, e.code, ApiError(e.message, status=FAILURE_STATUS[e.code]))
         if not speech_request.stream:
-            return await whole_speech(gateway, speech_request, body, first, chunks)
+            return await whole_speech(request, gateway, speech_request, body, first, chunks)
         response = web.StreamResponse(headers={"Content-Type": speech_request.content_type})
         await response.prepare(request)
         await response.write(body.push(first.pcm))
@@ -114,21 +114,30 @@ async def stream_speech(
 
 
 async def whole_speech(
-    gateway: Gateway, speech_request: SpeechRequest, body: SpeechBody, first: TtsChunk, chunks: AsyncIterator[TtsChunk]
+    request: web.Request, gateway: Gateway, speech_request: SpeechRequest, body: SpeechBody, first: TtsChunk,
+    chunks: AsyncIterator[TtsChunk],
 ) -> web.Response:
     """A whole body (`stream` false, or OpenAI's Python SDK's plain `create`): all of it,
     then sent at once with its length, so that WAV and FLAC headers say their exact sizes;
     a failure midway is an error response, since nothing was sent yet. It is held until
-    sent: as long as `--max-text-chars` of text can be spoken."""
+    sent: as long as `--max-text-chars` of text can be spoken. A client that hangs up
+    stops it: nothing is written until the end, so no failed write would tell."""
     body.push(first.pcm)
     try:
         async for chunk in chunks:
+            if hung_up(request):
+                return web.Response(status=HTTPStatus.NO_CONTENT.value)  # sent to nobody; `chunks` closes
             body.push(chunk.pcm)
     except SynthesisFailed as e:
         return api_error(gateway, e.code, ApiError(e.message, status=FAILURE_STATUS[e.code]))
     data = body.finish()
     gateway.metrics.audio(body.audio_s)
     return web.Response(body=data, headers={"Content-Type": speech_request.content_type})
+
+
+def hung_up(request: web.Request) -> bool:
+    """Whether the client has closed its connection (aiohttp goes on running the handler)."""
+    return request.transport is None or request.transport.is_closing()
 
 
 async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest, voice: VoiceInfo, client: str):
