@@ -40,6 +40,8 @@ class Backend:
     # Real-time streams it sustains, as each BLS model last said (0: not measured yet).
     capacity: dict[str, float] = field(default_factory=dict)
     draining: bool = False  # gone from DNS: no new request; closed once `outstanding` is 0
+    elsewhere: int = 0  # streams it serves for other gateways, as its metrics said last (fleet.py)
+    uncounted: str | None = None  # why its metrics could not be read last; None: they were
 
     @property
     def streams_sustained(self) -> float:
@@ -78,6 +80,21 @@ class Backend:
             else:
                 log.info("Triton %s is back in DNS: it takes requests again", self.url)
         self.draining = draining
+
+    def serving(self, streams: int) -> None:
+        """It says it serves `streams` now, for every gateway: those not this gateway's are
+        elsewhere (ours are counted as they open)."""
+        if self.uncounted:
+            log.info("Triton %s: its streams are read again", self.url)
+        self.uncounted = None
+        self.elsewhere = max(0, streams - self.outstanding)
+
+    def unread(self, why: str) -> None:
+        """Its metrics could not be read: only this gateway's streams on it are counted."""
+        if not self.uncounted:
+            log.warning("Triton %s: cannot read the streams it serves (%s); admission counts only this gateway's "
+                        "there (is --fleet-metrics-port its metrics port?)", self.url, why)
+        self.uncounted, self.elsewhere = why, 0
 
     def probed(self, error: str | None) -> None:
         """The outcome of a readiness probe: None, or why it failed."""
@@ -132,12 +149,21 @@ class Backends:
             log.info("Triton %s drained: channel closed", ", ".join(b.url for b in drained))
             await asyncio.gather(*(b.client.close() for b in drained))
 
+    def _counted(self) -> list[Backend]:
+        """The servers admission counts: up, not draining, and measured (one that has not
+        measured yet says nothing of what it sustains, and is left out, with its streams)."""
+        return [b for b in self.all if b.up and not b.draining and b.streams_sustained]
+
     @property
     def capacity(self) -> float | None:
-        """Real-time streams the servers that are up sustain together; None while one of
-        them has not measured its own yet."""
-        up = [b for b in self.all if b.up]
-        return sum(b.streams_sustained for b in up) if up and all(b.streams_sustained for b in up) else None
+        """Real-time streams the servers counted sustain together; None while none has
+        measured its own."""
+        return sum(b.streams_sustained for b in self._counted()) or None
+
+    @property
+    def elsewhere(self) -> int:
+        """Streams the servers counted serve for other gateways, as they said last."""
+        return sum(b.elsewhere for b in self._counted())
 
     def acquire(self) -> Backend:
         backend = choose(self.all)

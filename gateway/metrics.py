@@ -89,6 +89,9 @@ class BackendGauges(Collector):
         ("speechstream_triton_capacity_streams",
          "Real-time streams a Triton server sustains, as it measures them (0: not yet); admission's reference",
          lambda b: b.streams_sustained),
+        ("speechstream_triton_streams_elsewhere",
+         "Streams a Triton server serves for other gateways, as its metrics said last; admission counts them",
+         lambda b: b.elsewhere),
     )
 
     def __init__(self, backends: Backends) -> None:

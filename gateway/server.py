@@ -3,7 +3,8 @@ on one port, with audio from Triton's `tts` model.
 
 This file assembles the application: the routes (websocket.py, http_api.py), and its
 lifetime as aiohttp runs it: the Triton health watch, the DNS watch (with
---triton-service) and the admission queue run in the app's cleanup context and are awaited when it ends; on shutdown each open WebSocket is
+--triton-service), the reading of the streams each Triton serves (for admission) and the
+admission queue run in the app's cleanup context and are awaited when it ends; on shutdown each open WebSocket is
 closed with 1001 (going away), and the gRPC channels to Triton are closed last. SIGTERM
 and SIGINT stop the gateway that way.
 """
@@ -22,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable
 from aiohttp import WSCloseCode, web
 from contract.voices import VoiceError
 
-from gateway import discovery, http_api
+from gateway import discovery, fleet, http_api
 from gateway import settings as s
 from gateway.backends import HEALTH_INTERVAL_S
 from gateway.listener import listen
@@ -61,9 +62,9 @@ def application(gateway: Gateway) -> web.Application:
 
 
 async def background_tasks(app: web.Application) -> AsyncIterator[None]:
-    """The Triton health watch, the DNS watch and the admission queue's pump, for the
-    app's lifetime; then the gRPC channels, which the stopped tasks and streams no longer
-    use."""
+    """The Triton health watch, the DNS watch, the fleet's load and the admission
+    queue's pump, for the app's lifetime; then the gRPC channels, which the stopped
+    tasks and streams no longer use."""
     gateway, settings = app[GATEWAY], app[GATEWAY].settings
     tasks = [
         asyncio.create_task(gateway.synthesizer.watch(HEALTH_INTERVAL_S, settings.probe_interval_s)),
@@ -72,6 +73,8 @@ async def background_tasks(app: web.Application) -> AsyncIterator[None]:
     if gateway.service:
         watch = discovery.watch(gateway.backends, gateway.service, gateway.dns, settings.resolve_interval_s)
         tasks.append(asyncio.create_task(watch))
+    if settings.admission_load and settings.fleet_metrics_port:
+        tasks.append(asyncio.create_task(fleet.watch(gateway.backends, settings.fleet_metrics_port)))
     yield
     for task in tasks:
         task.cancel()

@@ -95,8 +95,9 @@ class Gateway:
 
     def stream_refusal(self, client: str) -> ProtocolError | None:
         """Why `client` may not start another stream now, or None: the gateway is stopping
-        (draining), its address is at its cap, or the streams open fill the capacity the
-        Tritons measure and the client has its fair share of them already (admission)."""
+        (draining), its address is at its cap, or the streams open (this gateway's, and the
+        other gateways' on the same servers) fill the capacity the Tritons measure and the
+        client has its fair share of what is left to this gateway already (admission)."""
         if self.draining:
             log_refusal(f"a stream from {client}: the gateway is stopping")
             return ProtocolError(v1.SERVER_DRAINING, "this gateway is stopping; connect again",
@@ -107,9 +108,11 @@ class Gateway:
             return ProtocolError(
                 v1.TOO_MANY_STREAMS, f"at most {cap} streams at once per client", retry_after_ms=STREAM_RETRY_MS
             )
-        load, capacity = self.settings.admission_load, self.backends.capacity
-        if load and capacity and not admits(streams, client, load * capacity):
-            log_refusal(f"a stream from {client}: the server is at capacity ({capacity:.1f} real-time streams)")
+        # The share of the servers' capacity that other gateways' streams leave this one.
+        load, capacity, elsewhere = self.settings.admission_load, self.backends.capacity, self.backends.elsewhere
+        if load and capacity and not admits(streams, client, load * capacity - elsewhere):
+            log_refusal(f"a stream from {client}: the servers are at capacity ({capacity:.1f} real-time streams, "
+                        f"{elsewhere} streams through other gateways)")
             return ProtocolError(v1.SERVER_BUSY, "the server is at capacity; try again shortly",
                                  retry_after_ms=BUSY_RETRY_MS)
         return None

@@ -46,8 +46,12 @@ class Settings:
         "together ('too_many_streams' / HTTP 429 past it); 0 for no cap (behind a proxy all share one address)"
     )
     admission_load: float = _setting(
-        0.9, "a new stream is admitted only while the streams open are fewer than this fraction of the "
-        "real-time streams Triton measures it sustains; past it 'server_busy' / HTTP 429 (0: admit all)"
+        0.9, "a new stream is admitted only while the streams open, on all gateways, are fewer than this fraction of "
+        "the real-time streams the Tritons measure they sustain; past it 'server_busy' / HTTP 429 (0: admit all)"
+    )
+    fleet_metrics_port: int = _setting(
+        8002, "every Triton server's metrics port, read 4 times a second for the streams it serves for all gateways, "
+        "so that gateways sharing servers admit together what they sustain (0: count this gateway's streams only)"
     )
     admission_queue: int = _setting(
         64, "streams that may wait for capacity (a client's config 'queue': true) instead of 'server_busy'; "

@@ -1,6 +1,7 @@
 """Admission at capacity, over the real Triton: once `tts` has measured what it
 sustains, a gateway admits streams only up to --admission-load of it; the others are
-told `server_busy` at once, before any audio, and a stream admitted later speaks whole."""
+told `server_busy` at once, before any audio, and a stream admitted later speaks whole.
+Two gateways sharing the Triton admit together what one would."""
 
 import asyncio
 import json
@@ -9,10 +10,12 @@ import urllib.request
 
 import pytest
 
-from client.speech import SpeechClient, SpeechError
+from client.speech import SpeechClient, SpeechError, connection
 from contract import protocol as v1
 from perf.servers import gateway_metric, start_gateway, stop
 from perf.workloads import workload
+from tests.recorder import Recorder
+from tests.test_discovery import open_context, wait_for
 
 pytestmark = pytest.mark.triton
 
@@ -23,10 +26,15 @@ CONTEXTS = 16
 def admitting(triton, tmp_path):
     """A gateway admitting a tenth of the measured capacity (one or two streams here)."""
     with (tmp_path / "gateway.log").open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, "--admission-load", "0.1", "--probe-interval", "0")
+        process, port = start_gateway(triton.grpc_url, log, *admitting_flags(triton))
         process.port, process.triton_url = port, triton.grpc_url
         yield process
         stop(process)
+
+
+def admitting_flags(triton) -> tuple[str, ...]:
+    """A tenth of the capacity, no probe (whose word would count among the streams)."""
+    return "--admission-load", "0.1", "--probe-interval", "0", "--fleet-metrics-port", str(triton.metrics_port)
 
 
 async def outcome(context) -> tuple[str, float | None]:
@@ -110,3 +118,56 @@ def test_at_capacity_streams_that_asked_to_queue_wait_their_turn_and_all_speak(a
         positions = [position for kind, position in kinds if kind == "queued"]
         assert positions == sorted(set(positions), reverse=True)  # only ever moved up
         assert [kind for kind, _ in kinds].index("audio") == len(positions)  # audio only once admitted
+
+
+@pytest.fixture
+def second(triton, tmp_path):
+    """Another gateway over the same Triton, admitting as `admitting` does."""
+    with (tmp_path / "second.log").open("w") as log:
+        process, port = start_gateway(triton.grpc_url, log, *admitting_flags(triton))
+        process.port = port
+        yield process
+        stop(process)
+
+
+async def warmed(port: int) -> Recorder:
+    """A connection whose gateway has heard the Triton's capacity (a stream's last
+    response), set to send the most bytes, so that a context it stops reading holds its
+    request on Triton."""
+    client = Recorder(await connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"))
+    await client.until("ready")
+    await client.send(type="config", format="pcm_s16le", sample_rate=48000)
+    await client.until("ready")
+    await client.send(type="speak", context_id="warm", text="Warm up.")
+    await client.until("done", "warm")
+    return client
+
+
+def test_two_gateways_over_one_triton_admit_together_what_it_sustains(admitting, second):
+    """Each gateway once compared its own streams with the whole capacity: two admitted twice too much."""
+    elsewhere = "speechstream_triton_streams_elsewhere"
+
+    async def run():
+        first, other = await warmed(admitting.port), await warmed(second.port)
+        try:
+            await asyncio.to_thread(wait_for, lambda: gateway_metric(admitting.port, elsewhere, admitting.triton_url) == 0,
+                                    "the first gateway sees the second's warm-up ended")
+            outcomes = [await open_context(first, f"a{i}") for i in range(4)]
+            admitted = outcomes.count("admitted")
+            # The other gateway has read, from Triton's metrics, the streams held through the first.
+            await asyncio.to_thread(wait_for, lambda: gateway_metric(second.port, elsewhere, admitting.triton_url) >= admitted,
+                                    "the second gateway sees the first's streams")
+            while_full = await open_context(other, "b0")
+            await first.ws.close()  # its streams end: the fleet has room again
+            await asyncio.to_thread(wait_for, lambda: gateway_metric(second.port, elsewhere, admitting.triton_url) == 0,
+                                    "the first gateway's streams gone")
+            once_free = await open_context(other, "b1")
+            return outcomes, while_full, once_free
+        finally:
+            await first.ws.close()
+            await other.ws.close()
+
+    outcomes, while_full, once_free = asyncio.run(run())
+    assert outcomes[0] == "admitted" and v1.SERVER_BUSY in outcomes  # the first gateway filled a tenth of it
+    assert while_full == v1.SERVER_BUSY  # the second admits nothing more while those run
+    assert once_free == "admitted"

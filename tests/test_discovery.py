@@ -5,6 +5,7 @@ stream over a name's addresses, an address added taking requests only once ready
 one removed draining: no new request, the one in flight ending whole, then forgotten."""
 
 import asyncio
+import contextlib
 import json
 import time
 import urllib.request
@@ -193,20 +194,28 @@ def dns():
         yield served
 
 
-@pytest.fixture
-def gateway(pods, dns, tmp_path):
-    """A gateway balancing over NAME's A records (set by the test before it asks), as
-    DNS says every 0.3 s; no probe: a server is ready once Triton says so over gRPC."""
+@contextlib.contextmanager
+def balancing(pods, dns, log_dir, *flags: str):
+    """A gateway balancing over NAME's A records (the test sets them; 127.0.0.1 first),
+    as DNS says every 0.3 s; no probe: a server is ready once Triton says so over gRPC."""
     records, dns_port = dns
     records.names = {NAME: ["127.0.0.1"]}
-    with (tmp_path / "gateway.log").open("w") as log:
+    with (log_dir / "gateway.log").open("w") as log:
         process, port = start_gateway(
             "", log, "--triton-service", f"{NAME}:{pods[0].grpc_port}", "--dns", f"127.0.0.1:{dns_port}",
-            "--resolve-interval", "0.3", "--probe-interval", "0", "--admission-load", "0", "--max-streams-per-client", "0",
+            "--resolve-interval", "0.3", "--probe-interval", "0", "--max-streams-per-client", "0", *flags,
         )
         process.port, process.records = port, records
+        try:
+            yield process
+        finally:
+            stop(process)
+
+
+@pytest.fixture
+def gateway(pods, dns, tmp_path):
+    with balancing(pods, dns, tmp_path, "--admission-load", "0") as process:
         yield process
-        stop(process)
 
 
 def url(address: str, pods) -> str:
@@ -218,16 +227,17 @@ def readiness(port: int) -> dict[str, str]:
         return json.load(r)["backends"]
 
 
-def outstanding(port: int) -> dict[str, float]:
-    """The gateway's requests in flight on each server it knows, by its URL."""
+def per_server(port: int, name: str) -> dict[str, float]:
+    """The gateway's gauge `name` for each server it knows, by its URL."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         lines = r.read().decode().splitlines()
-    prefix = 'speechstream_triton_outstanding{url="'
-    return {line[len(prefix):].split('"')[0]: float(line.split()[-1]) for line in line_starting(lines, prefix)}
+    prefix = name + '{url="'
+    return {line[len(prefix):].split('"')[0]: float(line.split()[-1]) for line in lines if line.startswith(prefix)}
 
 
-def line_starting(lines: list[str], prefix: str) -> list[str]:
-    return [line for line in lines if line.startswith(prefix)]
+def outstanding(port: int) -> dict[str, float]:
+    """The gateway's requests in flight on each server it knows."""
+    return per_server(port, "speechstream_triton_outstanding")
 
 
 def wait_for(condition, what: str, timeout_s: float = 20.0) -> None:
@@ -255,6 +265,16 @@ async def hold(port: int, contexts: list[str]) -> tuple:
         while not all(client.audio(context) for context in contexts):
             await client.read()
     return ws, client
+
+
+async def open_context(client: Recorder, context: str) -> str:
+    """'admitted' (its audio_start came; nothing of it is read past that), or the error's code."""
+    await client.send(type="speak", context_id=context, text=TEXT)
+    async with asyncio.timeout(30):
+        while True:
+            event = await client.read()
+            if event.context_id == context and event.kind in ("audio_start", "error"):
+                return "admitted" if event.kind == "audio_start" else event.message["code"]
 
 
 async def finish(ws, client: Recorder, contexts: list[str]) -> dict[str, dict]:
@@ -332,3 +352,29 @@ def test_an_address_removed_from_dns_takes_no_new_request_and_ends_the_one_in_fl
     assert whole(held, "c1")  # the context whose request was on the pod that left: every frame
     wait_for(lambda: set(readiness(gateway.port)) == {first}, "the drained pod forgotten")
     assert set(outstanding(gateway.port)) == {first}  # and its metrics gone with it
+
+
+@pytest.mark.triton
+def test_a_pod_that_has_not_measured_is_left_out_of_the_capacity_admitted(pods, dns, tmp_path):
+    """A pod not measured yet once switched admission off on every gateway until it had."""
+    first, second = url("127.0.0.1", pods), url("127.0.0.2", pods)
+    flags = "--admission-load", "0.1", "--fleet-metrics-port", str(pods[0].metrics_port)
+    with balancing(pods, dns, tmp_path, *flags) as gateway:
+        gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
+        wait_for(lambda: readiness(gateway.port) == {first: "ready", second: "ready"}, "both pods ready")
+
+        async def run():
+            ws = await connection(f"ws://127.0.0.1:{gateway.port}{v1.PROTOCOL_PATH}")
+            client = Recorder(ws)
+            try:
+                await client.until("ready")
+                await client.send(type="speak", context_id="warm", text="Warm up.")  # to the first pod, which measures
+                await client.until("done", "warm")
+                capacity = await asyncio.to_thread(per_server, gateway.port, "speechstream_triton_capacity_streams")
+                return capacity, [await open_context(client, context) for context in ("c0", "c1", "c2", "c3")]
+            finally:
+                await ws.close()
+
+        capacity, outcomes = asyncio.run(run())
+    assert capacity[first] > 0 and capacity[second] == 0  # as far as this gateway has heard
+    assert outcomes[0] == "admitted" and v1.SERVER_BUSY in outcomes  # admission on, by the first pod's capacity

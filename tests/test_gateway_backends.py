@@ -1,5 +1,6 @@
 from collections import Counter
 
+from gateway import fleet
 from gateway.backends import Backend, Backends, choose
 from gateway.service import Gateway, admits
 from gateway.settings import Settings
@@ -57,14 +58,19 @@ def test_requests_go_to_ready_servers_first_then_to_servers_up():
     assert choose([probed, unprobed, down]) is unprobed  # the less loaded of those up
 
 
-def test_capacity_is_known_once_every_server_up_has_measured_its_own():
+def test_a_server_that_has_not_measured_is_left_out_of_the_capacity_not_a_reason_to_admit_all():
+    """A new server (a scale-up) once switched admission off everywhere until it had measured."""
     a, b, gone = backend("a"), backend("b"), backend("c", up=False)
     backends = Backends(())
     backends.all = [a, b, gone]
+    assert backends.capacity is None  # none has measured: nothing to admit by
     a.capacity = {c.TTS_MODEL: 6.0}
-    assert backends.capacity is None  # b has not measured yet
+    b.elsewhere = 3  # what it serves for other gateways is left out with it
+    assert backends.capacity == 6.0 and backends.elsewhere == 0
     b.capacity, gone.capacity = {c.TTS_MODEL: 4.5}, {c.TTS_MODEL: 100.0}
-    assert backends.capacity == 10.5  # what is down does not count
+    assert backends.capacity == 10.5 and backends.elsewhere == 3  # what is down does not count
+    b.draining = True  # leaving: it takes no new stream
+    assert backends.capacity == 6.0
 
 
 def test_a_model_that_has_not_measured_does_not_switch_admission_off():
@@ -107,3 +113,46 @@ def test_at_capacity_a_client_under_its_fair_share_is_still_admitted():
         full + Counter({"normal": 5}), "normal", limit)
     crowd = Counter({f"c{i}": 1 for i in range(10)})  # ten clients, one stream each
     assert not admits(crowd, "newcomer", limit)  # 10 // 11 = 0: no share left to give
+
+
+def test_streams_other_gateways_serve_take_their_share_of_the_capacity():
+    """G gateways once each admitted up to the capacity of all the servers: G times too much."""
+    gateway = Gateway(Settings(triton_urls=(), admission_load=0.5, max_streams_per_client=0))
+    server = backend("a")
+    server.capacity = {c.TTS_MODEL: 8.0}  # 4 streams admitted in all
+    gateway.backends.all = [server]
+    gateway.http_streams.update({"10.0.0.1": 1})
+    server.serving(3)  # the server serves 3, none of them this gateway's requests yet
+    refusal = gateway.stream_refusal("10.0.0.1")
+    assert refusal.code == v1.SERVER_BUSY  # 1 here + 3 elsewhere fill 0.5 × 8
+    server.outstanding = 1  # this gateway's stream now runs on the server...
+    server.serving(4)  # ...and is in its count: not counted twice
+    assert server.elsewhere == 3 and gateway.stream_refusal("10.0.0.1").code == v1.SERVER_BUSY
+    server.serving(3)  # one of the others' ended
+    assert gateway.stream_refusal("10.0.0.1") is None
+
+
+def test_a_server_whose_metrics_cannot_be_read_counts_this_gateways_streams_only():
+    server = backend("a")
+    server.serving(5)
+    server.unread("http://a:8002/metrics: connection refused")
+    assert server.elsewhere == 0 and server.uncounted
+    server.serving(2)
+    assert server.elsewhere == 2 and server.uncounted is None
+
+
+EXPOSITION = """# HELP nv_inference_pending_request_count Instantaneous number of pending requests
+# TYPE nv_inference_pending_request_count gauge
+nv_inference_pending_request_count{model="tts",version="1"} 0
+# HELP speechstream_tts_active_requests tts requests being synthesized now
+# TYPE speechstream_tts_active_requests gauge
+speechstream_tts_active_requests 3
+# HELP speechstream_talker_running_requests requests in the batch
+# TYPE speechstream_talker_running_requests gauge
+speechstream_talker_running_requests 7
+"""
+
+
+def test_what_a_server_serves_is_read_from_its_tts_gauge():
+    assert fleet.serving(EXPOSITION) == 3
+    assert fleet.serving("# no tts loaded\n") == 0
