@@ -11,7 +11,7 @@ const $ = (id) => document.getElementById(id);
 // ttfaMs counts from the end of the question, and `reply` is the speculation's outcome.
 const fresh = () => ({
   ttfaMs: null, decodedSamples: 0, audioMs: null, received: false, done: false, errors: [], retries: 0,
-  playedSamples: 0, queuedSamples: 0, reply: null, replyText: "",
+  playedSamples: 0, queuedSamples: 0, reply: null, replyText: "", resumes: 0,
 });
 const report = (window.speechstream = { ...fresh(), level: 0, levelDb: null, status: "", state: "idle" });
 
@@ -20,6 +20,16 @@ let turn = null; // the voice chat's question being typed (its turn_id), until E
 let current = null; // the context being spoken or played, or null
 let currentStream = null; // its audio frames' stream number, from audio_start
 let streaming = false; // the server is still sending `current`: Stop must cancel it
+let hearing = null; // what was heard of `current` in speak mode, to resume it elsewhere (newHearing)
+// A gateway that goes away mid-context (1001: it stopped; 1012: it restarts) hands the
+// context to another: the page connects again and says what was not heard whole, as the
+// client library does (docs/protocol.md, "Going on elsewhere when a gateway goes away").
+// A seed of its own makes a sentence said again sound the same; `timestamps` say where
+// sentences start.
+const SEED = Math.floor(Math.random() * 2 ** 31);
+const RESUMABLE = [1001, 1012];
+const RESUME_TRIES = 5; // the first at once, then after 0.2, 0.4, 0.8, 1.6 s
+const FRAME = RATE / 50; // samples in a 20 ms frame
 const useOpus = typeof AudioDecoder === "function";
 $("codec").textContent = useOpus ? "Opus (WebCodecs)" : "PCM fallback";
 // A link may carry the key (?api_key=KEY); the field is where a person types it.
@@ -61,6 +71,12 @@ function newDecoder() {
 }
 
 function play(samples) {
+  if (hearing && hearing.drop > 0) { // heard before the gateway went away
+    const dropped = Math.min(hearing.drop, samples.length);
+    hearing.drop -= dropped;
+    samples = samples.slice(dropped);
+    if (!samples.length) return;
+  }
   report.decodedSamples += samples.length;
   $("decoded").textContent = `${(report.decodedSamples / RATE).toFixed(2)} s`;
   player.port.postMessage({ type: "samples", samples }, [samples.buffer]);
@@ -73,7 +89,7 @@ function wanted() {
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/stream`
     + (key ? `?api_key=${encodeURIComponent(key)}` : ""); // a browser cannot set headers on a WebSocket
   const config = JSON.stringify({
-    type: "config", format: useOpus ? "opus" : "pcm_s16le", sample_rate: RATE,
+    type: "config", format: useOpus ? "opus" : "pcm_s16le", sample_rate: RATE, seed: SEED, timestamps: true,
     length_scale: 1 / +$("speed").value, noise_scale: +$("noise").value,
     ...($("voice").value ? { voice: $("voice").value } : {}),
     ...(chatting() ? { chat: { speculation: $("speculation").value } } : {}),
@@ -94,13 +110,14 @@ function connect({ key, url, config }) {
       connectedTo = url + config;
       resolve();
     };
-    socket.onclose = () => {
+    socket.onclose = ({ code }) => {
       if (!opened) return whyRefused(key).then((why) => reject(new Error(why))); // the handshake was refused
       if (ws !== socket) return;
       ws = null;
+      if (streaming && hearing && RESUMABLE.includes(code)) return resume(code);
       if (streaming) {
         streaming = false;
-        fail("the connection to the server closed");
+        fail(`the connection to the server closed (${code})`);
       }
     };
     socket.onmessage = ({ data }) => (typeof data === "string" ? onMessage(JSON.parse(data)) : onAudio(data));
@@ -136,6 +153,7 @@ function onMessage(m) {
   }
   if (m.type === "reply_text") $("reply").textContent = report.replyText += m.text;
   if (m.type === "audio_start") currentStream = m.stream;
+  if (m.type === "timestamps" && hearing) heardSentence(m);
   if (m.type === "error" && m.retry_after_ms && m.context_id) return retryLater(m);
   if (m.type === "error") {
     if (m.context_id) streaming = false; // an error for a context ends it
@@ -146,7 +164,7 @@ function onMessage(m) {
     // context is done when the player says it has played it all (onPlayed).
     const id = current;
     streaming = false;
-    report.audioMs = m.audio_ms;
+    report.audioMs = m.audio_ms + (hearing ? Math.round((hearing.shift * 1000) / RATE) : 0);
     const decoded = () => {
       if (current !== id) return;
       report.received = true;
@@ -172,6 +190,11 @@ function onAudio(buffer) {
     $("ttfa").textContent = `${report.ttfaMs.toFixed(0)} ms`;
   }
   const payload = new Uint8Array(buffer, 12);
+  if (hearing) {
+    place(null);
+    const end = offset + (useOpus ? FRAME : payload.length / 2) + hearing.shift;
+    hearing.heard = Math.max(hearing.heard, end);
+  }
   if (useOpus) {
     decoder.decode(new EncodedAudioChunk({ type: "key", timestamp: (offset / RATE) * 1e6, data: payload }));
   } else {
@@ -223,6 +246,7 @@ async function typed(event) {
     const id = turn;
     if (final) {
       turn = null;
+      hearing = null; // a turn does not resume: the conversation was the old connection's
       if (useOpus) decoder = newDecoder();
       current = id;
       streaming = true;
@@ -240,7 +264,70 @@ function send() {
   setStatus("speaking\u2026", "speaking");
   current = `c${++contextSeq}`;
   streaming = true;
+  hearing = newHearing(currentText);
   ws.send(JSON.stringify({ type: "speak", context_id: current, text: currentText }));
+}
+
+// What was heard of a context: its text; where its audio got to, in samples; the
+// sentences whose timestamps came (span in the text, word times in ms as heard, samples
+// heard before them); and, once it resumed, where the new context's audio falls: from
+// its sample `cut` on (the first `drop` decoded samples are skipped), at `shift` more.
+function newHearing(text) {
+  return { text, heard: 0, sentences: [], anchor: null, textStart: 0, told: 0, cut: 0, shift: 0, drop: 0 };
+}
+
+// The gateway went away mid-context: connect again, and say the text from the last
+// sentence whose first word was heard (every one before it was heard whole).
+async function resume(code) {
+  const id = current, h = hearing;
+  report.resumes += 1;
+  setStatus(`the server went away (${code}): going on with another\u2026`, "speaking");
+  if (decoder) await decoder.flush().catch(() => {}); // what the old stream owes plays first
+  const heardMs = (h.heard * 1000) / RATE;
+  h.anchor = [...h.sentences].reverse().find((s) => s.wordMs[0] + 1 <= heardMs) ?? null; // +1: times are rounded
+  Object.assign(h, { textStart: h.anchor ? h.anchor.span[0] : 0, told: h.sentences.at(-1)?.span[1] ?? 0, cut: null });
+  for (let i = 0; current === id; i++) {
+    try {
+      await connect(wanted());
+      break;
+    } catch (e) {
+      if (i + 1 === RESUME_TRIES) {
+        streaming = false;
+        return fail(`could not resume: ${e.message}`);
+      }
+      await new Promise((wake) => setTimeout(wake, 200 * 2 ** i));
+    }
+  }
+  if (current !== id) return; // stopped meanwhile
+  if (useOpus) decoder = newDecoder();
+  ws.send(JSON.stringify({ type: "speak", context_id: id, text: h.text.slice(h.textStart) }));
+}
+
+// Once per resumed stream: where its sample 0 falls in what was heard. Its first
+// timestamps, the anchor sentence's again, tell it within a millisecond (all its words'
+// times together); lacking them, the samples heard before the anchor's.
+function place(m) {
+  const h = hearing;
+  if (h.cut !== null) return;
+  let start = 0;
+  if (h.anchor) {
+    const again = m ? [...m.start_ms, ...m.end_ms] : [];
+    const same = m && m.text_span[0] + h.textStart === h.anchor.span[0] && again.length === h.anchor.wordMs.length;
+    start = same
+      ? Math.round(((h.anchor.wordMs.reduce((sum, t, i) => sum + t - again[i], 0) / again.length) * RATE) / 1000)
+      : h.anchor.heardBefore;
+  }
+  h.cut = h.drop = Math.max(0, h.heard - start);
+  h.shift = h.heard - h.cut;
+}
+
+function heardSentence(m) {
+  const h = hearing;
+  place(m);
+  const span = [m.text_span[0] + h.textStart, m.text_span[1] + h.textStart];
+  if (!m.start_ms.length || span[1] <= h.told) return; // wordless, or its words' times came before
+  const shiftMs = (h.shift * 1000) / RATE;
+  h.sentences.push({ span, wordMs: [...m.start_ms, ...m.end_ms].map((t) => t + shiftMs), heardBefore: h.heard });
 }
 
 // The server is busy (or this address has all the streams it may): say so, and try
@@ -259,7 +346,7 @@ function retryLater(m) {
 function halt() {
   if (streaming && ws) ws.send(JSON.stringify({ type: "cancel", context_id: current }));
   streaming = false;
-  current = currentStream = null;
+  current = currentStream = hearing = null;
   if (decoder && decoder.state !== "closed") decoder.close();
   decoder = null;
   if (player) player.port.postMessage({ type: "clear" });
