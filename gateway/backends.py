@@ -58,7 +58,7 @@ class Backend:
     def state(self) -> str:
         """`ready`, or why not."""
         if self.draining:
-            return f"draining: gone from DNS, {self.outstanding} requests left"
+            return f"draining: gone from DNS, {self.outstanding} in flight"
         if not self.up:
             return f"down: {self.why_down}"
         return "ready" if self.probe_error is None else f"cannot synthesize: {self.probe_error}"

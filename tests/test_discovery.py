@@ -97,7 +97,7 @@ def test_a_server_gone_from_dns_drains_and_is_forgotten_once_its_requests_end():
         held = backends.acquire()
         assert held is first
         backends.update(["10.0.0.2:8001"])
-        assert first.draining and first.state == "draining: gone from DNS, 1 requests left"
+        assert first.draining and first.state == "draining: gone from DNS, 1 in flight"
         assert [backends.acquire() for _ in range(2)] == [second, second]  # no new request to it
         await backends.close_drained()
         assert backends.all == [first, second]  # its request in flight keeps its channel
