@@ -56,7 +56,10 @@ class _Sink(io.RawIOBase):
 
 class ContainerWriter:
     """Frames of `frame_samples` samples at `rate` in, container bytes out; or, given a
-    seekable `file`, written into it (the muxer then completes WAV and FLAC headers)."""
+    seekable `file`, written into it (the muxer then completes WAV and FLAC headers).
+    Streamed, those headers say their length is unknown, as FFmpeg writes them: WAV sizes
+    0xFFFFFFFF, FLAC total_samples 0, which libsndfile cannot read
+    (docs/http-api.md#streamed-or-whole)."""
 
     def __init__(self, fmt: str, rate: int, frame_samples: int, file: io.IOBase | None = None) -> None:
         if fmt not in CONTENT_TYPES:
