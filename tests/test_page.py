@@ -3,12 +3,18 @@ real tritonserver and gateway. The page reports what it measured in `window.spee
 (see gateway/static/app.js); its player is an AudioWorklet, which headless Chromium runs
 in real time on a fake audio output."""
 
+import asyncio
 import os
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import sync_playwright
+
+from contract.text import split_sentences
+from perf.servers import start_gateway, stop
 
 pytestmark = pytest.mark.triton
 
@@ -292,3 +298,81 @@ def test_static_files_refuse_traversal(gateway):
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(http + path)
         assert e.value.code in (403, 404)  # refused: a directory (403) or no such file
+
+
+class Service:
+    """One loopback address in front of several gateways, as a Kubernetes Service is to
+    a browser: each new connection goes to the first of them that accepts it (a gateway
+    that stopped, or stops listening to drain, refuses)."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = ports
+        self._loop = asyncio.new_event_loop()  # its own thread's: Playwright's runs in this one
+        threading.Thread(target=self._loop.run_forever, daemon=True).start()
+        listening = asyncio.start_server(self._forward, "127.0.0.1", 0)
+        self._server = asyncio.run_coroutine_threadsafe(listening, self._loop).result()
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _forward(self, client_reader, client_writer) -> None:
+        for port in self.ports:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                continue
+        else:
+            client_writer.close()
+            return
+        await asyncio.gather(pipe(client_reader, writer), pipe(reader, client_writer))
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    async def _close(self) -> None:
+        self._server.close()
+        forwarding = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in forwarding:
+            task.cancel()
+        await asyncio.gather(*forwarding, return_exceptions=True)
+
+
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except OSError:
+        pass  # the other end reset: so does this one
+    finally:
+        writer.close()
+
+
+def test_the_page_goes_on_with_another_gateway_when_its_own_goes_away(triton, tmp_path, open_page):
+    """Two gateways behind one address; the page's, told to stop (SIGTERM, `--drain 1`),
+    closes with 1001 mid-paragraph, and the page says the rest through the other: every
+    sentence heard once, in order, every frame decoded, no error."""
+    text = harvard(20)
+    flags = ("--probe-interval", "0", "--admission-load", "0")
+    with (tmp_path / "a.log").open("w") as log_a, (tmp_path / "b.log").open("w") as log_b:
+        a, port_a = start_gateway(triton.grpc_url, log_a, *flags, "--drain", "1")
+        b, port_b = start_gateway(triton.grpc_url, log_b, *flags)
+    service = Service([port_a, port_b])
+    try:
+        problems = []
+        page = open_page(f"http://127.0.0.1:{service.port}/", problems)
+        page.fill("#text", text)
+        page.click("#speak")
+        page.wait_for_function("window.speechstream.decodedSamples > 0", timeout=60_000)
+        a.send_signal(signal.SIGTERM)
+        page.wait_for_function("window.speechstream.received || window.speechstream.errors.length", timeout=120_000)
+        report = page.evaluate(REPORT)
+        assert a.wait(10) == 0
+    finally:
+        service.close()
+        stop(a)
+        stop(b)
+    assert report["errors"] == [] and problems == []
+    assert report["resumes"] == 1
+    assert report["spans"] == [[s.start, s.end] for s in split_sentences(text)]  # every sentence once, in order
+    assert abs(report["decodedSamples"] * 1000 / RATE - report["audioMs"]) <= 20  # every frame decoded, ± one frame

@@ -9,9 +9,11 @@ const $ = (id) => document.getElementById(id);
 // Samples are counted since the last Speak, question or Stop; `level` is the meter's 0..1
 // (-60..0 dBFS); `state` is idle, speaking, busy, playing, done or error. In voice chat,
 // ttfaMs counts from the end of the question, and `reply` is the speculation's outcome.
+// `spans`: each sentence's text_span in the text, as heard; `resumes`: the times the
+// context went on with another gateway.
 const fresh = () => ({
   ttfaMs: null, decodedSamples: 0, audioMs: null, received: false, done: false, errors: [], retries: 0,
-  playedSamples: 0, queuedSamples: 0, reply: null, replyText: "", resumes: 0,
+  playedSamples: 0, queuedSamples: 0, reply: null, replyText: "", spans: [], resumes: 0,
 });
 const report = (window.speechstream = { ...fresh(), level: 0, levelDb: null, status: "", state: "idle" });
 
@@ -327,6 +329,7 @@ function heardSentence(m) {
   const span = [m.text_span[0] + h.textStart, m.text_span[1] + h.textStart];
   if (!m.start_ms.length || span[1] <= h.told) return; // wordless, or its words' times came before
   const shiftMs = (h.shift * 1000) / RATE;
+  report.spans.push(span);
   h.sentences.push({ span, wordMs: [...m.start_ms, ...m.end_ms].map((t) => t + shiftMs), heardBefore: h.heard });
 }
 
