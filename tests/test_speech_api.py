@@ -164,6 +164,20 @@ def test_a_body_not_streamed_comes_whole_from_finish_with_exact_sizes():
         assert len(soundfile.read(io.BytesIO(data))[0]) == samples
 
 
+@pytest.mark.parametrize("fmt,low,high", [
+    ("opus", 0.993, 1.0),  # less the 6.5 ms pre-skip
+    ("mp3", 1.0, 1.0),  # a whole mp3 has its Xing header, which tells decoders its delay and padding
+    ("aac", 1.0, 1.07),  # ADTS cannot: the encoder's delay and last frame remain
+])
+def test_a_whole_body_in_the_other_formats_decodes_to_the_pushed_length(fmt, low, high):
+    body = SpeechBody(parse(model="m", input="Hi.", voice="alloy", response_format=fmt, stream=False), 22050)
+    tone = (0.3 * np.sin(2 * np.pi * 440 * np.arange(22050) / 22050)).astype(np.float32)
+    assert body.push(tone) == b""
+    with av.open(io.BytesIO(body.finish())) as container:
+        frames = list(container.decode(audio=0))
+    assert low <= sum(f.samples for f in frames) / frames[0].sample_rate <= high
+
+
 def test_an_sse_body_wraps_the_container_in_deltas_then_done():
     data, _ = speech_body("pcm", "sse")
     events = [json.loads(line[6:]) for line in data.decode().split("\n\n") if line]
