@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
+import re
+import signal
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from contract import models as c
+from python_backends.scheduler import Failover, Lost
+
+# How Triton 2.51's Python backend fails a call whose instance's stub is dead, or stopped
+# for over about a second (its health check): the instance is named in the first.
+UNHEALTHY = re.compile(r"Stub process '(?P<instance>[^']+)' is not healthy")
+STUB_FAULTS = ("is not healthy", "Failed to obtain the health mutex")
 
 
 class Bls:
@@ -20,6 +30,7 @@ class Bls:
     def __init__(self, waiters: int) -> None:
         # The BLS response iterator blocks; each decoupled request parks a thread on it.
         self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="stream-wait")
+        self._failover: dict[str, Failover] = collections.defaultdict(Failover)  # by stateless model
 
     async def stream(self, model: str, inputs: list, outputs: list[str]) -> AsyncIterator:
         """A decoupled request's responses, but the empty final one; a response that is
@@ -43,16 +54,41 @@ class Bls:
             if not read_all:
                 await loop.run_in_executor(self._waiters, collections.deque, responses, 0)  # read to the end
 
-    async def infer(self, model: str, inputs: list, output: str) -> np.ndarray:
-        """A plain request's one output; an error raises StageError."""
+    async def infer(self, model: str, inputs: list, output: str, frames: int, stream: str) -> np.ndarray:
+        """The one output of a call to a stateless model (vocoder, Code2Wav) on a window of
+        `frames`. A call lost with its instance (its stub dead, stopped or hung) is issued
+        again with the same inputs, and Triton gives it to an instance that is free
+        (scheduler.Failover); the model being deterministic, the answer is the same. The
+        model's own errors (a bad input), and a call lost at every attempt, raise StageError."""
+
+        def retried(why: Lost, attempt: int) -> None:
+            pb_utils.Logger.log_warn(f"{model}: a window of stream {stream} was lost ({why}); "
+                                     f"issuing it again, attempt {attempt} of {self._failover[model].attempts}")
+
+        try:
+            return await self._failover[model].call(lambda: self._infer_once(model, inputs, output), frames, retried)
+        except Lost as lost:
+            raise c.StageError(str(lost)) from None
+
+    async def _infer_once(self, model: str, inputs: list, output: str) -> np.ndarray:
         request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=[output],
                                              preferred_memory=host_memory())
         r = await request.async_exec()
         if r.has_error():
-            raise c.StageError(r.error().message())
+            message = r.error().message()
+            if any(fault in message for fault in STUB_FAULTS):
+                fence(message)
+                raise Lost(message)
+            raise c.StageError(message)
         return pb_utils.get_output_tensor_by_name(r, output).as_numpy()
 
+    def late_calls(self) -> int:
+        """Calls given up on at their deadline whose answers have not come yet."""
+        return sum(len(f.late) for f in self._failover.values())
+
     def close(self) -> None:
+        if late := self.late_calls():
+            pb_utils.Logger.log_warn(f"unloading with {late} stage calls given up on still unanswered")
         self._waiters.shutdown(cancel_futures=True)
 
 
@@ -72,3 +108,34 @@ def string_tensor(name: str, value: str, shape: tuple[int, ...] = (1,)):
 def tensors(arrays: dict[str, np.ndarray]) -> list:
     """Named arrays as request inputs."""
     return [pb_utils.Tensor(name, value) for name, value in arrays.items()]
+
+
+def fence(message: str) -> None:
+    """Kill the stub of the instance that Triton just declared unhealthy in `message`.
+    A stub stopped for that long aborts tritonserver (2.51: a boost lock_exception in the
+    Python backend) as soon as it runs a request again after it continues, so it must not
+    continue; a dead one is left as it is. The model serves on its other instances."""
+    if (named := UNHEALTHY.search(message)) is None:
+        return
+    for pid in sibling_stubs(named["instance"]):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        pb_utils.Logger.log_error(f"killed the stub of {named['instance']} (pid {pid}): Triton found it unhealthy, "
+                                  "and it would abort tritonserver if it ran again")
+
+
+def sibling_stubs(instance: str) -> list[int]:
+    """The pids of the live stubs that run `instance`, children of this stub's tritonserver."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (proc / "stat").read_text()
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):  # not a process, or gone meanwhile
+            continue
+        state, parent = stat.rsplit(")", 1)[1].split()[:2]
+        if int(parent) == os.getppid() and state != "Z" and instance.encode() in args:
+            pids.append(int(proc.name))
+    return pids

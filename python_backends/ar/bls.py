@@ -25,11 +25,12 @@ from python_backends.serving import DecoupledModel, counter, parameters, request
 @dataclass(frozen=True)
 class BlsStages:
     """Stages (python_backends.ar.pipeline) of one stream: its voice and sampling reach
-    the Talker of each sentence."""
+    the Talker of each sentence; `stream` names it in the logs."""
 
     bls: Bls
     voice: str
     params: TalkerParams
+    stream: str
 
     async def talk(self, text: str) -> AsyncIterator[np.ndarray]:
         """The Talker's frames; left early, the Talker is told to stop (STOP), since the
@@ -52,7 +53,7 @@ class BlsStages:
 
     async def decode(self, window: np.ndarray) -> np.ndarray:
         codes = pb_utils.Tensor(c.CODES, np.ascontiguousarray(window[None], dtype=np.int32))
-        return (await self.bls.infer(c.CODE2WAV_MODEL, [codes], c.PCM))[0]
+        return (await self.bls.infer(c.CODE2WAV_MODEL, [codes], c.PCM, window.shape[0], self.stream))[0]
 
 
 
@@ -82,7 +83,8 @@ class TtsArModel(DecoupledModel):
 
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         tts = read_tts_ar_request(request_inputs(request, self.model), self.max_text_chars)
-        chunks = speak(tts.sentences, BlsStages(self.bls, tts.voice, tts.params), tts.chunking,
+        stages = BlsStages(self.bls, tts.voice, tts.params, f"{request.request_id() or id(request)}")
+        chunks = speak(tts.sentences, stages, tts.chunking,
                        orpheus.SAMPLES_PER_FRAME, request.is_cancelled, self._first_chunk)
         self.capacity.opened()
         try:

@@ -28,11 +28,13 @@ from python_backends.serving import DecoupledModel, gauge, parameters, request_i
 @dataclass(frozen=True)
 class BlsStages:
     """Stages (python_backends.piper.pipeline) of one stream: its voice and parameters
-    reach the acoustic stage, its voice and speaker every vocoder window."""
+    reach the acoustic stage, its voice and speaker every vocoder window; `stream` names
+    it in the logs."""
 
     bls: Bls
     voice: str
     params: VoiceParams
+    stream: str
 
     async def acoustic_pieces(self, text: str, head: int) -> AsyncIterator[LatentPiece]:
         """One acoustic request for one sentence, its responses as pieces."""
@@ -49,7 +51,12 @@ class BlsStages:
             pb_utils.Tensor(c.LATENT, window[None]), string_tensor(c.VOICE, self.voice, (1, 1)),
             pb_utils.Tensor(c.SPEAKER, np.array([[self.params.speaker]], dtype=np.int64)),
         ]
-        return (await self.bls.infer(c.VOCODER_MODEL, inputs, c.PCM))[0]
+        return (await self.bls.infer(c.VOCODER_MODEL, inputs, c.PCM, window.shape[1], self.stream))[0]
+
+
+def stream_name(request, client: str) -> str:
+    """A request as the logs name it: its id, if its client gave one, and its client."""
+    return f"{request.request_id() or id(request)} of {client or 'an anonymous client'}"
 
 
 def latent_piece(response) -> LatentPiece:
@@ -90,8 +97,9 @@ class TtsModel(DecoupledModel):
             with self.streams.serving(client):
                 loaded = self.streams.over_share(client, self.slots.share())
                 chunking, head = sized_for_load(tts.chunking, tts.chunking_asked, loaded)
+                stages = BlsStages(self.bls, tts.voice.name, tts.params, stream_name(request, client))
                 chunks = speak(
-                    tts.sentences, BlsStages(self.bls, tts.voice.name, tts.params), chunking=chunking, head=head,
+                    tts.sentences, stages, chunking=chunking, head=head,
                     scheduler=self.slots.for_client(client), clock=PlaybackClock(rate),
                     is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets, grow=not tts.chunking_asked,
                 )
