@@ -294,14 +294,12 @@ class Failover:
     async def call(self, issue: Callable[[], Awaitable[T]], frames: int, retried: Callable[[Lost, int], None]) -> T:
         """`issue()`'s result, for a window of `frames`; `retried(why, attempt)` is told
         before each further attempt. The last attempt's Lost is raised."""
-        for attempt in range(1, self.attempts + 1):
+        for attempt in range(2, self.attempts + 1):
             try:
                 return await self._within_deadline(issue, frames)
             except Lost as lost:
-                if attempt == self.attempts:
-                    raise
-                retried(lost, attempt + 1)
-        raise AssertionError("unreachable")
+                retried(lost, attempt)
+        return await self._within_deadline(issue, frames)
 
     async def _within_deadline(self, issue: Callable[[], Awaitable[T]], frames: int) -> T:
         deadline_s = self.times.deadline_s(frames)
