@@ -49,6 +49,10 @@ class Metrics:
             "speechstream_chat_turns", "Chat turns whose reply was decided, by the speculation's outcome", ["outcome"],
             registry=r,
         )
+        self._chat_rounds = Counter(
+            "speechstream_chat_rounds", "Speculative rounds that ended with a draft (one Thinker request each)",
+            registry=r,
+        )
         self._held_audio = Counter(
             "speechstream_chat_held_audio_seconds",
             "Audio of drafted first sentences synthesized before the question ended: released into a reply, or "
@@ -68,6 +72,9 @@ class Metrics:
 
     def chat_turn(self, outcome: str) -> None:
         self._chat_turns.labels(outcome).inc()
+
+    def chat_round(self) -> None:
+        self._chat_rounds.inc()
 
     def held_audio(self, seconds: float, released: bool) -> None:
         self._held_audio.labels("released" if released else "discarded").inc(seconds)

@@ -4,8 +4,10 @@ WebSockets on loopback."""
 
 import asyncio
 import time
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from client.speech import SpeechClient, connection
 from contract import models as c
@@ -39,9 +41,28 @@ def chat_gateway(chat_triton, tmp_path_factory):
         stop(process)
 
 
-async def turn(url: str, question: str, speculation: str, word_s: float = 0.15, max_tokens: int = 64) -> Recorder:
+def chat_rounds(url: str) -> float:
+    """The gateway's speculative rounds ended so far (`url`: its WebSocket URL)."""
+    with urllib.request.urlopen(url.replace("ws://", "http://").replace("/v1/stream", "/metrics"), timeout=5) as r:
+        families = text_string_to_metric_families(r.read().decode())
+    return sum(s.value for f in families if f.name == "speechstream_chat_rounds" for s in f.samples if s.name.endswith("_total"))
+
+
+async def rounds_end(url: str, count: float, timeout_s: float = 120) -> None:
+    """Until the gateway has ended `count` speculative rounds."""
+    deadline = time.monotonic() + timeout_s
+    while await asyncio.to_thread(chat_rounds, url) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the gateway has not ended {count} speculative rounds")
+        await asyncio.sleep(0.05)
+
+
+async def turn(url: str, question: str, speculation: str, word_s: float = 0.15, max_tokens: int = 64,
+               settle: bool = False) -> Recorder:
     """One turn typed a word at a time (a partial transcript at each word's end, the
-    whole question the last), then final; returns the connection's record once `done`."""
+    whole question the last), then final; returns the connection's record once `done`.
+    With `settle`, each word waits for the round it started to end (the gateway's
+    count of rounds), however loaded the machine."""
     async with connection(url) as ws:
         client = Recorder(ws)
         await client.until("ready")
@@ -49,9 +70,12 @@ async def turn(url: str, question: str, speculation: str, word_s: float = 0.15, 
             "speculation": speculation, "system": SYSTEM, "max_tokens": max_tokens})
         await client.until("ready")
         words = question.split()
+        ended = settle and await asyncio.to_thread(chat_rounds, url)
         for i in range(1, len(words) + 1):
             await client.send(type="user", turn_id="t1", text=" ".join(words[:i]), final=False)
             await asyncio.sleep(word_s)
+            if settle:
+                await rounds_end(url, ended + i)
         # Nothing of a speculation reaches the client before the final input.
         client.final_at = await client.send(type="user", turn_id="t1", text=question, final=True)
         await client.until("done", "t1", timeout=120)
@@ -85,9 +109,9 @@ def test_greedy_speculation_gives_the_reply_decoded_without_it(chat_gateway):
 
 
 def test_a_verified_first_sentence_is_heard_from_held_audio(chat_gateway):
-    # Typed slowly: the last round drafts from the whole question, and its first sentence is held.
-    client = asyncio.run(turn(chat_gateway, QUESTION, "greedy", word_s=1.5))
-    assert client.messages("reply")[0]["outcome"] == "held"
+    # Each word's round ends before the next word: the last drafts from the whole question, and its first sentence is held.
+    client = asyncio.run(turn(chat_gateway, QUESTION, "greedy", settle=True))
+    assert client.messages("reply")[0]["outcome"] == "held", client.messages("reply")[0]
     first_audio = client.frames("t1")[0].at - client.final_at
     first_text = next(e for e in client.events if e.kind == "reply_text").at - client.final_at
     assert first_audio <= first_text + 0.1  # the audio was there before the Thinker's second piece

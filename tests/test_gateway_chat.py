@@ -138,6 +138,7 @@ def test_a_revised_sentence_replaces_the_held_audio():
     revised = answer(s, r2, [([10, 11], "Paris is"), ([30], " huge."), ([31], " Yes")], accepted=2)
     assert Stop(first.id) in revised
     assert [a.job.sentences[0].text for a in revised if isinstance(a, Synthesize)] == ["Paris is huge."]
+    assert s.observer.chat_rounds == 2
 
 
 def test_speculation_off_thinks_only_on_the_final_input_and_says_off():

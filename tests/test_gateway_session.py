@@ -21,7 +21,7 @@ class Recorder:
 
     def __init__(self):
         self.errors, self.first_audio_s, self.audio_s = [], [], 0.0
-        self.chat_turns, self.held_s = [], {True: 0.0, False: 0.0}
+        self.chat_turns, self.chat_rounds, self.held_s = [], 0, {True: 0.0, False: 0.0}
 
     def error(self, code):
         self.errors.append(code)
@@ -34,6 +34,9 @@ class Recorder:
 
     def chat_turn(self, outcome):
         self.chat_turns.append(outcome)
+
+    def chat_round(self):
+        self.chat_rounds += 1
 
     def held_audio(self, seconds, released):
         self.held_s[released] += seconds
