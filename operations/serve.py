@@ -32,7 +32,8 @@ async def run(args: argparse.Namespace) -> int:
     try:
         await asyncio.to_thread(triton.wait_ready)
         gateway = asyncio.create_task(
-            serve_forever(s.from_arguments(args, triton_urls=(f"127.0.0.1:{args.triton_grpc_port}",)))
+            serve_forever(s.from_arguments(args, triton_urls=(f"127.0.0.1:{args.triton_grpc_port}",),
+                                             fleet_metrics_port=args.triton_metrics_port))
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -57,7 +58,7 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     env = os.environ.get
     parser = argparse.ArgumentParser(prog="speechstream-serve", description=__doc__.splitlines()[0])
-    s.add_arguments(parser, skip=("triton_urls",))
+    s.add_arguments(parser, skip=("triton_urls", "triton_service", "dns", "resolve_interval_s", "fleet_metrics_port"))
     parser.add_argument("--triton-http-port", type=int, default=int(env("TRITON_HTTP_PORT", 8000)))
     parser.add_argument("--triton-grpc-port", type=int, default=int(env("TRITON_GRPC_PORT", 8001)))
     parser.add_argument("--triton-metrics-port", type=int, default=int(env("TRITON_METRICS_PORT", 8002)))
