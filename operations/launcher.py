@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import json
 import logging
 import os
 import shutil
@@ -102,6 +104,7 @@ def server_environment(voices: str | None = None, ar_model: str | None = None,
 SHM = Path("/dev/shm")
 SHM_PREFIX = "triton_python_backend_shm_region_"  # each Python backend stub's region
 SUPERVISE_INTERVAL_S = 0.5
+RELOAD_TIMEOUT_S = 120  # a model's new instances load within this (a vocoder's in seconds)
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ class TritonServer:
     _stdout: object = field(default=None, init=False, repr=False)
     _stubs: list[psutil.Process] = field(default_factory=list, init=False, repr=False)
     _chat_dir: str | None = field(default=None, init=False, repr=False)  # chat_model's directory, resolved once
+    _reloads: int = field(default=0, init=False, repr=False)  # models reloaded to replace a dead instance
 
     def command(self) -> list[str]:
         return [
@@ -194,7 +198,7 @@ class TritonServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"tritonserver exited with code {self.process.returncode} while starting")
             if self.is_ready():
-                self._stubs = self.stubs()
+                self._watch(self.stubs())
                 return
             time.sleep(0.25)
         raise TimeoutError(f"tritonserver not ready after {timeout:.0f} s on port {self.http_port}")
@@ -287,13 +291,69 @@ class TritonServer:
             log.warning("killed %d processes left in tritonserver's session: %s", len(left),
                         ", ".join(f"{p.pid} {_name(p)}" for p in left))
 
+    def reload(self, model: str) -> None:
+        """Load `model` again with its own config: Triton starts new instances while the
+        old ones serve on, then sends them no more requests. The old stubs still alive
+        are then killed: Triton never retires them while one of theirs is dead, and a
+        request they held is issued again by tts (its failover)."""
+        base = f"http://{self.host}:{self.http_port}/v2"
+        old = {stub for stub in self._stubs if model_of(stub) == model}
+        with urllib.request.urlopen(f"{base}/models/{model}/config", timeout=5) as r:
+            config = json.load(r)
+        # A config unchanged but for its instances would keep the instances it has, the
+        # dead one among them ("not healthy"); a new parameter makes Triton load all anew.
+        # New instance names keep the old instances' names (which tts acts on when Triton
+        # calls one unhealthy) from meaning the new ones.
+        self._reloads += 1
+        config.setdefault("parameters", {})["reload"] = {"string_value": str(self._reloads)}
+        for i, group in enumerate(config["instance_group"]):
+            group["name"] = f"{model}_r{self._reloads}_{i}"
+        body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
+        load = urllib.request.Request(f"{base}/repository/models/{model}/load", data=body, method="POST",
+                                      headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(load, timeout=RELOAD_TIMEOUT_S).close()
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"Triton refused to load {model}: {e.read().decode(errors='replace')}") from None
+        self._watch([stub for stub in self.stubs() if stub not in old])
+        left = [stub for stub in old if alive(stub)]
+        for stub in left:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                stub.kill()
+        psutil.wait_procs(left, timeout=10)
+
+    def _watch(self, stubs: list[psutil.Process]) -> None:
+        """The stubs `fault` checks from now on, each one's model read while it can be."""
+        self._stubs = stubs
+        for stub in stubs:
+            model_of(stub)
+
+    def replaceable(self) -> str | None:
+        """The model whose dead stubs can be replaced without stopping Triton: Triton is
+        up, and every dead stub ran one model that still has a live instance to serve."""
+        if self.process.poll() is not None:
+            return None
+        dead = {model_of(stub) for stub in self._stubs if not alive(stub)}
+        live = {model_of(stub) for stub in self._stubs if alive(stub)}
+        return next(iter(dead)) if len(dead) == 1 and dead <= live and None not in dead else None
+
     def supervise(self, stopping: threading.Event) -> None:
-        """Keep the server serving until `stopping` is set: restart it when it exits or
-        one of its stubs dies (Triton 2.51 does not replace a dead stub, and its model
-        never answers again). A restart that fails is tried again."""
+        """Keep the server serving until `stopping` is set. A dead stub of a model with
+        another live instance (a vocoder's) is replaced by reloading that model, with no
+        stream cut; otherwise the whole server restarts when it exits or one of its stubs
+        dies (Triton 2.51 does not replace a dead stub, and its model never answers
+        again). A restart that fails is tried again."""
         while not stopping.wait(SUPERVISE_INTERVAL_S):
             if (why := self.fault()) is None:
                 continue
+            if (model := self.replaceable()) is not None:
+                try:
+                    log.warning("%s; reloading %s, whose other instances serve meanwhile", why, model)
+                    self.reload(model)
+                    log.info("%s is whole again", model)
+                    continue
+                except Exception:
+                    log.exception("reloading %s failed; restarting tritonserver instead", model)
             try:
                 self.restart(why)
             except Exception:  # whatever went wrong, the supervisor must go on
@@ -303,10 +363,20 @@ class TritonServer:
 def stub_running(processes: list[psutil.Process], model: str) -> psutil.Process:
     """The stub among `processes` that runs `model` (a killed one may linger as a zombie)."""
     for process in processes:
-        with contextlib.suppress(psutil.Error):
-            if any(f"/{model}/1/model.py" in arg for arg in process.cmdline()):
-                return process
+        if model_of(process) == model:
+            return process
     raise LookupError(f"no stub runs {model}")
+
+
+@functools.lru_cache(maxsize=1024)
+def model_of(process: psutil.Process) -> str | None:
+    """The model a stub runs, from its command line (the model's `NAME/1/model.py`), read
+    once: a dead stub's can no longer be read."""
+    with contextlib.suppress(psutil.Error):
+        for arg in process.cmdline():
+            if arg.endswith("/1/model.py"):
+                return Path(arg).parent.parent.name
+    return None
 
 
 def session_of(process: psutil.Process) -> int | None:

@@ -1,7 +1,8 @@
 """A vocoder instance lost mid-paragraph, on a real tritonserver: its stub stopped for 3 s
 (SIGSTOP, then SIGCONT) or killed (SIGKILL) by pid. The lost window is issued again and
 lands on the other instance, so the stream ends as it would have, with the same audio, a
-little late; the server serves on after."""
+little late; the server serves on after, and its supervisor replaces the lost instance
+by reloading the vocoder, without stopping Triton."""
 
 import signal
 import threading
@@ -13,7 +14,7 @@ import psutil
 import pytest
 
 from contract import models as c
-from operations.launcher import TritonServer
+from operations.launcher import TritonServer, model_of
 from operations.triton_client import Stream
 from perf.metrics import Stream as Timing
 from perf.servers import free_ports
@@ -63,16 +64,25 @@ def stop_for_3_s(stub: psutil.Process) -> Callable[[], None]:
 
 @pytest.fixture
 def triton(tmp_path):
-    """A Triton of its own per test: a fault leaves one vocoder instance dead."""
-    server = TritonServer(*free_ports(3))
+    """A Triton of its own per test, supervised as speechstream-triton does."""
+    server, stopping = TritonServer(*free_ports(3)), threading.Event()
     with (tmp_path / "tritonserver.log").open("w") as log:
         server.start(stdout=log)
+        supervisor = threading.Thread(target=server.supervise, args=(stopping,))
         try:
             server.wait_ready()
             server.grpc_url, server.log_path = f"127.0.0.1:{server.grpc_port}", log.name
+            supervisor.start()
             yield server
         finally:
+            stopping.set()
+            if supervisor.is_alive():
+                supervisor.join()
             server.stop(timeout=5)  # a dead stub would hold a graceful stop for 30 s
+
+
+def vocoder_stubs(server: TritonServer) -> set[psutil.Process]:
+    return {stub for stub in server.stubs() if model_of(stub) == c.VOCODER_MODEL}
 
 
 @pytest.mark.parametrize("fault", ["stopped for 3 s", "killed"])
@@ -80,10 +90,16 @@ def test_a_lost_vocoder_instance_costs_the_stream_a_little_time_not_its_audio(tr
     url = triton.grpc_url
     speak(url)  # warm: the first stream's calls set the deadlines
     reference, unfaulted = speak(url)
-    stub = triton.stub(c.VOCODER_MODEL)
+    stub, tritonserver = triton.stub(c.VOCODER_MODEL), triton.process
     pcm, faulted = speak(url, stop_for_3_s(stub) if fault == "stopped for 3 s" else stub.kill)
     time.sleep(3.5)  # a stopped stub continued by now, if it still can
     after, _ = speak(url)  # the server serves on, the stub's late answer never seen
+    # The supervisor replaced the lost instance by reloading the vocoder, Triton left running.
+    deadline = time.monotonic() + 60
+    while (len(vocoder_stubs(triton)) != 2 or stub in vocoder_stubs(triton)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(vocoder_stubs(triton)) == 2 and stub not in vocoder_stubs(triton)
+    assert triton.process is tritonserver and triton.fault() is None
 
     assert snr_db(reference, pcm) >= 40 and snr_db(reference, after) >= 40
     added_s = faulted.stall_free_start_s - unfaulted.stall_free_start_s
