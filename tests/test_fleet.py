@@ -331,9 +331,6 @@ def test_a_gateway_told_to_stop_ends_its_streams_done_and_its_listener_resumes_o
     text = " ".join(harvard_sentences()[:40])  # longer than the drain
     config = {"format": "pcm_s16le", "sample_rate": 24000}
 
-    async def until_done(context) -> list:
-        return [event async for event in context.events()]
-
     async def run():
         short = Recorder(await connection(urls[0]))
         await short.until("ready")
@@ -352,12 +349,13 @@ def test_a_gateway_told_to_stop_ends_its_streams_done_and_its_listener_resumes_o
                     status = await asyncio.to_thread(readyz_status, fleet.a.port)
                     async with await SpeechClient.connect(urls[1], **config) as other:
                         new = [frame async for frame in other.speak("Over here.")]
-            await short.ws.close()
-            return before, after, client.resumes, client.reconnect.used, short_end, refused, status, new, short
+        await asyncio.wait_for(short.ws.wait_closed(), 30)  # by a, at its drain's end
+        return before, after, client.resumes, client.reconnect.used, short_end, refused, status, new, short
 
     before, after, resumes, used, short_end, refused, status, new, short_recorder = asyncio.run(asyncio.wait_for(run(), 120))
     assert fleet.a.wait(DRAIN_S + 20) == 0  # it exited cleanly
     assert short_end["type"] == "done" and whole(short_recorder, "s")
+    assert short_recorder.ws.close_code == 1001  # going away: what the client library resumes on
     assert refused == v1.SERVER_DRAINING and status == 503
     assert new and new[-1].last  # the other gateway took a new connection and spoke
     assert any(e.frame for e in before) and any(e.frame for e in after)  # cut mid-paragraph by the 1001
