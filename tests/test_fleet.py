@@ -52,15 +52,16 @@ DRAIN_S = 3
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     """Three Tritons (the first two in DNS), the DNS server, gateways `a` (drains
-    DRAIN_S s) and `b`, and Prometheus; all stopped at the end."""
+    DRAIN_S s) and `b` admitting about STREAMS over two servers as the Tritons measured
+    themselves on a warm-up, and Prometheus; all stopped at the end."""
     root = tmp_path_factory.mktemp("fleet")
     http, grpc, metrics = free_ports(3)
     tritons = [TritonServer(http, grpc, metrics, host=host) for host in PODS]
     with contextlib.ExitStack() as stack:
         records, dns_port = stack.enter_context(dns_server())
-        records.names = {NAME: list(PODS[:2])}
         for i, triton in enumerate(tritons, 1):  # one after the other: started together, one may abort
             stack.enter_context(running(triton, dir_(root / f"triton{i}"), 300))
+
         def gateways_admitting(load: float, *names: str) -> dict:
             flags = ("--triton-service", f"{NAME}:{grpc}", "--dns", f"127.0.0.1:{dns_port}", "--resolve-interval", "0.3",
                      # A probe when a server comes up, then none during the test (a probe's
@@ -301,15 +302,19 @@ def test_admission_across_both_gateways_stays_within_the_fleets_capacity_and_pro
             while (demand := scalar(fleet.prometheus, trigger["query"])) != pytest.approx(expected, rel=1e-3):
                 assert time.monotonic() < deadline, f"the autoscaler's query says {demand}, not {expected}"
                 await asyncio.sleep(0.5)
+            targets = promql(fleet.prometheus, "up")
             streams = scalar(fleet.prometheus, f'namespace:speechstream_triton_streams:sum{{namespace="{fleet.namespace}"}}')
             utilisation = scalar(fleet.prometheus,
                                  f'namespace:speechstream_triton_utilisation:ratio{{namespace="{fleet.namespace}"}}')
-            return outcomes, held, demand, streams, utilisation
+            return outcomes, held, demand, streams, utilisation, targets
         finally:
             for client in clients.values():
                 await client.ws.close()
 
-    outcomes, held, demand, streams, utilisation = asyncio.run(run())
+    outcomes, held, demand, streams, utilisation, targets = asyncio.run(run())
+    # It scraped both gateways and the three Tritons, each labelled with the namespace.
+    assert sorted((t["metric"]["job"], t["metric"]["namespace"], t["value"][1]) for t in targets) == \
+        [("gateway", fleet.namespace, "1")] * 2 + [("triton", fleet.namespace, "1")] * 3
     admitted = [name for name, outcome in outcomes if outcome == "admitted"]
     assert {outcome for _, outcome in outcomes} == {"admitted", v1.SERVER_BUSY}
     assert 1 <= len(admitted) == held <= limit  # both gateways together, within the fleet's share
