@@ -272,11 +272,16 @@ class TritonServer:
         self.wait_ready()
         log.info("tritonserver is back")
 
-    def _shm_since_start(self) -> set[str]:
-        """The /dev/shm names made since Triton started: its stubs' regions, and vLLM's
+    def _shm_since_start(self) -> list[Path]:
+        """The /dev/shm files made since Triton started: its stubs' regions, and vLLM's
         shared memory and semaphores, which its engine processes leave behind when killed
         (some made during the shutdown itself)."""
-        return {path.name for path in SHM.iterdir() if path.stat().st_mtime >= self._started_at}
+        made = []
+        for path in SHM.iterdir():
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                if path.stat().st_mtime >= self._started_at:
+                    made.append(path)
+        return made
 
     def _kill_session_leftovers(self) -> None:
         """Kill what is left of Triton's session once Triton and its stubs are gone: a
@@ -424,21 +429,36 @@ def shm_mapped_by(pids) -> set[str]:
     return names
 
 
-def remove_unmapped(names: set[str]) -> None:
-    """Remove those of `names` in /dev/shm that no process maps (a live one's are mapped)."""
-    in_use = shm_mapped_by(psutil.pids())
-    for name in names - in_use:
-        (SHM / name).unlink(missing_ok=True)
+def shm_inodes_mapped() -> set[int]:
+    """The inodes of the /dev/shm files that some process maps. By inode, not name: a
+    POSIX semaphore (multiprocessing's `sem.mp-*`, which vLLM's processes open by name)
+    is mapped under the temporary name it was made with, so its own name is never seen
+    mapped, and removing it would break another server starting beside this one."""
+    inodes = set()
+    for pid in psutil.pids():
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        inodes.update(int(line.split()[4]) for line in maps.splitlines() if "/dev/shm/" in line)
+    return inodes
+
+
+def remove_unmapped(paths) -> int:
+    """Remove those of `paths` (in /dev/shm) that no process maps; returns how many."""
+    in_use, removed = shm_inodes_mapped(), 0
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+            if path.stat().st_ino not in in_use:
+                path.unlink()
+                removed += 1
+    return removed
 
 
 def remove_stale_regions() -> int:
     """Remove the Python backend's shared memory regions that no process uses: those of
     a Triton that crashed or was killed. Returns how many."""
-    in_use = shm_mapped_by(psutil.pids())
-    stale = [path for path in SHM.glob(SHM_PREFIX + "*") if path.name not in in_use]
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return len(stale)
+    return remove_unmapped(SHM.glob(SHM_PREFIX + "*"))
 
 
 def check_ar_model(directory: str) -> None:

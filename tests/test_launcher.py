@@ -1,5 +1,6 @@
 """`speechstream-triton`: ports from the environment, readiness, clean shutdown."""
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import urllib.request
 import pytest
 
 from perf.servers import free_ports
-from operations.launcher import GPU_CONFIG, backend_directory, server_environment
+from operations.launcher import GPU_CONFIG, SHM, backend_directory, remove_unmapped, server_environment, shm_mapped_by
 
 pytestmark = pytest.mark.triton
 
@@ -54,3 +55,21 @@ def test_serves_on_ports_from_the_environment_and_stops_cleanly_on_sigterm(tmp_p
     finally:
         if launcher.poll() is None:
             launcher.kill()
+
+
+def test_clearing_unmapped_shared_memory_spares_a_live_semaphore_and_removes_a_stray_file():
+    """A POSIX semaphore of multiprocessing's spawn context (vLLM's processes open them by
+    name) is mapped under the temporary name it was made with: clearing by name would
+    remove it from under a server starting beside this one."""
+    semaphore = multiprocessing.get_context("spawn").Semaphore()
+    name = semaphore._semlock.name.lstrip("/")
+    live = SHM / f"sem.{name}"
+    stray = SHM / f"speechstream-test-stray-{os.getpid()}"
+    stray.write_bytes(b"left by a killed process")
+    try:
+        assert live.exists() and live.name not in shm_mapped_by([os.getpid()])  # what naming saw
+        assert remove_unmapped([live, stray]) == 1
+        assert live.exists() and not stray.exists()
+    finally:
+        stray.unlink(missing_ok=True)
+        del semaphore  # its resource tracker unlinks it
