@@ -105,6 +105,7 @@ SHM = Path("/dev/shm")
 SHM_PREFIX = "triton_python_backend_shm_region_"  # each Python backend stub's region
 SUPERVISE_INTERVAL_S = 0.5
 RELOAD_TIMEOUT_S = 120  # a model's new instances load within this (a vocoder's in seconds)
+RETIRE_AFTER_S = 2.0  # after a reload, the old instances finish the calls they hold before they are killed
 
 
 @dataclass(frozen=True)
@@ -321,6 +322,7 @@ class TritonServer:
         except urllib.error.HTTPError as e:
             raise RuntimeError(f"Triton refused to load {model}: {e.read().decode(errors='replace')}") from None
         self._watch([stub for stub in self.stubs() if stub not in old])
+        time.sleep(RETIRE_AFTER_S)  # the windows the old instances hold end; a killed stub's calls fail only after ~1 s
         left = [stub for stub in old if alive(stub)]
         for stub in left:
             with contextlib.suppress(psutil.NoSuchProcess):

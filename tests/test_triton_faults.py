@@ -233,7 +233,9 @@ def test_a_killed_stage_ends_the_stream_with_an_error_and_readiness_turns_false(
         while (state := readiness(port))[0] == 200 and time.monotonic() < deadline:
             time.sleep(0.2)
         status, body = state
-        assert status == 503 and "cannot synthesize" in body["backends"][f"127.0.0.1:{ports[1]}"]
+        # Triton 2.51 serves on without the stage ("cannot synthesize"), or now and then aborts with it ("down").
+        state = body["backends"][f"127.0.0.1:{ports[1]}"]
+        assert status == 503 and ("cannot synthesize" in state or state.startswith("down: ")), state
         assert gateway.poll() is None
     finally:
         stop(gateway)
