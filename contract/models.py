@@ -231,6 +231,12 @@ class StageError(RuntimeError):
     """A stage model answered `tts` with an error, or with no frames."""
 
 
+# How Triton 2.51's Python backend fails a call whose instance's stub is dead, or stopped
+# for over about a second (its health check). A BLS model passes the message on: the
+# gateway reads it as the stage gone away, not as the request failing.
+STUB_FAULTS = ("is not healthy", "Failed to obtain the health mutex")
+
+
 def _tensor(name: str, triton_type: str, dims: list[int], optional: bool = False) -> dict:
     tensor = {"name": name, "data_type": triton_type, "dims": dims}
     return tensor | {"optional": True} if optional else tensor

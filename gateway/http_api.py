@@ -41,7 +41,8 @@ from gateway.speech_api import (
     parse_speech_request,
     streams_by_default,
 )
-from gateway.synthesis import SynthesisFailed, Synthesizer, TtsChunk
+from gateway.resumption import TtsChunk
+from gateway.synthesis import SynthesisFailed, Synthesizer
 from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
@@ -144,15 +145,17 @@ async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest, vo
     """The text's audio, cut into sentences once (off the event loop: up to 0.1 s for the
     longest text) and sent in requests of whole sentences (segmenter.batches): each
     request is synthesized to its end, so this bounds the work for a client that stops
-    reading."""
+    reading. A request resuming after an outage only delays the body."""
     sentences = await asyncio.to_thread(
         split_sentences, speech_request.text, c.MAX_SENTENCE_CHARS, voice.language_family
     )
-    for batch in batches(sentences):
-        request = synthesizer.synthesize([s.text for s in batch], speech_request.voice_params, client, voice.name)
+    for i, batch in enumerate(batches(sentences)):
+        texts = [s.text for s in batch]
+        request = synthesizer.synthesize(texts, speech_request.voice_params, client, voice.name, mid_stream=i > 0)
         async with contextlib.aclosing(request) as chunks:
             async for chunk in chunks:
-                yield chunk
+                if isinstance(chunk, TtsChunk):
+                    yield chunk
 
 
 async def read_speech_request(

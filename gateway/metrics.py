@@ -39,6 +39,12 @@ class Metrics:
             "speechstream_triton_first_response_seconds", "From a tts request sent to Triton to its first audio",
             buckets=LATENCY_BUCKETS, registry=r,
         )
+        self._resumptions = Counter(
+            "speechstream_stream_resumptions",
+            "Requests whose Triton or stage went away mid-stream, the sentences not yet delivered issued again "
+            "(once per outage; those not resumed within --resume-within-s also count in speechstream_errors)",
+            registry=r,
+        )
         r.register(BackendGauges(backends))
         self._audio = Counter("speechstream_audio_seconds", "Audio sent to clients", registry=r)
         self._errors = Counter(
@@ -81,6 +87,9 @@ class Metrics:
 
     def triton_first_response(self, seconds: float) -> None:
         self._triton_first_response.observe(seconds)
+
+    def resumed(self) -> None:
+        self._resumptions.inc()
 
     def exposition(self) -> tuple[bytes, str]:
         """The text format and its content type."""

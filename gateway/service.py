@@ -64,6 +64,7 @@ class Gateway:
         self.synthesizer = Synthesizer(
             self.backends, settings.stage_timeout_s, self.metrics.triton_first_response,
             models={name: voice.tts_model for name, voice in self.voices.items()},
+            resume_s=settings.resume_within_s, resumed=self.metrics.resumed,
         )
 
     def streams_by_client(self) -> Counter[str]:

@@ -399,6 +399,16 @@ class Session:
         context.job = None
         return self._advance(context)
 
+    def resuming(self, job_id: int, code: str, message: str, within_s: float) -> list[Action]:
+        """Job `job_id`'s server or stage went away (`code`, `message`): what it had not
+        delivered is being issued again for up to `within_s`. The client is told, and where
+        in the context's audio the stream will go on (held audio is only late)."""
+        context = None if job_id in self._held else self._context_of(job_id)
+        if context is None:
+            return []
+        return [Send(p.encode("resuming", context_id=context.id, code=code, message=message,
+                              audio_ms=round(context.encoder.position_ms), within_ms=round(within_s * 1000)))]
+
     def failed(self, job_id: int, code: str, message: str) -> list[Action]:
         """Job `job_id` failed: its context ends with an `error` (held audio is only dropped)."""
         if (turn := self._held.pop(job_id, None)) is not None:

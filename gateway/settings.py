@@ -80,6 +80,11 @@ class Settings:
         20.0, "seconds Triton may take for a stream's next chunk before the stream fails with 'synthesis_failed' "
         "(a stage that died or hangs); the wait for a slow client does not count; 0 for never"
     )
+    resume_within_s: float = _setting(
+        15.0, "seconds a stream whose Triton, or a stage under it, went away may take to go on: the sentences not "
+        "yet delivered are issued again, to another Triton or to the same once it serves again (WebSocket clients "
+        "are told 'resuming'); past it the stream fails with 'backend_unavailable'; 0 for never"
+    )
     drain_s: float = _setting(
         20.0, "seconds a stopping gateway (SIGTERM, SIGINT) gives the streams it is speaking to end, refusing new "
         "ones ('server_draining' / HTTP 503) with /readyz 503, before it closes each WebSocket with 1001; keep it "

@@ -3,8 +3,10 @@ failures turned into the protocol's errors, once, for WebSocket and HTTP alike (
 mode's Thinker requests, gateway/thinking.py, go through the same `responses`).
 
 A request goes to the Triton server with the least outstanding work among those up
-(backends.Backends). Triton unreachable is `backend_unavailable` (the server is marked
-down at once); Triton refusing or failing the request is `synthesis_failed`.
+(backends.Backends). Triton unreachable, or a stage whose process died under the
+request, is `backend_unavailable` (an unreachable server is marked down at once); Triton
+refusing or failing the request otherwise is `synthesis_failed`. A request that fails
+with `backend_unavailable` resumes (gateway/resumption.py) within a bound.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import functools
 import logging
 import math
+import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -28,25 +31,32 @@ from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 from contract import models as c
 
 from gateway.backends import NOT_PROBED, Backend, Backends, NoBackend
+from gateway.resumption import Resumption, TtsChunk
 from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 
 
 class SynthesisFailed(Exception):
-    """A request that ended without its audio; `code` is protocol v1's error code."""
+    """A request that ended without its audio; `code` is protocol v1's error code. `gone`:
+    its server or a stage went away (unreachable, a stub dead, no progress), so what it
+    had not delivered may be issued again; by default, for `backend_unavailable`."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, gone: bool | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.gone = code == v1.BACKEND_UNAVAILABLE if gone is None else gone
 
 
 @dataclass(frozen=True)
-class TtsChunk:
-    pcm: np.ndarray  # float32 at the voice's rate
-    sentence_index: int  # which of the request's sentences it speaks
-    words: list[tuple[str, int, int]]  # (word, start, end sample of this request's audio)
+class Resuming:
+    """A request's server or stage went away: what it had not delivered is being issued
+    again, for up to `within_s`; the audio that follows continues where it stopped."""
+
+    code: str
+    message: str
+    within_s: float
 
 
 # How a call fails when Triton cannot be reached (or goes away mid-call).
@@ -116,9 +126,10 @@ async def responses(backend: Backend, request: dict, progress_s: float) -> Async
             except StopAsyncIteration:
                 raise ConnectionError("Triton closed the stream") from None
             except asyncio.TimeoutError:  # not the builtin on Python 3.10
-                raise SynthesisFailed(v1.SYNTHESIS_FAILED, f"Triton made no progress for {progress_s:g} s") from None
+                raise SynthesisFailed(v1.SYNTHESIS_FAILED, f"Triton made no progress for {progress_s:g} s", gone=True) from None
             if error is not None:
-                raise SynthesisFailed(v1.SYNTHESIS_FAILED, error.message())
+                stage_lost = any(fault in error.message() for fault in c.STUB_FAULTS)
+                raise SynthesisFailed(v1.BACKEND_UNAVAILABLE if stage_lost else v1.SYNTHESIS_FAILED, error.message())
             if result.get_response().parameters["triton_final_response"].bool_param:
                 sent.set()
                 finished = await _closed(replies)
@@ -186,24 +197,55 @@ async def on_backend(backends: Backends) -> AsyncIterator[Backend]:
 
 
 class Synthesizer:
-    """Streams `tts` requests from the least loaded Triton server that is up."""
+    """Streams `tts` requests from the least loaded Triton server that is up, resuming
+    those whose server or stage goes away for up to `resume_s` (0: never)."""
 
     def __init__(
         self, backends: Backends, progress_s: float, first_response: Callable[[float], None] = lambda _: None,
-        models: Mapping[str, str] = MappingProxyType({}),
+        models: Mapping[str, str] = MappingProxyType({}), resume_s: float = 0.0,
+        resumed: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.backends = backends
         self.models = models  # the Triton model of each voice not spoken by `tts`
         self.progress_s = progress_s  # the longest wait for a response before the request fails
+        self.resume_s = resume_s
         self._first_response = first_response  # told each request's seconds to its first audio
+        self._resumed = resumed  # told each outage a request resumes from
+        self._clock = clock
 
     async def synthesize(
         self, sentences: Sequence[str], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
-        voice: str = c.DEFAULT_VOICE,
-    ) -> AsyncIterator[TtsChunk]:
+        voice: str = c.DEFAULT_VOICE, mid_stream: bool = False,
+    ) -> AsyncIterator[TtsChunk | Resuming]:
         """The audio of `sentences` in `voice`, chunk by chunk, for `client` (its address);
-        SynthesisFailed if it cannot come."""
-        request = tts_request(sentences, params, client, voice, self.models.get(voice, c.TTS_MODEL))
+        a Resuming before the audio goes on after an outage; SynthesisFailed if it cannot
+        come. `mid_stream`: the stream it continues has delivered audio already, so it
+        resumes from an outage even before its own first audio. Without a seed of the
+        client's, the request gets one: a sentence issued again must sound the same."""
+        if c.SEED not in dict(params):
+            params += ((c.SEED, random.randrange(2**63)),)
+        model = self.models.get(voice, c.TTS_MODEL)
+        resumption = Resumption(sentences, mid_stream)
+        while True:
+            try:
+                request = tts_request(resumption.rest, params, client, voice, model)
+                async with aclosing(self._issue(request)) as chunks:
+                    async for chunk in chunks:
+                        if (whole := resumption.delivered(chunk)) is not None:
+                            yield whole
+                return
+            except SynthesisFailed as e:
+                if (wait_s := resumption.failed(e.gone, self._clock(), self.resume_s)) is None:
+                    raise
+                log.warning("a request lost its server or a stage (%s); issuing its last %d of %d sentences again "
+                            "in %.2f s, attempt %d", e.message.splitlines()[0], len(resumption.rest),
+                            len(resumption.sentences), wait_s, resumption.attempts)
+                if resumption.attempts == 1:
+                    self._resumed()
+                    yield Resuming(e.code, e.message, self.resume_s)
+                await asyncio.sleep(wait_s)
+
+    async def _issue(self, request: dict) -> AsyncIterator[TtsChunk]:
         async with on_backend(self.backends) as backend:
             # Closed at once when the reader stops (a cancel, a client gone): that ends the call.
             async with aclosing(_stream(backend, request, self.progress_s, self._first_response)) as chunks:

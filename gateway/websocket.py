@@ -23,7 +23,7 @@ from gateway.admission import Waiter
 from gateway.protocol import ProtocolError
 from gateway.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.session import Action, Close, Job, Send, Session, Stop, StopThinking, Synthesize, Think
-from gateway.synthesis import SynthesisFailed
+from gateway.synthesis import Resuming, SynthesisFailed
 from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
@@ -209,9 +209,15 @@ class Connection:
         try:
             texts = [s.text for s in job.sentences]
             # Closed at once when this task is cancelled (Stop), which cancels the request in Triton.
-            async with aclosing(self.gateway.synthesizer.synthesize(texts, job.voice_params, self.client, job.voice)) as chunks:
+            speech = self.gateway.synthesizer.synthesize(
+                texts, job.voice_params, self.client, job.voice, mid_stream=job.start_ms > 0  # its context spoke before
+            )
+            async with aclosing(speech) as chunks:
                 async for chunk in chunks:
-                    await self.act(session.audio(job.id, chunk.pcm, chunk.sentence_index, chunk.words), job.id)
+                    if isinstance(chunk, Resuming):
+                        await self.act(session.resuming(job.id, chunk.code, chunk.message, chunk.within_s), job.id)
+                    else:
+                        await self.act(session.audio(job.id, chunk.pcm, chunk.sentence_index, chunk.words), job.id)
             after = session.finished(job.id)
         except SynthesisFailed as e:
             after = session.failed(job.id, e.code, e.message)

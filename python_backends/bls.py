@@ -18,10 +18,8 @@ import triton_python_backend_utils as pb_utils
 from contract import models as c
 from python_backends.scheduler import Failover, Lost
 
-# How Triton 2.51's Python backend fails a call whose instance's stub is dead, or stopped
-# for over about a second (its health check): the instance is named in the first.
+# The first of contract.models.STUB_FAULTS names the instance whose stub is dead or stopped.
 UNHEALTHY = re.compile(r"Stub process '(?P<instance>[^']+)' is not healthy")
-STUB_FAULTS = ("is not healthy", "Failed to obtain the health mutex")
 
 
 class Bls:
@@ -76,7 +74,7 @@ class Bls:
         r = await request.async_exec()
         if r.has_error():
             message = r.error().message()
-            if any(fault in message for fault in STUB_FAULTS):
+            if any(fault in message for fault in c.STUB_FAULTS):
                 fence(message)
                 raise Lost(message)
             raise c.StageError(message)

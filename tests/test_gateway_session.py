@@ -190,6 +190,20 @@ def test_a_failed_job_ends_its_context_with_an_error_and_spares_the_others():
     assert list(s.contexts) == ["b"] and s.is_current(b.id)
 
 
+def test_a_job_resuming_tells_its_client_where_its_audio_will_go_on_and_its_frames_continue():
+    s, recorder, _ = session()
+    (job,) = jobs(send(s, type="speak", context_id="a", text="One. Two."))
+    before = frames(s.audio(job.id, speech(0.5), 0, []))
+    (resuming,) = messages(s.resuming(job.id, v1.BACKEND_UNAVAILABLE, "Triton closed the stream", 10.0))
+    assert resuming == {"type": "resuming", "context_id": "a", "code": v1.BACKEND_UNAVAILABLE,
+                        "message": "Triton closed the stream", "audio_ms": 500, "within_ms": 10000}
+    after = frames(s.audio(job.id, speech(0.5), 1, []))
+    assert [f.seq for f in before + after] == list(range(len(before + after)))
+    assert after[0].sample_offset == before[-1].sample_offset + 960
+    assert s.is_current(job.id) and recorder.errors == []  # not an error: the stream goes on
+    assert messages(s.resuming(job.id + 1, v1.BACKEND_UNAVAILABLE, "?", 10.0)) == []  # no such job: nothing
+
+
 def test_idle_closes_only_when_nothing_is_being_spoken():
     s, _, _ = session()
     (job,) = jobs(send(s, type="text", context_id="a", text="Hello there. "))

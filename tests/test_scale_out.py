@@ -1,5 +1,6 @@
 """One gateway, two real Triton servers on loopback: contexts are spread across both, and
-when one is killed mid-run the other carries on and takes every new context."""
+when one is killed mid-run the other carries on: the killed server's streams resume on
+it, and it takes every new context."""
 
 import asyncio
 import time
@@ -74,12 +75,20 @@ def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:
 
     spread, outstanding, ends, client = asyncio.run(first_wave())
     assert spread == [2, 2] and outstanding == [2, 2]  # two contexts on each server
-    kinds = sorted(m["type"] if m["type"] == "done" else m["code"] for m in ends.values())
-    assert kinds == [v1.BACKEND_UNAVAILABLE] * 2 + ["done"] * 2  # the survivor's streams finished
-    for context_id, m in ends.items():
-        if m["type"] == "done":
-            frames = client.audio(context_id)
-            assert frames[-1].last and [f.seq for f in frames] == list(range(len(frames)))
+    assert [m["type"] for m in ends.values()] == ["done"] * 4
+    # The killed server's two streams were told, then went on on the survivor, at once.
+    resuming = client.messages("resuming")
+    assert len({m["context_id"] for m in resuming}) == 2 == len(resuming)
+    assert all(m["code"] == v1.BACKEND_UNAVAILABLE for m in resuming)
+    for context_id in ends:
+        frames = client.audio(context_id)
+        assert frames[-1].last and [f.seq for f in frames] == list(range(len(frames)))
+        assert [f.sample_offset for f in frames] == [i * 960 for i in range(len(frames))]
+    for m in resuming:
+        (told,) = [e.at for e in client.events if e.message is m]
+        after = [e.at for e in client.frames(m["context_id"]) if e.at > told]
+        print(f"{m['context_id']}: audio again {after[0] - told:.2f} s after `resuming`")
+        assert after[0] - told < 5
 
     status, body = readiness(port)
     assert status == 200 and body["backends"][urls[0]] == "ready" and body["backends"][urls[1]].startswith("down: ")
