@@ -1,15 +1,30 @@
-"""The admission queue, sans I/O: streams that asked to wait for capacity rather than
-be refused `server_busy`, in order, each told its position as it moves.
+"""Admission's rules that need no I/O: the room past the admitted load that streams
+ahead of their listeners leave (`keeping_ahead`), and the admission queue: streams that
+asked to wait for capacity rather than be refused `server_busy`, in order, each told its
+position as it moves.
 
-The gateway `pump`s it whenever it may admit (a timer): every waiter that would be
+The gateway `pump`s the queue whenever it may admit (a timer): every waiter that would be
 admitted now, in queue order, leaves with its `admitted` callback; the others hear
 their new positions. A waiter that gives up (cancelled, disconnected) `leave`s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import math
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
+
+
+def keeping_ahead(leads: Iterable[float], open_streams: float, capacity: float, slack_s: float, peak: float) -> bool:
+    """Whether one more stream may open past the admitted load (--admission-load of
+    `capacity`): every stream being spoken is at least `slack_s` of audio ahead of its
+    listener (`leads`), and the streams open stay within `peak` times the capacity.
+
+    Listeners arriving at random at 0.75 of capacity go past 0.9 of it now and then, for
+    seconds (a Poisson count's spread); streams that are seconds ahead ride that out, so
+    refusing there turns users away from a server that keeps up. Streams that start
+    together are each at their first audio's deadline (lead 0): they get no such room."""
+    return slack_s > 0 and open_streams + 1 <= peak * capacity and min(leads, default=math.inf) >= slack_s
 
 
 @dataclass(eq=False)

@@ -31,7 +31,7 @@ from gateway.access import (
 )
 from gateway.protocol import OPENAI_VOICES
 from gateway.segmenter import batches
-from gateway.service import GATEWAY, Gateway
+from gateway.service import GATEWAY, Gateway, Pace
 from gateway.settings import Settings
 from gateway.speech_api import (
     OPENAI_MODELS,
@@ -75,12 +75,12 @@ async def speech(request: web.Request) -> web.StreamResponse:
         status = HTTPStatus.SERVICE_UNAVAILABLE if refusal.code == v1.SERVER_DRAINING else HTTPStatus.TOO_MANY_REQUESTS
         error = ApiError(refusal.message, status=status, code=refusal.code, headers={"Retry-After": retry_s})
         return api_error(gateway, refusal.code, error)
-    with gateway.http_stream(client):
-        return await stream_speech(request, gateway, speech_request, client)
+    with gateway.http_stream(client) as pace:
+        return await stream_speech(request, gateway, speech_request, client, pace)
 
 
 async def stream_speech(
-    request: web.Request, gateway: Gateway, speech_request: SpeechRequest, client: str
+    request: web.Request, gateway: Gateway, speech_request: SpeechRequest, client: str, pace: Pace
 ) -> web.StreamResponse:
     """The body, streamed as the audio is made. The status waits for the first audio, so a
     failure before it is an error response; one after it cuts the body short (a truncated
@@ -94,14 +94,17 @@ async def stream_speech(
         except SynthesisFailed as e:
             return api_error(gateway, e.code, ApiError(e.message, status=FAILURE_STATUS[e.code]))
         if not speech_request.stream:
+            pace.streamed = False
             return await whole_speech(request, gateway, speech_request, body, first, chunks)
         response = web.StreamResponse(headers={"Content-Type": speech_request.content_type})
         await response.prepare(request)
         await response.write(body.push(first.pcm))
-        gateway.metrics.first_audio(time.monotonic() - started)
+        pace.heard_at, pace.audio_s = time.monotonic(), body.audio_s
+        gateway.metrics.first_audio(pace.heard_at - started)
         try:
             async for chunk in chunks:
                 await response.write(body.push(chunk.pcm))
+                pace.audio_s = body.audio_s
             await response.write(body.finish())
         except SynthesisFailed as e:
             gateway.metrics.error(e.code)

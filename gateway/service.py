@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import weakref
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from aiohttp import web
 from contract.voices import find_voices
 
 from gateway import discovery
 from gateway.access import KeyFailures, log_refusal
-from gateway.admission import AdmissionQueue
+from gateway.admission import AdmissionQueue, keeping_ahead
 from gateway.backends import Backends
 from gateway.metrics import Metrics
 from gateway.protocol import ProtocolError
@@ -51,6 +53,7 @@ class Gateway:
         self.key_failures = KeyFailures(settings.max_key_failures)
         self.sessions: dict[Session, str] = {}  # each open session, and its client's address
         self.http_streams: Counter[str] = Counter()  # HTTP speech requests in flight, by address
+        self.http_paces: set[Pace] = set()  # the streamed bodies among them
         self.queue = AdmissionQueue(settings.admission_queue)  # streams waiting for capacity
         self.draining = False  # stopping: no new stream, the open ones finish (drain)
         self.metrics = Metrics(
@@ -74,6 +77,13 @@ class Gateway:
         for session, address in self.sessions.items():
             streams[address] += session.streams
         return +streams  # without the addresses at 0
+
+    def leads(self) -> list[float]:
+        """How far each stream being spoken is ahead of its listener, in seconds of audio:
+        contexts on all connections and streamed HTTP speech bodies."""
+        now = time.monotonic()
+        bodies = [lead for p in self.http_paces if (lead := p.lead_s(now)) is not None]
+        return [lead for s in self.sessions for lead in s.leads()] + bodies
 
     def speaking_contexts(self) -> int:
         """Contexts with text in hand, on all connections."""
@@ -111,7 +121,11 @@ class Gateway:
             )
         # The share of the servers' capacity that other gateways' streams leave this one.
         load, capacity, elsewhere = self.settings.admission_load, self.backends.capacity, self.backends.elsewhere
-        if load and capacity and not admits(streams, client, load * capacity - elsewhere):
+        # Streams through other gateways count as at their deadlines: their leads are not known here.
+        if load and capacity and not admits(streams, client, load * capacity - elsewhere) and not keeping_ahead(
+            self.leads() + [0.0] * elsewhere, streams.total() + elsewhere, capacity, self.settings.admission_slack_s,
+            self.settings.admission_peak,
+        ):
             log_refusal(f"a stream from {client}: the servers are at capacity ({capacity:.1f} real-time streams, "
                         f"{elsewhere} streams through other gateways)")
             return ProtocolError(v1.SERVER_BUSY, "the server is at capacity; try again shortly",
@@ -126,15 +140,33 @@ class Gateway:
                 self.queue.pump(lambda client: self.stream_refusal(client) is None)
 
     @contextlib.contextmanager
-    def http_stream(self, client: str) -> Iterator[None]:
-        """Count an HTTP speech request among the address's streams while it runs."""
+    def http_stream(self, client: str) -> Iterator[Pace]:
+        """Count an HTTP speech request among the address's streams while it runs; its
+        Pace is told the audio of a streamed body as it goes out."""
         self.http_streams[client] += 1
+        pace = Pace()
+        self.http_paces.add(pace)
         try:
-            yield
+            yield pace
         finally:
+            self.http_paces.discard(pace)
             self.http_streams[client] -= 1
             if not self.http_streams[client]:
                 del self.http_streams[client]
+
+
+@dataclass(eq=False)
+class Pace:
+    """A streamed HTTP speech body against a listener playing it from its first audio."""
+
+    heard_at: float | None = None  # when its first audio went out (time.monotonic)
+    audio_s: float = 0.0  # the audio sent since
+    streamed: bool = True  # False: a whole body, which no listener plays as it comes
+
+    def lead_s(self, now: float) -> float | None:
+        if not self.streamed:
+            return None
+        return 0.0 if self.heard_at is None else self.audio_s - (now - self.heard_at)
 
 
 def admits(streams: Counter[str], client: str, limit: float) -> bool:

@@ -169,11 +169,24 @@ class Context:
     job: Job | None = None  # the synthesis in flight
     seq: int = 0
     ready_at: float | None = None  # when text arrived while the context was idle
+    # Its listener's clock: when the first audio after idle went out, and where in the audio.
+    heard_at: float | None = None
+    heard_from_ms: float = 0.0
     queued: bool = False  # waiting in the admission queue: it speaks once admitted
 
     @property
     def busy(self) -> bool:
         return self.job is not None or bool(self.queue)
+
+    def lead_s(self, now: float) -> float | None:
+        """How far its audio is ahead of a listener playing it in real time since the
+        first audio after idle (0 while that first audio is awaited); None when it has
+        nothing to speak."""
+        if not self.busy or self.queued:
+            return None
+        if self.heard_at is None or self.ready_at is not None:
+            return 0.0
+        return (self.encoder.position_ms - self.heard_from_ms) / 1000 - (now - self.heard_at)
 
     @property
     def waiting_chars(self) -> int:
@@ -213,6 +226,11 @@ class Session:
     def streams(self) -> int:
         """Contexts open and admitted: those that count against capacity."""
         return sum(not context.queued for context in self.contexts.values())
+
+    def leads(self) -> list[float]:
+        """How far each context being spoken is ahead of its listener (Context.lead_s)."""
+        now = self.clock()
+        return [lead for context in self.contexts.values() if (lead := context.lead_s(now)) is not None]
 
     def start(self) -> list[Action]:
         return [self._ready()]
@@ -697,6 +715,7 @@ class Session:
         if payloads and context.ready_at is not None:
             self.observer.first_audio(self.clock() - context.ready_at)
             context.ready_at = None
+            context.heard_at, context.heard_from_ms = self.clock(), first * 1000 / encoder.rate
         self.observer.audio(len(payloads) * encoder.frame_samples / encoder.rate)
         return actions
 

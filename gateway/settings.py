@@ -49,6 +49,15 @@ class Settings:
         0.9, "a new stream is admitted only while the streams open, on all gateways, are fewer than this fraction of "
         "the real-time streams the Tritons measure they sustain; past it 'server_busy' / HTTP 429 (0: admit all)"
     )
+    admission_slack_s: float = _setting(
+        3.0, "past --admission-load, a new stream is still admitted while every stream being spoken is at least this "
+        "many seconds of audio ahead of its listener and the streams open stay within --admission-peak of the "
+        "capacity: the servers keep up with room to spare (0: never)"
+    )
+    admission_peak: float = _setting(
+        1.25, "the most streams open, as a fraction of the capacity the Tritons measure, that --admission-slack "
+        "admits up to"
+    )
     fleet_metrics_port: int = _setting(
         8002, "every Triton server's metrics port, read 4 times a second for the streams it serves for all gateways, "
         "so that gateways sharing servers admit together what they sustain (0: count this gateway's streams only)"

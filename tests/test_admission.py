@@ -5,6 +5,7 @@ Two gateways sharing the Triton admit together what one would."""
 
 import asyncio
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -33,8 +34,10 @@ def admitting(triton, tmp_path):
 
 
 def admitting_flags(triton) -> tuple[str, ...]:
-    """A tenth of the capacity, no probe (whose word would count among the streams)."""
-    return "--admission-load", "0.1", "--probe-interval", "0", "--fleet-metrics-port", str(triton.metrics_port)
+    """A tenth of the capacity, no probe (whose word would count among the streams), and
+    no room past it for streams ahead of their listeners (tested on its own below)."""
+    return ("--admission-load", "0.1", "--admission-slack", "0", "--probe-interval", "0",
+            "--fleet-metrics-port", str(triton.metrics_port))
 
 
 async def outcome(context) -> tuple[str, float | None]:
@@ -171,3 +174,41 @@ def test_two_gateways_over_one_triton_admit_together_what_it_sustains(admitting,
     assert outcomes[0] == "admitted" and v1.SERVER_BUSY in outcomes  # the first gateway filled a tenth of it
     assert while_full == v1.SERVER_BUSY  # the second admits nothing more while those run
     assert once_free == "admitted"
+
+
+def test_past_the_admitted_load_a_stream_is_taken_once_those_speaking_are_ahead_of_their_listeners(triton, tmp_path):
+    """--admission-slack: a gateway that admits about no stream by its load (--admission-load
+    0.01) takes another once the one speaking is a second of audio ahead of its listener,
+    not while it waits for its first audio."""
+    flags = ("--admission-load", "0.01", "--admission-slack", "1", "--admission-peak", "100", "--probe-interval", "0",
+             "--fleet-metrics-port", str(triton.metrics_port))
+    with (tmp_path / "gateway.log").open("w") as log:
+        gateway, port = start_gateway(triton.grpc_url, log, *flags)
+
+        async def run():
+            async with connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}") as ws:
+                client = Recorder(ws)
+                await client.until("ready")
+                await client.send(type="speak", context_id="warm", text="Warm up, and let the server measure itself.")
+                await client.until("done", "warm")
+                await client.send(type="speak", context_id="first", text=workload("long"))
+                await client.send(type="speak", context_id="too_soon", text="Am I admitted?")
+                too_soon = await client.until("error", "too_soon")
+                while not client.audio("first") or ahead_s(client.frames("first")) < 2:
+                    await client.read()
+                await client.send(type="speak", context_id="ahead", text="Am I admitted?")
+                ahead = await client.until("done", "ahead")
+                await client.send(type="cancel", context_id="first")
+                return too_soon, ahead
+
+        try:
+            too_soon, ahead = asyncio.run(run())
+        finally:
+            stop(gateway)
+    assert too_soon["code"] == v1.SERVER_BUSY
+    assert ahead["audio_ms"] > 500
+
+
+def ahead_s(frames) -> float:
+    """How far the frames received are ahead of a listener playing them from the first."""
+    return len(frames) * 0.02 - (time.perf_counter() - frames[0].at)

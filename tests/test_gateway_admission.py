@@ -1,6 +1,6 @@
 """The admission queue, sans I/O: order, positions, leaving, and its bound."""
 
-from gateway.admission import AdmissionQueue, Waiter
+from gateway.admission import AdmissionQueue, Waiter, keeping_ahead
 
 
 class Log:
@@ -50,3 +50,14 @@ def test_leaving_moves_those_behind_up():
     assert log.events == [("y", 1), ("z", 2)] and len(queue) == 2
     queue.leave("absent")
     assert len(log.events) == 2
+
+
+def test_past_the_admitted_load_streams_ahead_of_their_listeners_leave_room_up_to_the_peak():
+    # 20 streams open against a capacity of 20 (past 0.9 of it): all 3 s or more ahead.
+    assert keeping_ahead([3.0, 7.5, 12.0], open_streams=20, capacity=20, slack_s=3.0, peak=1.25)
+    assert not keeping_ahead([2.9, 7.5], open_streams=20, capacity=20, slack_s=3.0, peak=1.25)  # one falls behind
+    assert not keeping_ahead([8.0], open_streams=25, capacity=20, slack_s=3.0, peak=1.25)  # the 26th: past the peak
+    assert not keeping_ahead([8.0], open_streams=20, capacity=20, slack_s=0.0, peak=1.25)  # turned off
+    # Streams that started together each wait for their first audio (lead 0): no room.
+    assert not keeping_ahead([0.0] * 19, open_streams=19, capacity=20, slack_s=3.0, peak=1.25)
+    assert keeping_ahead([], open_streams=19, capacity=20, slack_s=3.0, peak=1.25)  # open, with nothing to speak

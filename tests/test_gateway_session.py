@@ -204,6 +204,21 @@ def test_a_job_resuming_tells_its_client_where_its_audio_will_go_on_and_its_fram
     assert messages(s.resuming(job.id + 1, v1.BACKEND_UNAVAILABLE, "?", 10.0)) == []  # no such job: nothing
 
 
+def test_a_contexts_lead_is_its_audio_ahead_of_a_listener_playing_from_its_first_frame():
+    s, _, clock = session()
+    (job,) = jobs(send(s, type="speak", context_id="a", text="One. Two."))
+    (other,) = jobs(send(s, type="speak", context_id="b", text="Three."))
+    assert s.leads() == [0.0, 0.0]  # both wait for their first audio: at its deadline
+    clock.now += 0.25
+    s.audio(job.id, speech(2.0), 0, [])
+    clock.now += 0.5
+    assert s.leads() == [pytest.approx(1.5, abs=0.03), 0.0]
+    s.finished(job.id)
+    assert s.leads() == [0.0]  # `a` is done; `b` still waits...
+    s.failed(other.id, v1.SYNTHESIS_FAILED, "no")
+    assert s.leads() == []  # ...and then speaks nothing at all
+
+
 def test_idle_closes_only_when_nothing_is_being_spoken():
     s, _, _ = session()
     (job,) = jobs(send(s, type="text", context_id="a", text="Hello there. "))
