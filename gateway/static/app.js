@@ -155,6 +155,7 @@ function onMessage(m) {
   }
   if (m.type === "reply_text") $("reply").textContent = report.replyText += m.text;
   if (m.type === "audio_start") currentStream = m.stream;
+  if (m.type === "resuming") setStatus(`the server lost a stage (${m.code}); resuming at ${(m.audio_ms / 1000).toFixed(1)} s\u2026`, "speaking");
   if (m.type === "timestamps" && hearing) heardSentence(m);
   if (m.type === "error" && m.retry_after_ms && m.context_id) return retryLater(m);
   if (m.type === "error") {
