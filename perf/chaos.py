@@ -1,6 +1,11 @@
-"""Stage faults for `python -m perf.soak --chaos`: at a fixed interval, the next fault of
-FAULTS, in turn, against a supervised Triton (speechstream-serve's supervisor, run by
-perf.servers); then how long until a new utterance is spoken whole again."""
+"""Stage faults for `python -m perf.soak --chaos [SET]`: at a fixed interval, the next fault
+of a set of FAULT_SETS, in turn, against a supervised Triton (speechstream-serve's
+supervisor, run by perf.servers); then how long until a new utterance is spoken whole again.
+
+The sets: `vocoder`, the faults the vocoder's failover hides (a stream in flight goes on,
+no error); `tts`, the faults of the stage a stream is synthesized by (the `tts` model, a
+stage it calls alone, tritonserver), which the gateway resumes from (`resuming`, then the
+rest of the audio, within its bound); `all`, every fault in turn."""
 
 from __future__ import annotations
 
@@ -25,6 +30,11 @@ FAULTS = (
     ("kill tts stub", "tts", signal.SIGKILL, 0.0),
     ("kill tritonserver", None, signal.SIGKILL, 0.0),
 )
+FAULT_SETS = {
+    "vocoder": (FAULTS[0], FAULTS[2]),
+    "tts": (FAULTS[3], FAULTS[1], FAULTS[4]),
+    "all": FAULTS,
+}
 RECOVERY_LIMIT_S = 60.0  # past this, the fault counts as not recovered
 PROBE_TEXT = "Are you back?"
 
@@ -66,16 +76,19 @@ async def recovery(url: str, since: float) -> float | None:
     return None
 
 
-async def inject(triton: TritonServer, url: str, every_s: float, faults: list[Fault], over: asyncio.Event) -> None:
-    """Every `every_s`, the next fault, and its recovery, appended to `faults`; returns
-    once `over` is set (after the recovery under way)."""
-    start = time.monotonic()
+async def inject(triton: TritonServer, url: str, every_s: float, faults: list[Fault], over: asyncio.Event,
+                 which: str = "all", start: float | None = None) -> None:
+    """Every `every_s` from `start` (time.monotonic(); default now), the next fault of
+    FAULT_SETS[which], and its recovery, appended to `faults`; returns once `over` is set
+    (after the recovery under way)."""
+    start = time.monotonic() if start is None else start
+    kinds = FAULT_SETS[which]
     for n in itertools.count():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(over.wait(), every_s - (time.monotonic() - start) % every_s)
         if over.is_set():
             return
-        name, model, sig, stopped_s = FAULTS[n % len(FAULTS)]
+        name, model, sig, stopped_s = kinds[n % len(kinds)]
         at = time.monotonic()
         try:
             pid = await asyncio.to_thread(inflict, triton, model, sig)

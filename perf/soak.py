@@ -1,7 +1,7 @@
 """Soak: mixed WebSocket load at about half of capacity; errors, leaks and memory growth.
 
     python -m perf.soak --duration 600
-    python -m perf.soak --duration 600 --chaos     # and a stage fault every 60 s
+    python -m perf.soak --duration 600 --chaos vocoder  # and a stage fault every 60 s: vocoder, tts or all
 
 Starts its own tritonserver and gateway on free loopback ports. A short calibration
 (concurrent `speak`s read as fast as possible) measures capacity C in audio-seconds per
@@ -9,19 +9,26 @@ wall second; then round(C / 2) listeners (or --clients) each speak random Harvar
 (one sentence, or eight as in the "paragraph" workload) over protocol v1 and consume the
 audio in real time like a player, so each is a load of 1 audio-s/s. Per utterance a
 listener may cancel it or drop its TCP connection without a close handshake, then
-reconnect. Afterwards it reports errors, tts requests Triton still holds, shared-memory
+reconnect. Each listener's player (perf.playback's model) counts its stalls: the times it
+had nothing to play once playing. Afterwards it reports errors, stalls (how many, how many
+over 1.5 s, the longest), tts requests Triton still holds, shared-memory
 segments left in /dev/shm, the resident memory growth of the gateway and of Triton (with
 its Python backend stubs) after warm-up, and whether Triton then stops cleanly; as a
 Markdown table on stdout and as soak.json and soak.md in --out, exiting with 1 when a
 goal of zero (errors, leaks) is missed. --duration bounds calibration plus soak (600 s
 at most); start-up and shut-down add half a minute to a minute.
 
-With --chaos, Triton runs supervised as under speechstream-serve, and every
---fault-every seconds a stage fault of perf.chaos.FAULTS strikes in turn (a stub killed
-or stopped, tritonserver killed). Utterances in flight may then end with
-`backend_unavailable` or `synthesis_failed`: those count as errored, not as errors; a
-stream that hangs (no message for 30 s) counts as hung. It reports each fault's recovery
-time (until a new utterance is spoken whole), in soak-chaos.json and soak-chaos.md.
+With --chaos SET, Triton runs supervised as under speechstream-serve, and every
+--fault-every seconds a stage fault of perf.chaos.FAULT_SETS[SET] strikes in turn:
+`vocoder`, a vocoder stub killed or stopped for 3 s, which the failover hides (goal: no
+error, no stall over 1.5 s); `tts`, the tts stub, the acoustic stub or tritonserver
+killed, which the gateway resumes from (goal: every stream done, those it resumed within
+its bound; an error after `resuming` is reported as such); `all` (--chaos alone), each of
+the five in turn. Every error counts; a stream that hangs (no message for 30 s) counts as
+hung. Streams end done (of them, resumed: a `resuming` came), errored or hung. Stalls are
+also counted around the faults (those under way within AROUND_S after one) and elsewhere.
+It reports each fault's recovery time (until a new utterance is spoken whole) and longest
+stall, in soak-chaos-SET.json and .md (soak-chaos.* for `all`).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -46,7 +53,8 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from client.speech import Event, Router, SpeechClient, connection
-from perf.chaos import Fault, inject
+from perf.chaos import FAULT_SETS, Fault, inject
+from perf.playback import Player, Stall
 from perf.servers import Servers, triton_metrics
 from perf.workloads import harvard_sentences
 from contract.models import TTS_ACTIVE_METRIC
@@ -66,12 +74,33 @@ SETTLE_S = 20.0  # after the load, the server must return to idle within this
 SAMPLE_S = 2.0  # memory sampling interval
 RSS_WINDOW_S = 10.0  # RSS is the median of the samples in a window this long
 READY_S = 120.0  # after a chaos run, Triton must be ready again within this
-# What a stream in flight may get when a stage fails under it (--chaos), and what a hang is.
-FAULT_ERRORS = {f"error_{v1.BACKEND_UNAVAILABLE}", f"error_{v1.SYNTHESIS_FAILED}"}
-HANGS = {"stalled", "drain_timeout"}
+HANGS = {"stalled", "drain_timeout"}  # what a hang is
+LONG_STALL_S = 1.5  # a stall the listener notices as a break: goal 0 with no fault the failover can't hide
+AROUND_S = 20.0  # a stall under way within this after a fault is one around it
+LISTED_STALL_S = 0.25  # the results list each stall at least this long
 
 COMPLETED, CANCELLED, ABORTED = "completed", "cancelled", "aborted"
 SENTENCES = harvard_sentences()
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A stall of a listener's player, on the load's clock."""
+
+    at_s: float  # since the load started
+    seconds: float
+    resumed: bool  # a `resuming` came during it: the gap a resume left
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An utterance that failed (an error, a hang, a dropped connection), on the load's clock."""
+
+    kind: str
+    spoken_at_s: float  # its `speak` sent
+    at_s: float  # the failure
+    audio: bool  # a frame of it had come
+    resumed: bool  # a `resuming` had come
 
 
 @dataclass
@@ -80,7 +109,12 @@ class Tally:
 
     utterances: Counter = field(default_factory=Counter)  # by outcome
     errors: Counter = field(default_factory=Counter)  # by kind
+    resumed: Counter = field(default_factory=Counter)  # utterances done after a `resuming`, by outcome
+    failures: list[Failed] = field(default_factory=list)
+    stalls: list[Heard] = field(default_factory=list)
+    resume_bound_s: float | None = None  # the `resuming`s' within_ms, the longest
     audio_s: float = 0.0
+    start: float = field(default_factory=time.monotonic)  # when the load started
 
 
 class Failure(Exception):
@@ -89,6 +123,7 @@ class Failure(Exception):
     def __init__(self, kind: str) -> None:
         super().__init__(kind)
         self.kind = kind
+        self.failed: Failed | None = None  # set by Listener.utterance
 
 
 def random_text(rng: random.Random) -> str:
@@ -120,7 +155,7 @@ def rss(processes: list[psutil.Process]) -> int:
     return total
 
 
-Sample = tuple[float, int, int, float | None]  # s since soak start, gateway RSS, Triton RSS, active tts
+Sample = tuple[float, int, int, float | None, float]  # s since soak start, gateway RSS, Triton RSS, active tts, load
 
 
 async def monitor(servers: Servers, start: float, samples: list[Sample]) -> None:
@@ -133,7 +168,8 @@ async def monitor(servers: Servers, start: float, samples: list[Sample]) -> None
             active = None
         triton = servers.triton_tree()
         if triton:  # not while Triton is gone (--chaos)
-            samples.append((round(time.monotonic() - start, 1), rss([gateway]), rss(triton), active))
+            samples.append((round(time.monotonic() - start, 1), rss([gateway]), rss(triton), active,
+                            os.getloadavg()[0]))  # the host is shared: what else ran shows in its load
         await asyncio.sleep(SAMPLE_S)
 
 
@@ -147,10 +183,13 @@ def shm_entries() -> set[str]:
     return {entry.name for entry in SHM.iterdir()}
 
 
-def shm_leaks(before: set[str]) -> list[str]:
+def shm_leaks(before: set[str]) -> tuple[list[str], list[str]]:
     """Entries new since `before` that no process maps: left by a process that is gone
-    (the live Triton's are not leaks; what it leaves at its stop is counted then)."""
-    return sorted(shm_entries() - before - shm_mapped_by(psutil.pids()))
+    (the live Triton's are not leaks; what it leaves at its stop is counted then). Apart:
+    POSIX semaphores (sem.*), which the Piper family's stubs never make but vLLM's engines
+    (the AR family, in other tests on a shared host) do."""
+    left = sorted(shm_entries() - before - shm_mapped_by(psutil.pids()))
+    return [n for n in left if not n.startswith("sem.")], [n for n in left if n.startswith("sem.")]
 
 
 async def settle(metrics_port: int) -> dict[str, float | None]:
@@ -199,7 +238,7 @@ async def calibrate(url: str, seconds: float, streams: int, rng: random.Random) 
 @dataclass
 class Utterance:
     """One context's events (routed by client.speech), checked against protocol v1, and
-    the player's clock."""
+    its player."""
 
     context_id: str
     frame_s: float
@@ -208,12 +247,22 @@ class Utterance:
     last_frame: bool = False
     done: bool = False
     cancel_sent: bool = False
-    started: float | None = None  # playback starts with the first frame
     audio_s: float = 0.0
+    resumings: int = 0  # `resuming` messages: the gateway issues the rest again
+    within_s: float | None = None  # their bound
+    player: Player = field(default_factory=Player)
+    stalls: list[tuple[Stall, bool]] = field(default_factory=list)  # each, and whether a `resuming` came during it
+    _resumings_heard: int = 0  # `resuming`s before the last frame
 
     def ahead(self, now: float) -> float:
-        """Audio received but not yet played."""
-        return 0.0 if self.started is None else self.audio_s - (now - self.started)
+        """Audio received but not yet played (below 0 while the player stalls)."""
+        return self.player.ahead(now)
+
+    def stop(self, now: float) -> None:
+        """The listener stops playing (it cancels, vanishes, or the stream failed): a
+        stall under way counts until now."""
+        if stall := self.player.stop(now):
+            self.stalls.append((stall, self.resumings > self._resumings_heard))
 
     def handle(self, event: Event) -> str | None:
         """The outcome once the context has ended, else None; Failure if the server errs."""
@@ -232,6 +281,10 @@ class Utterance:
             return None if self.cancel_sent else COMPLETED  # a cancel in flight still gets an answer
         elif kind == "cancelled" and self.cancel_sent:
             return COMPLETED if self.done else CANCELLED
+        elif kind == "resuming" and not self.done and not self.last_frame:
+            self.resumings += 1  # the frames go on, seq and offsets continuing
+            if isinstance(m.get("within_ms"), (int, float)):
+                self.within_s = max(self.within_s or 0.0, m["within_ms"] / 1000)
         elif kind == "error" and self.done and self.cancel_sent and m.get("code") == v1.UNKNOWN_CONTEXT:
             return COMPLETED  # the cancel arrived after the context had ended: a race, not a fault
         elif kind == "error":
@@ -247,7 +300,9 @@ class Utterance:
             raise Failure("seq_out_of_order")
         self.next_seq += 1
         self.last_frame = frame.last
-        self.started = self.started or time.monotonic()
+        if stall := self.player.arrive(time.monotonic(), self.frame_s):
+            self.stalls.append((stall, self.resumings > self._resumings_heard))
+        self._resumings_heard = self.resumings
         self.audio_s += self.frame_s
 
 
@@ -274,15 +329,21 @@ class Listener:
                 outcome = await self.utterance(ws, frame_s)
             except Failure as e:
                 self.tally.errors[e.kind] += 1
+                self.tally.failures.append(e.failed)
                 ws.transport.abort()  # the connection's state is unknown: start afresh
                 ws = None
                 await asyncio.sleep(1)  # as a client backs off before it tries again
                 continue
             except ConnectionClosed as e:
-                self.tally.errors[f"connection_closed_{e.rcvd.code if e.rcvd else 'abnormally'}"] += 1
+                kind = f"connection_closed_{e.rcvd.code if e.rcvd else 'abnormally'}"
+                self.tally.errors[kind] += 1
+                self.tally.failures.append(replace(e.failed, kind=kind))
                 ws = None
                 continue
+            outcome, resumed = outcome
             self.tally.utterances[outcome] += 1
+            if resumed:
+                self.tally.resumed[outcome] += 1
             if outcome == ABORTED:
                 ws = None
         if ws is not None:
@@ -311,30 +372,44 @@ class Listener:
             return ABORTED, at
         return None, 0.0
 
-    async def utterance(self, ws: ClientConnection, frame_s: float) -> str:
+    async def utterance(self, ws: ClientConnection, frame_s: float) -> tuple[str, bool]:
+        """How it ended, and whether it was resumed; Failure or ConnectionClosed (with
+        `failed` set) when it failed."""
         self.contexts += 1
         u = Utterance(f"u{self.contexts}", frame_s)
         action, at = self.plan()
-        trigger = time.monotonic() + at
-        await ws.send(json.dumps({"type": "speak", "context_id": u.context_id, "text": random_text(self.rng)}))
+        spoken = time.monotonic()
+        trigger = spoken + at
         try:
+            await ws.send(json.dumps({"type": "speak", "context_id": u.context_id, "text": random_text(self.rng)}))
             while True:
                 now = time.monotonic()
                 if self.stopping.is_set():
                     action = None  # drain: read the rest at full speed
                 if action and now >= trigger:
+                    u.stop(now)
                     if action == ABORTED:
                         ws.transport.abort()  # vanish: no close handshake
-                        return ABORTED
+                        return ABORTED, u.resumings > 0
                     await ws.send(json.dumps({"type": "cancel", "context_id": u.context_id}))
                     u.cancel_sent, action = True, None
                 outcome = await self.step(ws, u, trigger - now if action else STALL_S)
                 if outcome:
                     if outcome == COMPLETED and not self.stopping.is_set():
-                        await asyncio.sleep(u.ahead(time.monotonic()))  # the player finishes
-                    return outcome
+                        await asyncio.sleep(max(0.0, u.ahead(time.monotonic())))  # the player finishes
+                    return outcome, u.resumings > 0
+        except (Failure, ConnectionClosed) as e:
+            now = time.monotonic()
+            u.stop(now)  # the listener heard nothing more
+            e.failed = Failed(getattr(e, "kind", ""), round(spoken - self.tally.start, 3), round(now - self.tally.start, 3),
+                              u.next_seq > 0, u.resumings > 0)
+            raise
         finally:
             self.tally.audio_s += u.audio_s
+            if u.within_s is not None:
+                self.tally.resume_bound_s = max(self.tally.resume_bound_s or 0.0, u.within_s)
+            self.tally.stalls += [Heard(round(s.at - self.tally.start, 3), round(s.seconds, 3), resumed)
+                                  for s, resumed in u.stalls]
 
     async def step(self, ws: ClientConnection, u: Utterance, until_trigger: float) -> str | None:
         """Wait like a player with a full buffer, or take one message; None if nothing ended."""
@@ -356,9 +431,9 @@ class Listener:
         return u.handle(event)
 
 
-async def run_listeners(url: str, n: int, seconds: float, args: argparse.Namespace) -> Tally:
+async def run_listeners(url: str, n: int, seconds: float, args: argparse.Namespace, tally: Tally) -> Tally:
     """`n` listeners for `seconds`, then let in-flight utterances finish."""
-    tally, stopping = Tally(), asyncio.Event()
+    stopping = asyncio.Event()
 
     async def start(i: int) -> None:
         await asyncio.sleep(i * 0.2)  # stagger, so utterances do not start in lockstep
@@ -408,11 +483,14 @@ async def soak(args: argparse.Namespace, servers: Servers) -> dict:
     samples: list[Sample] = []
     sampler = asyncio.create_task(monitor(servers, time.monotonic(), samples))
     faults: list[Fault] = []
+    tally = Tally()
     if args.chaos:
         servers.supervise()
         load_over = asyncio.Event()
-        chaos = asyncio.create_task(inject(servers.triton, servers.url, args.fault_every, faults, load_over))
-    tally = await run_listeners(servers.url, listeners, soak_s, args)
+        chaos = asyncio.create_task(
+            inject(servers.triton, servers.url, args.fault_every, faults, load_over, args.chaos, tally.start))
+        asyncio.get_running_loop().call_later(soak_s, load_over.set)  # no fault while the last utterances drain
+    await run_listeners(servers.url, listeners, soak_s, args, tally)
     if sampler.done():  # it samples until cancelled: it failed, and its figures would be stale
         raise RuntimeError("the memory monitor stopped") from sampler.exception()
     sampler.cancel()
@@ -421,7 +499,7 @@ async def soak(args: argparse.Namespace, servers: Servers) -> dict:
         await chaos  # the last fault's recovery is measured to its end
         await ready_again(servers)
     after = await settle(servers.metrics_port)
-    leaked_shm = shm_leaks(shm_before)
+    leaked_shm, others_shm = shm_leaks(shm_before)
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": platform.node(), "cpus": os.cpu_count(),
@@ -431,15 +509,18 @@ async def soak(args: argparse.Namespace, servers: Servers) -> dict:
         "capacity_audio_s_per_s": None if capacity is None else round(capacity, 2), "listeners": listeners,
         "utterances": {k: tally.utterances[k] for k in (COMPLETED, CANCELLED, ABORTED)},
         "audio_s": round(tally.audio_s, 1),
-        "errors": unexpected(tally.errors, args.chaos), "errors_by_kind": dict(tally.errors),
-        "streams": streams(tally), "chaos": chaos_report(faults, args) if args.chaos else None,
+        "errors": tally.errors.total(), "errors_by_kind": dict(tally.errors),
+        "streams": streams(tally, [f.at_s for f in faults]), "stalls": stall_report(tally.stalls, [f.at_s for f in faults], tally.resume_bound_s),
+        "chaos": chaos_report(faults, tally.stalls, args) if args.chaos else None,
         "leaked_tts_requests": after["active"], "pending_requests": after["pending"],
         "leaked_shm_segments": len(leaked_shm), "leaked_shm_names": leaked_shm,
+        "semaphores_left_in_shm": others_shm,
         "gateway_rss": growth(samples, 1, warmup_s, soak_s), "triton_rss": growth(samples, 2, warmup_s, soak_s),
         "peak_active_tts_requests": max((s[3] for s in samples if s[3] is not None), default=None),
         "server_log_errors": {name: log_errors(path, logs_before[name]) for name, path in servers.logs.items()},
         "logs": {name: str(path) for name, path in servers.logs.items()},
-        "samples": samples,  # (s since soak start, gateway RSS, Triton tree RSS, active tts requests)
+        "host_load": {"median": statistics.median(s[4] for s in samples), "max": max(s[4] for s in samples)},
+        "samples": samples,  # (s since soak start, gateway RSS, Triton tree RSS, active tts requests, 1-min load)
     }
 
 
@@ -452,32 +533,66 @@ async def ready_again(servers: Servers) -> None:
         await asyncio.sleep(1)
 
 
-def unexpected(errors: Counter, chaos: bool) -> int:
-    """Errors the server is to blame for: all of them, except under --chaos the errors a
-    stage fault gives the streams in flight."""
-    return sum(n for kind, n in errors.items() if not (chaos and kind in FAULT_ERRORS))
-
-
-def streams(tally: Tally) -> dict[str, int]:
+def streams(tally: Tally, fault_times: list[float] = ()) -> dict:
     """Utterances started, and how they ended: done (completed, cancelled or aborted by the
-    listener), errored (an error, a dropped connection), or hung."""
+    listener; of them, resumed: told `resuming` on the way), errored (an error, a dropped
+    connection), or hung. The errored by kind, and by when: cut by a fault (spoken before
+    one, failed after it; of them, after `resuming`: past the gateway's bound), refused
+    (spoken after a fault and failed before any audio: a new stream while a stage is down
+    gets `backend_unavailable` at once), or other."""
     hung = sum(tally.errors[kind] for kind in HANGS)
     done = tally.utterances.total()
-    errored = tally.errors.total() - hung - sum(n for kind, n in tally.errors.items() if kind.startswith("connect_"))
-    return {"started": done + errored + hung, "done": done, "errored": errored, "hung": hung}
+    errored = {kind: n for kind, n in tally.errors.items() if kind not in HANGS and not kind.startswith("connect_")}
+    failed = [f for f in tally.failures if f.kind not in HANGS]
+    cut = [any(f.spoken_at_s < at <= f.at_s for at in fault_times) for f in failed]
+    refused = sum(not c and not f.audio and bool(fault_times) for f, c in zip(failed, cut))
+    return {"started": done + sum(errored.values()) + hung, "done": done, "resumed_done": tally.resumed.total(),
+            "errored": sum(errored.values()), "errored_by_kind": errored,
+            "errored_cut": sum(cut), "errored_cut_resumed": sum(f.resumed for f, c in zip(failed, cut) if c),
+            "errored_refused": refused, "errored_other": sum(errored.values()) - sum(cut) - refused,
+            "resumed_errored": sum(f.resumed for f in failed),
+            "hung": hung, "resumed_hung": sum(f.resumed for f in tally.failures if f.kind in HANGS)}
 
 
-def chaos_report(faults: list[Fault], args: argparse.Namespace) -> dict:
+def around(stall: Heard, fault_at: float) -> bool:
+    """Whether a stall was under way within AROUND_S after a fault struck at `fault_at`."""
+    return stall.at_s < fault_at + AROUND_S and stall.at_s + stall.seconds > fault_at
+
+
+def stall_summary(stalls: list[Heard]) -> dict:
+    return {"count": len(stalls), "over_1_5_s": sum(s.seconds > LONG_STALL_S for s in stalls),
+            "longest_s": max((s.seconds for s in stalls), default=0.0)}
+
+
+def stall_report(stalls: list[Heard], fault_times: list[float], resume_bound_s: float | None = None) -> dict:
+    """The players' stalls: all, those around a fault (and elsewhere), those a resume left
+    (a `resuming` came during them), and each at least LISTED_STALL_S long; with the
+    gateway's resume bound (`within_ms` of the `resuming`s), if one came."""
+    near = [any(around(s, at) for at in fault_times) for s in stalls]
+    return {
+        "all": stall_summary(stalls) | {"stalled_s": round(sum(s.seconds for s in stalls), 1)},
+        "around_faults": stall_summary([s for s, n in zip(stalls, near) if n]),
+        "elsewhere": stall_summary([s for s, n in zip(stalls, near) if not n]),
+        "resumed": stall_summary([s for s in stalls if s.resumed]),
+        "around_s": AROUND_S, "long_s": LONG_STALL_S, "resume_bound_s": resume_bound_s,
+        "listed": [asdict(s) for s in sorted(stalls, key=lambda s: s.at_s) if s.seconds >= LISTED_STALL_S],
+    }
+
+
+def chaos_report(faults: list[Fault], stalls: list[Heard], args: argparse.Namespace) -> dict:
     recovered = [f.recovered_s for f in faults if f.recovered_s is not None]
     return {
-        "fault_every_s": args.fault_every, "faults": [asdict(f) for f in faults],
+        "set": args.chaos, "fault_every_s": args.fault_every,
+        "faults": [asdict(f) | {"longest_stall_s": max((s.seconds for s in stalls if around(s, f.at_s)), default=0.0)}
+                   for f in faults],
         "unrecovered": len(faults) - len(recovered),
         "recovery_s": {"median": statistics.median(recovered) if recovered else None, "max": max(recovered, default=None)},
     }
 
 
 def table(r: dict) -> str:
-    u, gw, tr = r["utterances"], r["gateway_rss"], r["triton_rss"]
+    u, gw, tr, st, chaos = r["utterances"], r["gateway_rss"], r["triton_rss"], r["streams"], r["chaos"]
+    which = chaos["set"] if chaos else None
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(r["errors_by_kind"].items()))
     active, peak = ("gauge absent" if v is None else f"{v:g}" for v in (r["leaked_tts_requests"], r["peak_active_tts_requests"]))
     capacity = "not measured" if r["capacity_audio_s_per_s"] is None else f"{r['capacity_audio_s_per_s']:.1f}"
@@ -485,16 +600,40 @@ def table(r: dict) -> str:
         ("capacity (audio-s/s, calibration)", capacity, ""),
         ("listeners (1 audio-s/s each)", r["listeners"], "≈ capacity / 2"),
         ("duration s (calibration + soak; warm-up)", f"{r['calibration_s']:.0f} + {r['soak_s']:.0f}; {r['warmup_s']:.0f}", "≤ 600"),
+        (f"host load (1-min load average, {r['cpus']} CPUs, shared): median / max during the load",
+         f"{r['host_load']['median']:.1f} / {r['host_load']['max']:.1f}", ""),
         ("utterances completed / cancelled / aborted", f"{u[COMPLETED]} / {u[CANCELLED]} / {u[ABORTED]}", ""),
+        ("streams started / done (of them resumed) / errored / hung",
+         f"{st['started']} / {st['done']} ({st['resumed_done']}) / {st['errored']} / {st['hung']}",
+         "0 errored, 0 hung" if which in (None, "vocoder") else "0 hung"),
+    ]
+    if chaos:
+        rows.append(("errored: cut by a fault (of them after `resuming`) / refused, spoken after a fault, "
+                     "before any audio / other", f"{st['errored_cut']} ({st['errored_cut_resumed']}) / "
+                     f"{st['errored_refused']} / {st['errored_other']}", "0 / 0 / 0" if which == "vocoder" else "0 / – / 0"))
+    if chaos:
+        faults = "; ".join(f"{f['at_s']:.0f} s {f['name']}: {f['recovered_s']}, {f['longest_stall_s']:.2f}"
+                           for f in chaos["faults"])
+        rows += [
+            (f"faults (`{which}`, one every {chaos['fault_every_s']:g} s): at, which, recovered after s, "
+             "longest stall around it s", faults or "none", ""),
+            ("recovery s: median / max; not recovered",
+             f"{chaos['recovery_s']['median']} / {chaos['recovery_s']['max']}; {chaos['unrecovered']}",
+             "≤ 10 (stub), ≤ 30 (tritonserver); 0"),
+        ]
+    rows += [
+        *stall_table(r["stalls"], which),
         ("audio delivered (s)", f"{r['audio_s']:.0f}", ""),
-        ("errors", f"{r['errors']}" + (f" ({kinds})" if kinds else ""), "0"),
+        ("errors", f"{r['errors']}" + (f" ({kinds})" if kinds else ""), "0" if which in (None, "vocoder") else "0 but refused"),
         (f"`{TTS_ACTIVE_METRIC}`: peak during load / after it (leaked)", f"{peak} / {active}", "0 after"),
         (f"pending requests (`{PENDING_METRIC}`, all models)", f"{r['pending_requests']:g}", "0"),
-        ("leaked /dev/shm segments", r["leaked_shm_segments"], "0"),
+        ("leaked /dev/shm segments (apart: POSIX semaphores, not the Piper family's, left by another process)",
+         f"{r['leaked_shm_segments']}" + (f" (apart: {len(r['semaphores_left_in_shm'])})"
+                                          if r.get("semaphores_left_in_shm") else ""), "0"),
         ("gateway RSS after warm-up → end (MiB)", f"{gw['after_warmup_mib']} → {gw['end_mib']}", ""),
         ("gateway RSS growth", f"{gw['growth_pct']:+.2f} %", "< 5 %"),
         ("Triton RSS, server + stubs, after warm-up → end (MiB)", f"{tr['after_warmup_mib']} → {tr['end_mib']}", ""),
-        ("Triton RSS growth", f"{tr['growth_pct']:+.2f} %", "–, restarted" if r["chaos"] else "< 5 %"),
+        ("Triton RSS growth", f"{tr['growth_pct']:+.2f} %", "–, restarted" if chaos else "< 5 %"),
         ("error lines in server logs during the load (gateway / Triton)",
          f"{r['server_log_errors']['gateway']} / {r['server_log_errors']['triton']}", "0"),
         # A clean stop takes a few seconds; Triton gives up on unloading after 30.
@@ -502,27 +641,45 @@ def table(r: dict) -> str:
         ("Python backend stubs left running after Triton exits", r["stubs_left_running"], "0"),
         ("their /dev/shm segments left after Triton exits", r["shm_left_after_exit"], "0"),
     ]
-    st = r["streams"]
-    rows.insert(4, ("streams started / done / errored / hung", f"{st['started']} / {st['done']} / {st['errored']} / "
-                    f"{st['hung']}", "0 hung"))
-    if chaos := r["chaos"]:
-        faults = "; ".join(f"{f['at_s']:.0f} s {f['name']}: {f['recovered_s']}" for f in chaos["faults"])
-        rows[5:5] = [
-            (f"faults (one every {chaos['fault_every_s']:g} s): at, which, recovered after s", faults or "none", ""),
-            ("recovery s: median / max; not recovered",
-             f"{chaos['recovery_s']['median']} / {chaos['recovery_s']['max']}; {chaos['unrecovered']}",
-             "≤ 10 (stub), ≤ 30 (tritonserver); 0"),
-        ]
     lines = ["| measure | value | goal |", "|---|---|---|"]
     return "\n".join(lines + [f"| {a} | {b} | {c} |" for a, b, c in rows])
 
 
+def stall_table(st: dict, which: str | None) -> list[tuple[str, str, str]]:
+    """The stall rows: goal 0 over 1.5 s but where a fault stops a stream until it is resumed."""
+    def cells(part: dict) -> str:
+        return f"{part['count']}; {part['over_1_5_s']}; {part['longest_s']:.2f}"
+
+    long = f"{st['long_s']:g} s"
+    goal = f"0 over {long}"
+    hidden = which in (None, "vocoder")  # no fault that stops a stream until it is resumed
+    rows = [(f"player stalls: count; over {long}; longest s (all streams, {st['all']['stalled_s']:g} s stalled in all)",
+             cells(st["all"]), goal if hidden else "")]
+    if which:
+        rows += [
+            (f"stalls around faults (under way within {st['around_s']:g} s after one): count; over {long}; longest s",
+             cells(st["around_faults"]), goal if hidden else ""),
+            (f"stalls elsewhere: count; over {long}; longest s", cells(st["elsewhere"]), goal),
+        ]
+    if which in ("tts", "all"):
+        bound = f"≤ {st['resume_bound_s']:g}" if st["resume_bound_s"] else "≤ the bound"
+        rows.append(("stalls across a `resuming` (the gap a resume left): count; longest s",
+                     f"{st['resumed']['count']}; {st['resumed']['longest_s']:.2f}", f"–; {bound}"))
+    return rows
+
+
+def results_name(chaos: str | None) -> str:
+    """soak, soak-chaos (every fault) or soak-chaos-SET."""
+    return "soak" if not chaos else "soak-chaos" if chaos == "all" else f"soak-chaos-{chaos}"
+
+
 def write(results: dict, out: Path) -> str:
     out.mkdir(parents=True, exist_ok=True)
-    name = "soak-chaos" if results["chaos"] else "soak"
+    name = results_name(results["chaos"] and results["chaos"]["set"])
     (out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    title = f"Soak with chaos ({results['chaos']['set']})" if results["chaos"] else "Soak"
     markdown = (
-        f"# Soak{' with chaos' if results['chaos'] else ''}\n\n{results['date']} on `{results['host']}` "
+        f"# {title}\n\n{results['date']} on `{results['host']}` "
         f"({results['cpus']} CPUs), `{results['command']}`, seed {results['seed']}\n\n{table(results)}\n"
     )
     (out / f"{name}.md").write_text(markdown)
@@ -536,10 +693,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--calibration-streams", type=int, default=8, help="concurrent speaks while calibrating")
     parser.add_argument("--cancel", type=float, default=0.15, help="probability that an utterance is cancelled")
     parser.add_argument("--abort", type=float, default=0.10, help="probability that a listener drops its connection")
-    parser.add_argument("--chaos", action="store_true", help="a stage fault every --fault-every s, Triton supervised")
+    parser.add_argument("--chaos", nargs="?", const="all", choices=sorted(FAULT_SETS),
+                        help="a stage fault every --fault-every s, Triton supervised: the vocoder's (failover), "
+                        "the tts stage's (resumed), or all in turn (the default)")
     parser.add_argument("--fault-every", type=float, default=60.0, help="seconds between faults under --chaos")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS, help="directory for soak.json and soak.md")
+    parser.add_argument("--out", type=Path, default=RESULTS,
+                        help="directory for soak.json and soak.md (soak-chaos[-SET].json and .md)")
     args = parser.parse_args(argv)
     if not MIN_DURATION_S <= args.duration <= MAX_DURATION_S:
         parser.error(f"--duration must be {MIN_DURATION_S:g} to {MAX_DURATION_S:g} s")
@@ -562,7 +722,26 @@ def main(argv: list[str] | None = None) -> int:
     leaks = (results["leaked_tts_requests"] or 0) + results["pending_requests"] + results["leaked_shm_segments"]
     leaks += results["stubs_left_running"] + results["shm_left_after_exit"]
     unrecovered = results["chaos"]["unrecovered"] if results["chaos"] else 0
-    return 1 if results["errors"] or leaks or unrecovered else 0
+    return 1 if missed_errors_goal(results) or leaks or unrecovered or missed_stall_goal(results) else 0
+
+
+def missed_errors_goal(results: dict) -> bool:
+    """An error; where a fault needs a resume (tts, all), an error but a new stream's refusal
+    while a stage was down."""
+    if not results["chaos"] or results["chaos"]["set"] == "vocoder":
+        return results["errors"] > 0
+    st = results["streams"]
+    return results["errors"] > st["errored_refused"] or st["hung"] > 0
+
+
+def missed_stall_goal(results: dict) -> bool:
+    """A stall over 1.5 s where no fault needs a resume (no chaos, or the vocoder's); past
+    the resume bound where one does."""
+    which, st = results["chaos"] and results["chaos"]["set"], results["stalls"]
+    if which in (None, "vocoder"):
+        return st["all"]["over_1_5_s"] > 0
+    past_bound = bool(st["resume_bound_s"]) and st["resumed"]["longest_s"] > st["resume_bound_s"]
+    return past_bound or st["elsewhere"]["over_1_5_s"] > 0
 
 
 if __name__ == "__main__":

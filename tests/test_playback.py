@@ -54,3 +54,27 @@ def test_lead_is_a_parameter():
     arrivals = [(0.0, FRAME), (0.5, 2 * FRAME)]
     assert stalls(arrivals, lead_s=0.0)[1] == pytest.approx(480.0)
     assert stalls(arrivals, lead_s=1.0) == (0, 0.0)
+
+
+def test_the_player_frame_by_frame_tells_each_stall_when_it_ends():
+    from perf.playback import Player, Stall
+    player = Player(lead_s=0.05)
+    assert player.ahead(100.0) == 0.0 and player.arrive(100.0, FRAME) is None  # plays 100.05-100.07
+    assert player.ahead(100.0) == pytest.approx(0.07)
+    stall = player.arrive(100.57, FRAME)
+    assert stall == Stall(pytest.approx(100.07), pytest.approx(0.5))
+    assert player.arrive(100.58, FRAME) is None  # the stall put playback back: needed at 100.59
+    assert player.ahead(100.60) == pytest.approx(0.01)
+
+
+def test_the_player_stopped_tells_the_stall_under_way_and_plays_no_more():
+    from perf.playback import Player
+    player = Player(lead_s=0.0)
+    assert player.stop(5.0) is None  # nothing played: no stall
+    player = Player(lead_s=0.0)
+    player.arrive(0.0, 1.0)
+    assert player.stop(0.5) is None  # still playing
+    player = Player(lead_s=0.0)
+    player.arrive(0.0, 1.0)
+    assert player.stop(3.0).seconds == pytest.approx(2.0)
+    assert player.arrive(3.5, 1.0) is None and player.stop(9.0) is None
