@@ -5,8 +5,8 @@ mode's Thinker requests, gateway/thinking.py, go through the same `responses`).
 A request goes to the Triton server with the least outstanding work among those up
 (backends.Backends). Triton unreachable, or a stage whose process died under the
 request, is `backend_unavailable` (an unreachable server is marked down at once); Triton
-refusing or failing the request otherwise is `synthesis_failed`. A request that fails
-with `backend_unavailable` resumes (gateway/resumption.py) within a bound.
+refusing or failing the request otherwise is `synthesis_failed`. A request whose server
+or stage went away (those, and no progress) resumes within a bound (gateway/resumption.py).
 """
 
 from __future__ import annotations
@@ -237,10 +237,12 @@ class Synthesizer:
             except SynthesisFailed as e:
                 if (wait_s := resumption.failed(e.gone, self._clock(), self.resume_s)) is None:
                     raise
-                log.warning("a request lost its server or a stage (%s); issuing its last %d of %d sentences again "
-                            "in %.2f s, attempt %d", e.message.splitlines()[0], len(resumption.rest),
-                            len(resumption.sentences), wait_s, resumption.attempts)
-                if resumption.attempts == 1:
+                outage_began = resumption.attempts == 1  # logged once: an outage can take many attempts
+                log.log(logging.WARNING if outage_began else logging.DEBUG,
+                        "a request lost its server or a stage (%s); issuing its last %d of %d sentences again in "
+                        "%.2f s, attempt %d, for up to %g s", e.message.splitlines()[0], len(resumption.rest),
+                        len(resumption.sentences), wait_s, resumption.attempts, self.resume_s)
+                if outage_began:
                     self._resumed()
                     yield Resuming(e.code, e.message, self.resume_s)
                 await asyncio.sleep(wait_s)
