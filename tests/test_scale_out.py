@@ -90,6 +90,7 @@ def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:
         print(f"{m['context_id']}: audio again {after[0] - told:.2f} s after `resuming`")
         assert after[0] - told < 5
 
+    assert triton_metrics(port)["speechstream_stream_resumptions_total"] == 2  # once per outage per stream
     status, body = readiness(port)
     assert status == 200 and body["backends"][urls[0]] == "ready" and body["backends"][urls[1]].startswith("down: ")
     assert gateway_metric(port, "speechstream_triton_up", urls[1]) == 0
