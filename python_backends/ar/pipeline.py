@@ -40,14 +40,19 @@ async def speak(
     first packet."""
     start = time.monotonic()
     for number, sentence in enumerate(sentences):
-        pieces = _sentence_audio(sentence.text, stages, chunking, samples_per_frame, is_cancelled)
-        async for pcm, frames_in, decoded in pieces:
-            if start is not None:
-                first_chunk(frames_in - start, decoded - start)
-                start = None
-            yield AudioChunk(pcm, number)
-        if is_cancelled():
+        if is_cancelled():  # before the sentence's Talker request is issued, not after its first frames
             return
+        # Closed with this generator: the reader that stops at a chunk (tts_ar's serve loop,
+        # which saw the cancel while the chunk was decoded) closes the sentence's Talker
+        # stream, and so sends its STOP, before the request ends. Left to the garbage
+        # collector, the STOP went out later from a task of asyncio's async-generator
+        # finalizer, after the final response, as timing and reference cycles allowed.
+        async with aclosing(_sentence_audio(sentence.text, stages, chunking, samples_per_frame, is_cancelled)) as pieces:
+            async for pcm, frames_in, decoded in pieces:
+                if start is not None:
+                    first_chunk(frames_in - start, decoded - start)
+                    start = None
+                yield AudioChunk(pcm, number)
 
 
 async def _sentence_audio(
