@@ -13,13 +13,15 @@ locale.setlocale(locale.LC_CTYPE, "C.UTF-8")  # the stub starts with an ASCII lo
 
 from pathlib import Path
 
-import torch
 import triton_python_backend_utils as pb_utils
-from torch.utils.dlpack import to_dlpack
 
 from contract import models as c
-from python_backends.ar.code2wav import Code2WavEngine
 from python_backends.serving import declare, parameters, run_by_key
+
+# torch and SNAC are imported by the instances, not at the top: Triton reads the config
+# (auto-complete) in a stub of its own each time it loads the model, and so each time the
+# supervisor reloads it to replace a lost instance, while the lost instance still gets
+# windows (a second or so each, until the reload ends).
 
 
 class TritonPythonModel:
@@ -28,6 +30,10 @@ class TritonPythonModel:
         return declare(config, c.CODE2WAV_MODEL)
 
     def initialize(self, args):
+        import torch
+
+        from python_backends.ar.code2wav import Code2WavEngine
+
         p = parameters(args)
         torch.set_num_threads(int(p.get("threads", "1")))
         gpu = args["model_instance_kind"] == "GPU"
@@ -36,6 +42,9 @@ class TritonPythonModel:
         self.engine = Code2WavEngine(snac, device=device, noise=p.get("noise", "true") == "true")
 
     def execute(self, requests):
+        import torch  # loaded by initialize: a lookup
+        from torch.utils.dlpack import to_dlpack
+
         # The dynamic batcher joins windows of any length: one decoder run per length.
         windows = [torch.from_dlpack(pb_utils.get_input_tensor_by_name(r, c.CODES).to_dlpack()) for r in requests]
         pcm = run_by_key([tuple(w.shape) for w in windows],
