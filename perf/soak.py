@@ -510,7 +510,9 @@ async def soak(args: argparse.Namespace, servers: Servers) -> dict:
         "utterances": {k: tally.utterances[k] for k in (COMPLETED, CANCELLED, ABORTED)},
         "audio_s": round(tally.audio_s, 1),
         "errors": tally.errors.total(), "errors_by_kind": dict(tally.errors),
-        "streams": streams(tally, [f.at_s for f in faults]), "stalls": stall_report(tally.stalls, [f.at_s for f in faults], tally.resume_bound_s),
+        "streams": streams(tally, [f.at_s for f in faults]),
+        "failures": failures(tally, [f.at_s for f in faults]),
+        "stalls": stall_report(tally.stalls, [f.at_s for f in faults], tally.resume_bound_s),
         "chaos": chaos_report(faults, tally.stalls, args) if args.chaos else None,
         "leaked_tts_requests": after["active"], "pending_requests": after["pending"],
         "leaked_shm_segments": len(leaked_shm), "leaked_shm_names": leaked_shm,
@@ -544,14 +546,28 @@ def streams(tally: Tally, fault_times: list[float] = ()) -> dict:
     done = tally.utterances.total()
     errored = {kind: n for kind, n in tally.errors.items() if kind not in HANGS and not kind.startswith("connect_")}
     failed = [f for f in tally.failures if f.kind not in HANGS]
-    cut = [any(f.spoken_at_s < at <= f.at_s for at in fault_times) for f in failed]
-    refused = sum(not c and not f.audio and bool(fault_times) for f, c in zip(failed, cut))
+    cut = [cause(f, fault_times) == "cut" for f in failed]
+    refused = sum(cause(f, fault_times) == "refused" for f in failed)
     return {"started": done + sum(errored.values()) + hung, "done": done, "resumed_done": tally.resumed.total(),
             "errored": sum(errored.values()), "errored_by_kind": errored,
             "errored_cut": sum(cut), "errored_cut_resumed": sum(f.resumed for f, c in zip(failed, cut) if c),
             "errored_refused": refused, "errored_other": sum(errored.values()) - sum(cut) - refused,
             "resumed_errored": sum(f.resumed for f in failed),
             "hung": hung, "resumed_hung": sum(f.resumed for f in tally.failures if f.kind in HANGS)}
+
+
+def cause(failed: Failed, fault_times: list[float]) -> str:
+    """cut (spoken before a fault, failed after it), refused (spoken after a fault, failed
+    before any audio) or other."""
+    if any(failed.spoken_at_s < at <= failed.at_s for at in fault_times):
+        return "cut"
+    return "refused" if fault_times and not failed.audio else "other"
+
+
+def failures(tally: Tally, fault_times: list[float]) -> list[dict]:
+    """Each failure but the refused (a new stream while a stage is down: many, all alike),
+    with its cause."""
+    return [asdict(f) | {"cause": c} for f in tally.failures if (c := cause(f, fault_times)) != "refused"]
 
 
 def around(stall: Heard, fault_at: float) -> bool:

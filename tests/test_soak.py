@@ -283,3 +283,12 @@ def test_a_listener_counts_the_silence_before_an_error():
     assert 0.45 < failure.failed.at_s - failure.failed.spoken_at_s < 0.6
     [heard] = tally.stalls
     assert not heard.resumed and 0.35 < heard.seconds < 0.5
+
+
+def test_the_results_list_each_failure_but_the_refused():
+    failures = [Failed("error_backend_unavailable", 55.0, 61.0, audio=True, resumed=True),
+                Failed("error_backend_unavailable", 62.0, 62.1, audio=False, resumed=False),
+                Failed("error_synthesis_failed", 200.0, 203.0, audio=True, resumed=False)]
+    listed = soak.failures(Tally(failures=failures), [60.0])
+    assert [(f["kind"], f["cause"]) for f in listed] == [
+        ("error_backend_unavailable", "cut"), ("error_synthesis_failed", "other")]
