@@ -345,3 +345,27 @@ def test_the_voice_chat_tables_are_perf_chat_results():
     for results, section in (("chat.md", "### Final at once"), ("chat-endpointing-500ms.md", "### Final after 500 ms")):
         _header, rows = _results_table(RESULTS / results, "speculation")
         assert _table(_section(PAGES["chat.md"], section), "speculation") == rows, results
+
+
+def test_the_chaos_soak_table_is_perf_soak_chaos_results():
+    import json
+
+    def digest(r: dict) -> list[str]:
+        st, stalls, chaos = r["streams"], r["stalls"], r["chaos"]
+        resumed = stalls["resumed"]
+        return [
+            f"`{chaos['set']}`", str(len(chaos["faults"])),
+            f"{r['host_load']['median']:.1f} / {r['host_load']['max']:.1f}",
+            f"{st['started']} / {st['done']} ({st['resumed_done']}) / {st['errored']} / {st['hung']}",
+            f"{st['errored_cut']} ({st['errored_cut_resumed']}) / {st['errored_refused']} / {st['errored_other']}",
+            f"{stalls['all']['over_1_5_s']} / {stalls['around_faults']['over_1_5_s']}; {stalls['all']['longest_s']:.2f}",
+            f"{resumed['count']}; {resumed['longest_s']:.2f}" if resumed["count"] else "–",
+            f"{chaos['recovery_s']['median']} / {chaos['recovery_s']['max']}",
+        ]
+
+    shown = _table(_section(PAGES["benchmarks.md"], "### Soak with chaos"), "fault set")
+    measured = {f"`{json.loads(p.read_text())['chaos']['set']}`": json.loads(p.read_text())
+                for p in sorted(RESULTS.glob("soak-chaos-*.json"))}
+    assert shown and sorted(row[0] for row in shown) == sorted(measured)
+    for row in shown:
+        assert row == digest(measured[row[0]]), row[0]
