@@ -44,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import math
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator
@@ -68,13 +67,6 @@ RECENT_S = 5.0
 
 # A stateless call is issued at most this many times in all before its stream fails.
 ATTEMPTS = 3
-# Copies of a call issued again, and of every call for HEDGE_S after a loss, at once:
-# Triton gives calls that come together to different instances, so one reaches a live
-# instance whichever one was lost. (One at a time, a lone stream's calls went to the lost
-# instance again and again until the supervisor replaced it, 4-11 s here, each call lost
-# after Triton's ~1 s health check.) The copies cost compute only during an outage.
-HEDGE = 2
-HEDGE_S = 15.0
 # A call's deadline: this multiple of the p99 time per frame of the calls that answered
 # lately (CALL_HISTORY of them), times its window's frames, and at least FLOOR_S; COLD_S
 # until MIN_CALLS have answered. A stub stopped or killed fails its call after about 1 s
@@ -316,57 +308,42 @@ class CallTimes:
 
 class Failover:
     """Calls to one stateless stage, each issued again where it is lost (`issue` raises
-    Lost, or passes its deadline), up to ATTEMPTS times in all; attempts after the first,
-    and all calls for HEDGE_S after a loss, go as HEDGE copies at once. A call that passed
-    its deadline is not taken back
-    (Triton cannot), only no longer waited for: its late answer is dropped when it comes,
-    and `late` counts those still out."""
+    Lost, or passes its deadline), up to ATTEMPTS times in all. A call that passed its
+    deadline is not taken back (Triton cannot), only no longer waited for: its late
+    answer is dropped when it comes, and `late` counts those still out."""
 
     def __init__(self, attempts: int = ATTEMPTS, now: Callable[[], float] = time.monotonic) -> None:
         self.times = CallTimes()
         self.attempts = attempts
         self.late: set[asyncio.Future] = set()
         self._now = now
-        self._lost_at = -math.inf  # the last loss
 
     async def call(self, issue: Callable[[], Awaitable[T]], frames: int, retried: Callable[[Lost, int], None]) -> T:
         """`issue()`'s result, for a window of `frames`; `retried(why, attempt)` is told
         before each further attempt. The last attempt's Lost is raised."""
-        lost = None
-        for attempt in range(1, self.attempts + 1):
-            if lost is not None:
-                retried(lost, attempt)
-            outage = lost is not None or self._now() - self._lost_at < HEDGE_S
+        for attempt in range(2, self.attempts + 1):
             try:
-                return await self._within_deadline(issue, frames, HEDGE if outage else 1)
-            except Lost as e:
-                lost, self._lost_at = e, self._now()
-        raise lost
+                return await self._within_deadline(issue, frames)
+            except Lost as lost:
+                retried(lost, attempt)
+        return await self._within_deadline(issue, frames)
 
-    async def _within_deadline(self, issue: Callable[[], Awaitable[T]], frames: int, copies: int) -> T:
-        """The first answer of `copies` calls issued at once; the others are dropped. A
-        failure other than Lost is raised at once."""
+    async def _within_deadline(self, issue: Callable[[], Awaitable[T]], frames: int) -> T:
         deadline_s = self.times.deadline_s(frames)
         started = self._now()
-        pending = {asyncio.ensure_future(issue()) for _ in range(copies)}
-        lost = Lost(f"no answer within {deadline_s:.1f} s")
+        call = asyncio.ensure_future(issue())
         try:
-            while pending:
-                left_s = deadline_s - (self._now() - started)
-                done, pending = await asyncio.wait(pending, timeout=max(0.0, left_s), return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    break
-                failures = [e for call in done if (e := call.exception()) is not None]
-                if len(failures) < len(done):
-                    self.times.record(frames, self._now() - started)
-                    return next(call.result() for call in done if call.exception() is None)
-                if other := next((e for e in failures if not isinstance(e, Lost)), None):
-                    raise other
-                lost = failures[-1]
-            raise lost
-        finally:
-            for call in pending:  # the caller gave up, or another copy answered: the call still runs
-                self._drop_when_done(call)
+            done, _ = await asyncio.wait({call}, timeout=deadline_s)
+        except asyncio.CancelledError:
+            self._drop_when_done(call)  # the caller gave up; the call still runs
+            raise
+        if not done:
+            self._drop_when_done(call)
+            raise Lost(f"no answer within {deadline_s:.1f} s")
+        result = call.result()
+        self.times.record(frames, self._now() - started)
+        return result
+
     def _drop_when_done(self, call: asyncio.Future) -> None:
         self.late.add(call)
 
