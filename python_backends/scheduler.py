@@ -22,14 +22,6 @@ that comes back finds its share free; a client alone may hold them all. Anonymou
 (no client named: the gateway's readiness probe, direct Triton users) count only while
 they run or wait, so a probe every few seconds does not halve a lone client's slots.
 
-A stream that has not started playing has no listener waiting yet: its calls count as
-due START_S from whenever they are weighed, not from when they were issued. So a call of
-a stream already playing that is due sooner goes first, and streams that arrive together
-do not all get a first packet before any gets its next one (each would then stall): they
-start one after another, each as the ones playing leave room, and a listener hears a
-start a little later rather than a start and then a gap. Deadlines are therefore weighed
-when a slot is handed over (`Deadline`: a time, or a function giving it).
-
 Pure asyncio, no Triton: the tts model owns one scheduler for both stages.
 
 A call to a stateless stage (the vocoder, Code2Wav) can be lost with its instance: a stub
@@ -54,14 +46,9 @@ from contract.models import PLAYER_LEAD_S
 from python_backends.capacity import CapacityMeter
 
 T = TypeVar("T")
-Deadline = float | Callable[[], float]  # when a call is due, or how to tell it when asked
 
 # A call due within this long is urgent: it may take the slots others leave free.
 URGENT_S = 1.0
-# A stream not playing yet counts as starting this long from now (PlaybackClock.due): calls
-# of streams playing that are due sooner go first. Longer than a call takes here (a
-# first packet's ~55 ms of compute, a chunk's 30-150 ms), well under URGENT_S.
-START_S = 0.3
 # A client that called within this long still has its share of the slots kept for it.
 RECENT_S = 5.0
 
@@ -83,12 +70,12 @@ class Scheduler(Protocol):
     """What a stream needs of a scheduler: run a call when its turn comes; or, with
     `borrow`, at once where its turn has not come (see DeadlineScheduler.run)."""
 
-    async def run(self, deadline: Deadline, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T: ...
+    async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T: ...
 
 
 @dataclass
 class _Waiter:
-    deadline: Deadline
+    deadline: float
     arrival: int
     client: str
     turn: asyncio.Future
@@ -123,7 +110,7 @@ class DeadlineScheduler:
         return ClientScheduler(self, client)
 
     async def run(
-        self, deadline: Deadline, work: Callable[[], Awaitable[T]], client: str = "", borrow: bool = False
+        self, deadline: float, work: Callable[[], Awaitable[T]], client: str = "", borrow: bool = False
     ) -> T:
         """Wait for a slot, then run `work()` holding it. Once started, the work runs to
         its end and holds the slot until then even if the caller is cancelled: Triton
@@ -135,7 +122,7 @@ class DeadlineScheduler:
         another: so a stream's first packet keeps the overlap an idle machine gives it,
         even when its client's share is a single slot. At most one such call runs per
         slot held, so the cores are oversubscribed by no more than the slots."""
-        if borrow and (self._waiting or not self._may_start(_due(deadline), client, self.share())):
+        if borrow and (self._waiting or not self._may_start(deadline, client, self.share())):
             return await work()
         await self._acquire(deadline, client)
         started = self._now()
@@ -163,11 +150,11 @@ class DeadlineScheduler:
         urgent = deadline - self._now() <= URGENT_S
         return self.busy < (self.slots if urgent else self.slots - self.reserve) and self.running[client] < share
 
-    async def _acquire(self, deadline: Deadline, client: str) -> None:
+    async def _acquire(self, deadline: float, client: str) -> None:
         if client:
             self._last_call[client] = self._now()
         self._hand_over()  # waiters that became urgent meanwhile go first
-        if not self._waiting and self._may_start(_due(deadline), client, self.share()):
+        if not self._waiting and self._may_start(deadline, client, self.share()):
             self._start(client)
             return
         waiter = _Waiter(deadline, next(self._arrivals), client, asyncio.get_running_loop().create_future())
@@ -197,11 +184,10 @@ class DeadlineScheduler:
         self._waiting = [w for w in self._waiting if not w.turn.done()]  # drop the cancelled
         while self.busy < self.slots:
             share = self.share()
-            due = {id(w): _due(w.deadline) for w in self._waiting}  # weighed once per hand-over
-            ready = [w for w in self._waiting if self._may_start(due[id(w)], w.client, share)]
+            ready = [w for w in self._waiting if self._may_start(w.deadline, w.client, share)]
             if not ready:
                 return
-            first = min(ready, key=lambda w: (self.running[w.client], due[id(w)], w.arrival))
+            first = min(ready, key=lambda w: (self.running[w.client], w.deadline, w.arrival))
             self._waiting.remove(first)
             self._start(first.client)
             first.turn.set_result(None)
@@ -214,7 +200,7 @@ class ClientScheduler:
     scheduler: DeadlineScheduler
     client: str
 
-    async def run(self, deadline: Deadline, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T:
+    async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T:
         return await self.scheduler.run(deadline, work, self.client, borrow)
 
 
@@ -268,19 +254,6 @@ class PlaybackClock:
         sample = self.planned if sample is None else sample
         start = self.started if self.started is not None else self.now() + PLAYER_LEAD_S
         return start + sample / self.rate
-
-    def due(self, sample: int | None = None) -> Deadline:
-        """When a call making sample `sample` (default: the first one not planned yet) is
-        due, for the scheduler: the time it will be played, once playing; until then,
-        START_S from whenever it is asked (see the module's docstring)."""
-        sample = self.planned if sample is None else sample
-        if self.started is not None:
-            return self.started + sample / self.rate
-        return lambda: (self.started if self.started is not None else self.now() + START_S) + sample / self.rate
-
-
-def _due(deadline: Deadline) -> float:
-    return deadline() if callable(deadline) else deadline
 
 
 class Lost(Exception):

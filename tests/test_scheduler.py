@@ -13,7 +13,6 @@ from python_backends.scheduler import (
     MIN_CALLS,
     PLAYER_LEAD_S,
     RECENT_S,
-    START_S,
     URGENT_S,
     CallTimes,
     DeadlineScheduler,
@@ -57,41 +56,6 @@ def test_waiting_calls_run_earliest_deadline_first():
         return order
 
     assert run(main()) == [1.0, 1.0, 2.0, 3.0, 5.0]
-
-
-def test_a_stream_not_playing_yet_waits_behind_calls_due_sooner_and_moves_up_once_it_plays():
-    """Streams arriving together start one after another: a first packet goes after the
-    calls of streams playing that are due within START_S, before those due later; and a
-    stream's calls are weighed when a slot is handed over, so one whose playback started
-    while they waited is served by when its listener needs them."""
-
-    async def main():
-        scheduler = DeadlineScheduler(1)
-        release = asyncio.Event()
-        holder = await occupy(scheduler, release)
-        order = []
-        playing, starting, late = PlaybackClock(1000), PlaybackClock(1000), PlaybackClock(1000)
-        playing.start()
-        playing_soon, playing_later = playing.due(100), playing.due(2000)  # due in 0.15 s and 2.05 s
-        new_first = starting.due(0)  # not playing: START_S from whenever it is weighed
-        late_second = late.due(100)  # not playing yet either, when it is issued
-
-        async def call(name, deadline):
-            async def work():
-                order.append(name)
-            await scheduler.run(deadline, work)
-
-        calls = [asyncio.ensure_future(call(n, d)) for n, d in [
-            ("playing, due later", playing_later), ("new stream's first", new_first),
-            ("late stream's second", late_second), ("playing, due soon", playing_soon)]]
-        await asyncio.sleep(0)
-        late.start()  # its first packet went out meanwhile: its second is due in 0.15 s
-        release.set()
-        await asyncio.gather(holder, *calls)
-        return order
-
-    assert START_S > 0.15 + 0.01
-    assert run(main()) == ["playing, due soon", "late stream's second", "new stream's first", "playing, due later"]
 
 
 def test_a_client_with_fewer_calls_running_goes_first_whatever_the_deadlines():

@@ -24,7 +24,7 @@ from contract.models import SAMPLES_PER_FRAME
 from contract.text import Sentence
 from python_backends.chunking import Chunk, ChunkParams, bucket_frames, chunk_sizes, grown_size, next_chunk
 from python_backends.delivery import AudioChunk, Words, ordered
-from python_backends.scheduler import Deadline, PlaybackClock, Scheduler
+from python_backends.scheduler import PlaybackClock, Scheduler
 
 SENTENCE_LOOKAHEAD = 2  # acoustic requests a stream keeps open ahead of delivery
 CHUNK_LOOKAHEAD = 2  # vocoder calls a stream keeps open ahead of delivery
@@ -157,7 +157,7 @@ async def latent_sentence(
     index: int,
     pieces: AsyncIterator[LatentPiece],
     scheduler: Scheduler,
-    deadline: Deadline,
+    deadline: float,
 ) -> LatentSentence:
     """A sentence's latent as soon as its first piece is in; the rest fills in as
     `pieces` yields it. The reading holds a scheduler slot from its first piece to its
@@ -210,7 +210,7 @@ async def sentence_latents(
         for index, sentence in enumerate(sentences):
             before = max(clock.planned, round(chars * SECONDS_PER_CHAR * clock.rate))
             pieces = stages.acoustic_pieces(sentence.text, head if index == 0 else 0)
-            yield None, latent_sentence(index, pieces, scheduler, clock.due(before))
+            yield None, latent_sentence(index, pieces, scheduler, clock.deadline(before))
             chars += len(sentence.text) + 1
 
     async for _, latent in ordered(jobs(), depth, is_cancelled):
@@ -218,7 +218,7 @@ async def sentence_latents(
 
 
 async def vocode_chunk(
-    stages: Stages, scheduler: Scheduler, latent: Latent, chunk: Chunk, deadline: Deadline, pad: bool
+    stages: Stages, scheduler: Scheduler, latent: Latent, chunk: Chunk, deadline: float, pad: bool
 ) -> np.ndarray:
     """Vocode the chunk's window (zero-padded to its bucket if `pad`), once its frames
     are in, and cut the context off. A window that is in while the rest of its sentence
@@ -258,7 +258,7 @@ async def stream_pcm(
                     # Sized when issued: how far ahead the stream is decides how large.
                     size = grown_size(next(sizes), chunking.frames, clock.ahead_s()) if grow else next(sizes)
                     chunk = next_chunk(start, frames, size, chunking.left_context, chunking.right_context)
-                    deadline = clock.due()
+                    deadline = clock.deadline()
                     clock.planned += chunk.frames * SAMPLES_PER_FRAME
                     work = vocode_chunk(stages, scheduler, sentence.latent, chunk, deadline, pad_to_buckets)
                     yield (sentence, chunk), work
