@@ -38,7 +38,7 @@ class Resumption:
     def __init__(self, sentences: Sequence[str], mid_stream: bool = False) -> None:
         self.sentences = tuple(sentences)
         # Whether the listener hears this request's audio after audio it heard already: a
-        # stream's first request that fails before its audio fails at once, as a new stream
+        # stream's first request that finds no server up fails at once, as a new stream
         # should while no server can speak it (its client may go elsewhere).
         self.mid_stream = mid_stream
         self.first = 0  # the first sentence of the request now issued
@@ -72,14 +72,15 @@ class Resumption:
         self.deadline, self.attempts, self.mid_stream = None, 0, True
         return TtsChunk(pcm, index, [(w, self.origin + a, self.origin + b) for w, a, b in words])
 
-    def failed(self, gone: bool, now: float, within_s: float) -> float | None:
+    def failed(self, gone: bool, now: float, within_s: float, served: bool = True) -> float | None:
         """The request failed at `now`, because its server or a stage went away (`gone`) or
-        not: the seconds to wait before issuing the rest again, or None when the failure
-        stands (not a going away, nothing of the stream heard yet, or the outage has
-        outlasted `within_s`). During an outage every failure is retried: a server coming
-        back refuses requests until its models are loaded."""
+        not, having reached a server (`served`) or found none up: the seconds to wait
+        before issuing the rest again, or None when the failure stands (not a going away, a
+        new stream that found no server, or the outage has outlasted `within_s`). During an
+        outage every failure is retried: a server coming back refuses requests until its
+        models are loaded."""
         if self.deadline is None:
-            if not gone or within_s <= 0 or not self.mid_stream:
+            if not gone or within_s <= 0 or not (self.mid_stream or served):
                 return None
             self.deadline = now + within_s
         elif now >= self.deadline:

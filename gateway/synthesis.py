@@ -42,11 +42,12 @@ class SynthesisFailed(Exception):
     its server or a stage went away (unreachable, a stub dead, no progress), so what it
     had not delivered may be issued again; by default, for `backend_unavailable`."""
 
-    def __init__(self, code: str, message: str, gone: bool | None = None) -> None:
+    def __init__(self, code: str, message: str, gone: bool | None = None, served: bool = True) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.gone = code == v1.BACKEND_UNAVAILABLE if gone is None else gone
+        self.served = served  # False: no server was up to take it
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ async def on_backend(backends: Backends) -> AsyncIterator[Backend]:
     try:
         backend = backends.acquire()
     except NoBackend as e:
-        raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, str(e)) from None
+        raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, str(e), served=False) from None
     try:
         yield backend
     except SynthesisFailed as e:
@@ -219,9 +220,10 @@ class Synthesizer:
     ) -> AsyncIterator[TtsChunk | Resuming]:
         """The audio of `sentences` in `voice`, chunk by chunk, for `client` (its address);
         a Resuming before the audio goes on after an outage; SynthesisFailed if it cannot
-        come. `mid_stream`: the stream it continues has delivered audio already, so it
-        resumes from an outage even before its own first audio. Without a seed of the
-        client's, the request gets one: a sentence issued again must sound the same."""
+        come. A new stream's request that finds no server up fails at once; `mid_stream`:
+        the stream it continues has delivered audio already, so it waits for one within
+        the bound too. Without a seed of the client's, the request gets one: a sentence
+        issued again must sound the same."""
         if c.SEED not in dict(params):
             params += ((c.SEED, random.randrange(2**63)),)
         model = self.models.get(voice, c.TTS_MODEL)
@@ -235,7 +237,7 @@ class Synthesizer:
                             yield whole
                 return
             except SynthesisFailed as e:
-                if (wait_s := resumption.failed(e.gone, self._clock(), self.resume_s)) is None:
+                if (wait_s := resumption.failed(e.gone, self._clock(), self.resume_s, e.served)) is None:
                     raise
                 outage_began = resumption.attempts == 1  # logged once: an outage can take many attempts
                 log.log(logging.WARNING if outage_began else logging.DEBUG,

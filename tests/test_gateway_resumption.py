@@ -57,8 +57,10 @@ def test_only_a_server_or_stage_gone_away_under_a_stream_already_heard_is_resume
     r = Resumption(SENTENCES, mid_stream=True)
     assert r.failed(REFUSED, now=0.0, within_s=10) is None  # Triton refused: the failure stands
     assert r.failed(GONE, now=0.0, within_s=0) is None  # resuming is off
-    # A new stream's first request fails at once: its client may go to another gateway.
-    assert Resumption(SENTENCES).failed(GONE, now=0.0, within_s=10) is None
+    # A new stream that finds no server up fails at once: its client may go to another gateway.
+    assert Resumption(SENTENCES).failed(GONE, now=0.0, within_s=10, served=False) is None
+    # One whose server went away while its first audio was being made waits for one.
+    assert Resumption(SENTENCES).failed(GONE, now=0.0, within_s=10) == RETRY_S
     assert r.failed(GONE, now=0.0, within_s=10) == RETRY_S
 
 
