@@ -179,11 +179,13 @@ async def _closed(replies: AsyncIterator, timeout_s: float = STREAM_CLOSE_S) -> 
 async def on_backend(backends: Backends) -> AsyncIterator[Backend]:
     """The least loaded Triton server that is up, for one request; its failures become
     SynthesisFailed with protocol v1's code, and a server that cannot be reached is
-    marked down."""
+    marked down. A failure to reach a server already known to be down, the only one left
+    to try, is not `served`: no server was up for the request."""
     try:
         backend = backends.acquire()
     except NoBackend as e:
         raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, str(e), served=False) from None
+    was_up = backend.up
     try:
         yield backend
     except SynthesisFailed as e:
@@ -192,7 +194,7 @@ async def on_backend(backends: Backends) -> AsyncIterator[Backend]:
     except UNREACHABLE as e:
         why = unreachable(e)
         backend.mark(False, why.splitlines()[0])
-        raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, f"Triton unavailable: {why}") from None
+        raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, f"Triton unavailable: {why}", served=was_up) from None
     finally:
         backends.release(backend)
 
