@@ -1,14 +1,14 @@
 """Resuming a `tts` request whose Triton, or a stage under it, died: sans I/O.
 
 The gateway knows a request's sentences and what of their audio it has delivered. When
-the request fails because its server or a stage went away (`backend_unavailable`), the
-sentences not yet delivered whole are issued again — to another Triton at once, or to
-the same one once it serves again — until `within_s` after the failure. A request that
-made no progress for the stage timeout counts as gone away too: its stage hangs or died. The sentence
-that was cut is synthesized again from its start, and the samples of it already
-delivered are dropped: the request carries a seed, so the sentence sounds the same and
-the listener hears the rest of it, sample offsets continuing. Past the bound, the failure
-is the request's error, as it would have been without resuming.
+the request fails because its server or a stage went away (`backend_unavailable`, or no
+progress for the stage timeout: a stage that hangs or died), the sentences not yet
+delivered whole are issued again — to another Triton at once, or to the same one once
+it serves again — until `within_s` after the failure. The sentence that was cut is
+synthesized again from its start, and the samples of it already delivered are dropped:
+the request carries a seed, so the sentence sounds the same and the listener hears the
+rest of it, sample offsets continuing. Past the bound, the failure is the request's
+error, as it would have been without resuming.
 """
 
 from __future__ import annotations
