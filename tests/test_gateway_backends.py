@@ -87,7 +87,8 @@ def test_a_model_that_has_not_measured_does_not_switch_admission_off():
 
 
 def test_streams_past_the_admission_load_of_the_capacity_are_refused_as_busy():
-    gateway = Gateway(Settings(triton_urls=(), admission_load=0.5, max_streams_per_client=0))
+    # No room past the load for streams ahead of their listeners (test_gateway_admission.py).
+    gateway = Gateway(Settings(triton_urls=(), admission_load=0.5, max_streams_per_client=0, admission_slack_s=0))
     server = backend("a")
     gateway.backends.all = [server]
     gateway.http_streams.update({"10.0.0.1": 1, "10.0.0.2": 2})
