@@ -264,7 +264,9 @@ def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, open_
     from perf.workloads import workload
 
     with (tmp_path / "gateway.log").open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, "--admission-load", "0.01", "--probe-interval", "0")
+        # No room past the load for a stream ahead of its listener: the holder, reading nothing, is.
+        process, port = start_gateway(triton.grpc_url, log, "--admission-load", "0.01", "--admission-slack", "0",
+                                      "--probe-interval", "0")
         try:
             holder = SyncSpeechClient.connect(f"ws://127.0.0.1:{port}/v1/stream", format="pcm_s16le")
             list(holder.speak("Let the server measure itself."))
