@@ -6,7 +6,6 @@ model is tests/build_orpheus_model.py's tiny one (random weights: its speech is 
 """
 
 import asyncio
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from python_backends.ar.orpheus import SAMPLES_PER_FRAME
 from python_backends.ar.pipeline import speak
 from python_backends.chunking import ChunkParams
 from tests.audio import snr_db
+from tests.test_vocoder_failover import stop_for_3_s
 from tests.voices import build_orpheus_model
 
 SENTENCES = ("Glue the sheet to the dark blue background.", "It's easy to tell the depth of a well.",
@@ -204,18 +204,6 @@ def speak_seeded(url: str, fault: Callable[[], None] | None = None) -> tuple[np.
         if faulting is not None:
             faulting.join()
     return np.concatenate(pcm), timing
-
-
-def stop_for_3_s(stub: psutil.Process) -> Callable[[], None]:
-    def fault() -> None:
-        stub.send_signal(signal.SIGSTOP)
-        time.sleep(3)
-        try:
-            stub.send_signal(signal.SIGCONT)
-        except psutil.NoSuchProcess:  # killed meanwhile: tts_ar fences a stub Triton found unhealthy
-            pass
-
-    return fault
 
 
 def code2wav_stubs(server: TritonServer) -> set[psutil.Process]:
