@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import resource
 import signal
@@ -134,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     s.add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # SIGUSR1 writes every thread's stack to stderr, even with the event loop stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         asyncio.run(until_signalled(serve_forever(s.from_arguments(args))))
     except (VoiceError, discovery.BadAddress) as e:

@@ -5,6 +5,7 @@ time of their processes, and Triton's Prometheus metrics."""
 from __future__ import annotations
 
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -71,11 +72,14 @@ def start_gateway(
 
 
 def stop(process: subprocess.Popen, timeout: float = 10) -> int:
-    """SIGTERM, then SIGKILL after `timeout`; the exit code."""
+    """SIGTERM, then SIGKILL after `timeout`; the exit code. A gateway killed so first
+    writes its threads' stacks to its log (SIGUSR1): where its stop got stuck."""
     process.terminate()
     try:
         return process.wait(timeout)
     except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(1)
         process.kill()
         return process.wait()
 

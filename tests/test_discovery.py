@@ -358,7 +358,7 @@ def test_an_address_removed_from_dns_takes_no_new_request_and_ends_the_one_in_fl
 def test_a_pod_that_has_not_measured_is_left_out_of_the_capacity_admitted(pods, dns, tmp_path):
     """A pod not measured yet once switched admission off on every gateway until it had."""
     first, second = url("127.0.0.1", pods), url("127.0.0.2", pods)
-    flags = "--admission-load", "0.1", "--fleet-metrics-port", str(pods[0].metrics_port)
+    flags = "--admission-load", "0.1", "--admission-slack", "0", "--fleet-metrics-port", str(pods[0].metrics_port)
     with balancing(pods, dns, tmp_path, *flags) as gateway:
         gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
         wait_for(lambda: readiness(gateway.port) == {first: "ready", second: "ready"}, "both pods ready")

@@ -67,6 +67,8 @@ def fleet(tmp_path_factory):
                      # A probe when a server comes up, then none during the test (a probe's
                      # stream would count among the streams Triton serves).
                      "--probe-interval", "600", "--admission-load", str(load), "--fleet-metrics-port", str(metrics),
+                     # Admission by load alone: held streams read nothing, so all are ahead.
+                     "--admission-slack", "0",
                      "--max-streams-per-client", "0", "--max-connections-per-client", "0", "--drain", str(DRAIN_S))
             started = {}
             for name in names:

@@ -253,3 +253,42 @@ def test_a_killed_stage_ends_the_stream_with_an_error_and_readiness_turns_false(
         for region in regions:  # the killed stub's too
             region.unlink(missing_ok=True)
         log.close()
+
+
+def test_a_gateway_stopped_while_streams_resume_closes_its_websockets_within_the_drain(tmp_path):
+    """SIGTERM while two streams, each on a connection of its own, resume on a Triton
+    whose tts stub is dead: the resumption does not hold the stop up; at the drain's end
+    the gateway closes both WebSockets with 1001 and exits."""
+    ports = free_ports(3)
+    triton = own_triton(tmp_path, ports)
+    regions = stub_regions(psutil.Process(triton.process.pid).children(recursive=True))
+    log = (tmp_path / "gateway.log").open("w")
+    drain_s = 2
+    gateway, port = start_gateway(f"127.0.0.1:{ports[1]}", log, "--drain", str(drain_s), "--resume-within", "60",
+                                  "--stage-timeout", str(STAGE_TIMEOUT_S))
+    try:
+        async def stopped():
+            url = f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"
+            async with connection(url) as one, connection(url) as two:
+                clients = [Recorder(one), Recorder(two)]
+                for client in clients:
+                    await client.until("ready")
+                    await client.send(type="speak", context_id="c", text=workload("long"))
+                while len(clients[1].audio("c")) < 5:
+                    await asyncio.wait_for(clients[1].read(), 30)
+                triton.stub(c.TTS_MODEL).kill()
+                await asyncio.gather(*(client.until("resuming", "c", timeout=STAGE_TIMEOUT_S + 5) for client in clients))
+                gateway.terminate()
+                stopped_at = time.monotonic()
+                await asyncio.wait_for(asyncio.gather(*(client.ws.wait_closed() for client in clients)), drain_s + 15)
+                return [client.ws.close_code for client in clients], time.monotonic() - stopped_at
+
+        codes, after = asyncio.run(stopped())
+        assert codes == [1001, 1001] and after < drain_s + 5
+        assert gateway.wait(10) == 0
+    finally:
+        stop(gateway)
+        kill_tree(triton)
+        for region in regions:
+            region.unlink(missing_ok=True)
+        log.close()
