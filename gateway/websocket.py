@@ -28,6 +28,9 @@ from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 
+FRAME_HEADER_BYTES = 10  # the longest a server's WebSocket frame header can be (RFC 6455 5.2)
+
+
 class ConnectionClosed(Exception):
     """The client's WebSocket is closed or closing: nothing more goes either way."""
 
@@ -169,14 +172,26 @@ class Connection:
         if self.ws.closed:
             raise ConnectionClosed
         sending = self.ws.send_str(data) if isinstance(data, str) else self.ws.send_bytes(data)
+        # A send that fits the buffer cannot wait, so it needs no timeout: wait_for's task
+        # costs ten times the send itself, once per 20 ms frame.
+        size = len(data) if isinstance(data, bytes) else 4 * len(data)  # UTF-8: at most 4 bytes a character
+        timeout_s = None if self._fits(size) else self.gateway.settings.send_timeout_s or None
         try:
-            await asyncio.wait_for(sending, self.gateway.settings.send_timeout_s or None)
+            await (sending if timeout_s is None else asyncio.wait_for(sending, timeout_s))
         except asyncio.TimeoutError:  # not the builtin on Python 3.10
             log_refusal(f"a client that read nothing for {self.gateway.settings.send_timeout_s:g} s from {self.client}")
             self.transport.abort()
             raise ConnectionClosed from None
         except ConnectionError as e:  # aiohttp's ClientConnectionResetError among them
             raise ConnectionClosed from e
+
+    def _fits(self, size: int) -> bool:
+        """Whether a message of `size` bytes can be written without the write pausing:
+        the buffer is at or below its low mark, where the transport resumes writing, and
+        stays at or below its high mark, past which it pauses."""
+        low, high = self.transport.get_write_buffer_limits()
+        buffered = self.transport.get_write_buffer_size()
+        return buffered <= low and buffered + size + FRAME_HEADER_BYTES <= high
 
     async def think(self, think: Think) -> None:
         """Run one Thinker request: each piece of the reply to the session, then its end."""
