@@ -22,11 +22,9 @@ from pathlib import Path
 
 import psutil
 
-from client.speech import SpeechClient
+from client.speech import SpeechClient, audio_end_s
 from perf.servers import Servers, cpu_seconds
 from perf.workloads import workload
-
-FRAME_S = 0.02
 
 
 async def speak_until(url: str, deadline: float) -> float:
@@ -35,7 +33,8 @@ async def speak_until(url: str, deadline: float) -> float:
     audio_s = 0.0
     async with await SpeechClient.connect(url, format="opus", sample_rate=48000) as client:
         while time.monotonic() < deadline:
-            audio_s += FRAME_S * len([frame async for frame in client.speak(workload("paragraph"))])
+            frames = [frame async for frame in client.speak(workload("paragraph"))]
+            audio_s += audio_end_s(frames[-1], client.ready)
     return audio_s
 
 
