@@ -314,12 +314,12 @@ def test_the_capacity_levels_are_capacity_bench_md():
     path = RESULTS / "capacity" / "bench.md"
     header, rows = next((t[0], t[1:]) for t in _tables(_read(path)) if "× C" in t[0])
     col = {name: i for i, name in enumerate(header)}
-    runs = {(r[col["system"]], r[col["× C"]]): r for r in rows}
+    runs = {(r[col["system"]], r[col["× C"]], r[col["arrivals"]].split(",")[0]): r for r in rows}  # "Poisson, 0.69/s"
     section = _section(PAGES["benchmarks.md"], "### Listeners at multiples of capacity")
     shown = _table(section, "system")
-    assert len(shown) >= 6
-    for system, times_c, listeners, admitted, refused, lsf, stalls, admitted_of_c in shown:
-        run = runs["speechstream" if system == "ours" else system, times_c]
+    assert len(shown) >= 9
+    for system, times_c, arrivals, listeners, admitted, refused, lsf, stalls, admitted_of_c in shown:
+        run = runs["speechstream" if system == "ours" else system, times_c, arrivals]
         assert [listeners, admitted, admitted_of_c] == [
             run[col["listeners"]], run[col["admitted"]], run[col["admitted throughput ÷ C"]]
         ], (system, times_c)
