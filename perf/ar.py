@@ -2,7 +2,7 @@
 and frames per second, per stream and in aggregate, at 1/4/8 streams, against the
 in-process limit of the same two models (perf/ar_limit.py).
 
-    python -m perf.ar --out DIR [--ar-model DIR] [--levels 1 4 8] [--frames 48] [--guidance-scale 2] [--gpu]
+    python -m perf.ar --out DIR [--ar-model DIR] [--levels 1 4 8] [--rounds 5] [--frames 48] [--guidance-scale 2] [--gpu]
 
 Without --ar-model it builds and serves the tests' tiny Orpheus-format model (random
 weights: the figures are the machinery's, not a real model's). At each level, N streams
@@ -19,6 +19,11 @@ at once, greedy, each MAX_FRAMES frames:
 Then the same levels guided (GUIDANCE_SCALE, a pair of vLLM requests a stream): their
 first packet and tokens/s per stream against the unguided level's, and how many pairs
 lost lock-step.
+
+Every level is run `--rounds` times (figures: the mean over rounds), and each stream's
+first audio is checked against its whole time, request to end: a first chunk after
+LATE_FIRST of it means the audio came in a burst at the end, which a listener hears as
+a long silence (README, Known limits).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from perf.report import pyplot
 from perf.servers import free_ports, triton_metrics
 
 TEXT = "The birch canoe slid on the smooth planks."
+# A stream whose first audio comes after this share of its time (request → end) came late.
+LATE_FIRST = 0.6
 
 
 def _timed_stream(url: str, model: str, values: dict, marks: int) -> tuple[list[float], float]:
@@ -95,7 +102,34 @@ def measure_level(url: str, metrics_port: int, streams: int, frames: int, guidan
         "tokens_per_s": delta[c.TALKER_TOKENS_METRIC] / wall,
         "frames_per_s": streams * frames / wall,
         "guidance_lost": int(delta[c.TALKER_GUIDANCE_LOST_METRIC]),
+        "first_of_time_max": max(t[0][0] / t[1] for t in spoken),
+        "late_first": sum(t[0][0] > LATE_FIRST * t[1] for t in spoken),
+        "rounds": 1,
     }
+
+
+def merge_rounds(rounds: list[dict]) -> dict:
+    """One level's rounds as one row: the mean of each figure, the latest first audio,
+    and the counts summed."""
+    row = {key: statistics.mean(r[key] for r in rounds) for key in rounds[0]}
+    row["first_of_time_max"] = max(r["first_of_time_max"] for r in rounds)
+    for key in ("guidance_lost", "late_first", "rounds"):
+        row[key] = sum(r[key] for r in rounds)
+    row["streams"] = rounds[0]["streams"]
+    return row
+
+
+def measure_rounds(url: str, metrics_port: int, levels: list[int], frames: int, rounds: int,
+                   guidance: float) -> tuple[list[dict], list[dict]]:
+    """The levels, unguided then guided, `rounds` times over, merged by level."""
+    plain: dict[int, list[dict]] = {n: [] for n in levels}
+    guided: dict[int, list[dict]] = {n: [] for n in levels}
+    for _ in range(rounds):
+        for n in levels:
+            plain[n].append(measure_level(url, metrics_port, n, frames))
+        for n in levels:
+            guided[n].append(measure_level(url, metrics_port, n, frames, guidance))
+    return [merge_rounds(plain[n]) for n in levels], [merge_rounds(guided[n]) for n in levels]
 
 
 def in_process_limit(model: Path, levels: list[int], frames: int, gpu: bool) -> dict:
@@ -128,6 +162,18 @@ def table(results: dict) -> str:
                 f"{code2wav['first_window_ms']:.0f} ms. Aggregate tokens/s at 8 streams against 1: "
                 f"{results['batching_gain']:.1f}×.")
     return "\n".join(rows)
+
+
+def late_first_line(results: dict) -> str:
+    """How many streams of 2 and more at once had their first audio late, unguided and guided."""
+    rows = [r for r in results["levels"] + results["guided"] if r["streams"] > 1]
+    streams = sum(r["streams"] * r["rounds"] for r in rows)
+    late = sum(r["late_first"] for r in rows)
+    latest = max((r["first_of_time_max"] for r in rows), default=0.0)
+    return (f"First audio after {LATE_FIRST:.0%} of a stream's time (request → end), at "
+            f"{'/'.join(str(r['streams']) for r in results['levels'] if r['streams'] > 1)} streams over "
+            f"{sum(r['rounds'] for r in rows)} levels, unguided and guided: {late} of {streams} streams; the latest "
+            f"first audio came at {latest:.2f} of its stream's time.")
 
 
 def guidance_table(results: dict) -> str:
@@ -177,6 +223,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ar-model", type=Path, help="an Orpheus-format model directory (default: the tests' tiny one)")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--rounds", type=int, default=5, help="times each level is run")
     parser.add_argument("--frames", type=int, default=48)
     parser.add_argument("--guidance-scale", type=float, default=2.0)
     parser.add_argument("--out", type=Path, required=True)
@@ -195,8 +242,7 @@ def main() -> None:
             server.wait_ready(timeout=300)
             url = f"127.0.0.1:{grpc}"
             measure_level(url, metrics, 1, 4)  # warm
-            levels = [measure_level(url, metrics, n, args.frames) for n in args.levels]
-            guided = [measure_level(url, metrics, n, args.frames, args.guidance_scale) for n in args.levels]
+            levels, guided = measure_rounds(url, metrics, args.levels, args.frames, args.rounds, args.guidance_scale)
         finally:
             server.stop()
     limit = in_process_limit(args.ar_model, args.levels, args.frames, args.gpu)  # after the server: the cores are free
@@ -205,7 +251,7 @@ def main() -> None:
                "batching_gain": rates[max(rates)] / rates[min(rates)],
                "guided": guided, "guidance_scale": args.guidance_scale}
     (args.out / "ar.json").write_text(json.dumps(results, indent=2))
-    report = table(results) + "\n\n" + guidance_table(results)
+    report = table(results) + "\n\n" + guidance_table(results) + "\n\n" + late_first_line(results)
     (args.out / "ar.md").write_text(report + "\n")
     plot(results, args.out / "ar.png")
     print(report)
