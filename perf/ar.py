@@ -23,7 +23,7 @@ lost lock-step.
 Every level is run `--rounds` times (figures: the mean over rounds), and each stream's
 first audio is checked against its whole time, request to end: a first chunk after
 LATE_FIRST of it means the audio came in a burst at the end, which a listener hears as
-a long silence (README, Known limits).
+a long silence (docs/known-limits.md).
 """
 
 from __future__ import annotations
