@@ -203,17 +203,31 @@ class ClientScheduler:
 
 
 class Streams:
-    """Requests being served now, by client: the load that sizes a stream's first chunk."""
+    """Requests being served now, by client (the load that sizes a stream's first chunk),
+    and how many of them have sent no audio yet (the streams starting)."""
 
     def __init__(self) -> None:
         self.by_client: Counter[str] = Counter()
+        self.silent = 0  # streams whose first audio has not gone out
 
     @contextlib.contextmanager
-    def serving(self, client: str) -> Iterator[None]:
+    def serving(self, client: str) -> Iterator[Callable[[], None]]:
+        """Count a request while it is served; call what this yields when its audio goes
+        out (the first call counts)."""
         self.by_client[client] += 1
+        self.silent += 1
+        silent = True
+
+        def sounded() -> None:
+            nonlocal silent
+            if silent:
+                silent = False
+                self.silent -= 1
+
         try:
-            yield
+            yield sounded
         finally:
+            sounded()
             self.by_client[client] -= 1
             if not self.by_client[client]:
                 del self.by_client[client]

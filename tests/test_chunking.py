@@ -6,6 +6,7 @@ from python_backends.chunking import (
     GROW_AHEAD_S,
     GROWTH,
     bucket_frames,
+    burst_first_frames,
     chunk_sizes,
     first_chunk_frames,
     flow_pieces,
@@ -89,6 +90,12 @@ def test_the_first_chunk_grows_under_load_unless_the_client_chose_it():
     assert first_chunk_frames(8, asked=False, loaded=False) == 8
     assert first_chunk_frames(8, asked=False, loaded=True) == 64
     assert first_chunk_frames(8, asked=True, loaded=True) == 8
+
+
+def test_a_first_chunk_is_a_whole_chunk_once_the_streams_starting_with_it_fill_the_slots():
+    assert burst_first_frames(others_starting=2, slots=2, largest=128) == 128
+    assert burst_first_frames(others_starting=1, slots=2, largest=128) == 0
+    assert burst_first_frames(others_starting=0, slots=1, largest=128) == 0  # alone
 
 
 def test_a_stream_is_sized_for_load_with_a_head_only_while_unloaded():

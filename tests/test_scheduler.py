@@ -112,6 +112,19 @@ def test_a_client_is_loaded_past_its_fair_share_of_the_slots():
     assert streams.by_client == {}
 
 
+def test_streams_count_those_starting_until_their_first_audio_or_their_end():
+    streams = Streams()
+    with streams.serving("a") as a_sounded, streams.serving("b"):
+        assert streams.silent == 2
+        a_sounded()
+        a_sounded()  # later audio: counted once
+        assert streams.silent == 1
+        with streams.serving("c"):
+            assert streams.silent == 2
+        assert streams.silent == 1  # c ended silent
+    assert streams.silent == 0 and streams.by_client == {}
+
+
 @pytest.mark.parametrize("slots", [1, 2, 3])
 def test_no_more_than_slots_calls_run_at_once(slots):
     async def main():

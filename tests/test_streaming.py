@@ -114,6 +114,24 @@ def test_the_first_chunk_is_vocoded_from_the_head_before_the_rest_arrives():
     assert stages.log.index(("vocode", 4 + 2)) < stages.log.index(("acoustic done", 0))
 
 
+@pytest.mark.parametrize("grow", [True, False])
+def test_the_first_chunk_holds_the_floor_asked_when_it_is_issued_unless_the_chunking_was_the_clients(grow):
+    asked = []
+
+    def first_floor():
+        asked.append(len(asked))
+        return 10
+
+    async def main():
+        return [chunk.pcm.size // 256 async for chunk in speak(
+            [Sentence(0, 2, "s0")], ScriptedStages([60]), scheduler=DeadlineScheduler(4), chunking=CHUNKING, head=0,
+            clock=PlaybackClock(22050), grow=grow, first_floor=first_floor)]
+
+    frames = asyncio.run(main())
+    assert sum(frames) == 60
+    assert (frames[0], asked) == ((10, [0]) if grow else (CHUNKING.initial_frames, []))  # asked once, for the first
+
+
 def test_cancelling_stops_issuing_acoustic_and_vocoder_work():
     stages = ScriptedStages([40] * 20)
     chunks, error = run(stages, 20, cancel_after=1)

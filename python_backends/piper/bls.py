@@ -17,7 +17,7 @@ from contract import models as c
 from contract.voices import configured_voices
 from python_backends.bls import Bls, string_tensor, tensors
 from python_backends.capacity import capacity_outputs
-from python_backends.chunking import sized_for_load
+from python_backends.chunking import burst_first_frames, sized_for_load
 from python_backends.delivery import chunk_outputs
 from python_backends.piper.inputs import VoiceParams, read_tts_request
 from python_backends.piper.pipeline import SENTENCE_LOOKAHEAD, LatentPiece, speak
@@ -94,7 +94,7 @@ class TtsModel(DecoupledModel):
         rate = tts.voice.sample_rate
         self.active.increment(1)
         try:
-            with self.streams.serving(client):
+            with self.streams.serving(client) as sounded:
                 loaded = self.streams.over_share(client, self.slots.share())
                 chunking, head = sized_for_load(tts.chunking, tts.chunking_asked, loaded)
                 stages = BlsStages(self.bls, tts.voice.name, tts.params, stream_name(request, client))
@@ -102,9 +102,11 @@ class TtsModel(DecoupledModel):
                     tts.sentences, stages, chunking=chunking, head=head,
                     scheduler=self.slots.for_client(client), clock=PlaybackClock(rate),
                     is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets, grow=not tts.chunking_asked,
+                    first_floor=lambda: burst_first_frames(self.streams.silent - 1, self.slots.slots, chunking.frames),
                 )
                 async with aclosing(chunks):
                     async for chunk in chunks:
+                        sounded()
                         self.slots.capacity.made(chunk.pcm.size / rate)
                         yield chunk_outputs(chunk)
             yield capacity_outputs(self.slots.capacity.streams)  # this stream's work measured too

@@ -139,15 +139,18 @@ async def speak(
     is_cancelled: Callable[[], bool] = lambda: False,
     pad_to_buckets: bool = False,
     grow: bool = True,
+    first_floor: Callable[[], int] = lambda: 0,
 ) -> AsyncIterator[AudioChunk]:
     """The audio of `sentences`, chunk by chunk, in order: one acoustic request per
     sentence, up to SENTENCE_LOOKAHEAD sentences ahead (the first sentence's first `head`
     frames sent alone, so vocoding starts before its flow has run to the end), and
     CHUNK_LOOKAHEAD vocoder calls ahead of delivery. Once `is_cancelled()`, no further
-    call is issued; a stage's failure ends the stream with that error."""
+    call is issued; a stage's failure ends the stream with that error. With `grow`, the
+    first chunk holds at least `first_floor()` frames, asked when it is issued (see
+    stream_pcm)."""
     latents = sentence_latents(sentences, stages, scheduler, head, clock, is_cancelled)
     chunks = stream_pcm(latents, stages, scheduler, chunking, clock, is_cancelled, pad_to_buckets=pad_to_buckets,
-                        grow=grow)
+                        grow=grow, first_floor=first_floor)
     async with aclosing(chunks):
         async for chunk in chunks:
             yield chunk
@@ -241,22 +244,30 @@ async def stream_pcm(
     depth: int = CHUNK_LOOKAHEAD,
     pad_to_buckets: bool = False,
     grow: bool = True,
+    first_floor: Callable[[], int] = lambda: 0,
 ) -> AsyncIterator[AudioChunk]:
     """Yield the audio of every sentence, chunk by chunk, in order; the clock starts when
     the first chunk is yielded. Padding windows to buckets lets Triton batch chunks of
     different streams, which pays where batching is cheaper than one call per window
     (a GPU); on a CPU a batch costs as much as its calls, so padding is pure waste.
-    With `grow`, chunks grow while the stream is ahead (chunking.grown_size); without,
-    they keep the sizes `chunking` asks for (a client's own)."""
+    With `grow`, the first chunk holds at least `first_floor()` frames (the audio its
+    listener needs while other streams' first chunks go before its next:
+    chunking.burst_first_frames), and later chunks grow while the stream is ahead
+    (chunking.grown_size); without, they keep the sizes `chunking` asks for (a client's
+    own)."""
 
     async def jobs():
         sizes = chunk_sizes(chunking.initial_frames, chunking.frames)
+        first = True
         async with aclosing(sentences):
             async for sentence in sentences:
                 start, frames = 0, sentence.latent.frames
                 while start < frames:
-                    # Sized when issued: how far ahead the stream is decides how large.
-                    size = grown_size(next(sizes), chunking.frames, clock.ahead_s()) if grow else next(sizes)
+                    # Sized when issued: the streams starting and how far ahead this one is decide how large.
+                    size = next(sizes)
+                    if grow:
+                        size = max(size, first_floor()) if first else grown_size(size, chunking.frames, clock.ahead_s())
+                    first = False
                     chunk = next_chunk(start, frames, size, chunking.left_context, chunking.right_context)
                     deadline = clock.deadline()
                     clock.planned += chunk.frames * SAMPLES_PER_FRAME
