@@ -251,10 +251,17 @@ class PlaybackClock:
     started: float | None = None
     planned: int = 0  # samples whose synthesis is planned so far (a lower bound on what comes)
     now: Callable[[], float] = field(default=time.monotonic, repr=False)
+    _sounded: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def start(self) -> None:
+        """The first chunk is being sent."""
         if self.started is None:
             self.started = self.now() + PLAYER_LEAD_S
+            self._sounded.set()
+
+    async def first_audio(self) -> None:
+        """Return once the first chunk has been sent (`start`)."""
+        await self._sounded.wait()
 
     def ahead_s(self) -> float:
         """The audio planned so far that the listener has not reached yet, in seconds:

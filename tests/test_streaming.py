@@ -203,6 +203,7 @@ def test_a_sentence_is_due_after_the_likely_audio_of_the_text_before_it():
     text = "A first sentence of some length. A second one."
     sentences = split_sentences(text)
     clock, scheduler = PlaybackClock(22050, now=lambda: 10.0), Recording()
+    clock.start()  # the first audio is out: later sentences may be asked for
 
     class Stages(ScriptedStages):
         async def acoustic_pieces(self, text, head):
@@ -212,7 +213,7 @@ def test_a_sentence_is_due_after_the_likely_audio_of_the_text_before_it():
         return [s.index async for s in sentence_latents(sentences, Stages([]), scheduler, 0, clock)]
 
     assert asyncio.run(collect()) == [0, 1]
-    first, second = scheduler.deadlines  # both asked for before any audio was planned
+    first, second = scheduler.deadlines  # both asked for before any audio was planned (clock.planned is 0)
     assert second - first == pytest.approx(sentences[1].start * SECONDS_PER_CHAR, abs=1e-3) and second - first > 1
 
 
@@ -222,10 +223,10 @@ def test_sentences_are_synthesized_in_order_a_bounded_way_ahead():
     taken = []
 
     async def collect():
-        latents = sentence_latents(
-            sentences, stages, DeadlineScheduler(8), 0, PlaybackClock(22050),
-            is_cancelled=lambda: len(taken) >= 3, depth=2,
-        )
+        clock = PlaybackClock(22050)
+        clock.start()
+        latents = sentence_latents(sentences, stages, DeadlineScheduler(8), 0, clock,
+                                   is_cancelled=lambda: len(taken) >= 3, depth=2)
         async for s in latents:
             taken.append(s.index)
             assert len([e for e in stages.log if e[0] == "acoustic"]) <= len(taken) + 2
@@ -233,6 +234,21 @@ def test_sentences_are_synthesized_in_order_a_bounded_way_ahead():
     asyncio.run(collect())
     assert taken == [0, 1, 2, 3, 4][: len(taken)] and len(taken) <= 5
     assert len([e for e in stages.log if e[0] == "acoustic"]) <= 5
+
+
+def test_no_later_sentence_is_asked_for_before_the_first_audio():
+    stages, clock = ScriptedStages([1] * 3), PlaybackClock(22050)
+
+    async def main():
+        latents = sentence_latents([Sentence(0, 2, f"s{i}") for i in range(3)], stages, DeadlineScheduler(8), 0, clock)
+        first = await anext(latents)
+        await asyncio.sleep(0.05)
+        asked_before = [e[1] for e in stages.log if e[0] == "acoustic"]
+        clock.start()
+        rest = [s.index async for s in latents]
+        return first.index, asked_before, rest
+
+    assert asyncio.run(main()) == (0, [0], [1, 2])
 
 
 def read_pieces(pieces, log):
