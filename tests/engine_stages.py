@@ -38,10 +38,11 @@ def strings(*values):
 
 
 async def stream_request(
-    stages, inputs, *, loaded=False, cancel_after=None, pad_to_buckets=False, scheduler=None
+    stages, inputs, *, loaded=False, together=False, cancel_after=None, pad_to_buckets=False, scheduler=None
 ) -> list[AudioChunk]:
     """The chunks of a tts request of `inputs`, synthesized by `stages` as the tts model
-    does, chunked as it chunks a stream while `loaded` (streams outnumber the slots) or not."""
+    does, chunked as it chunks a stream while `loaded` (streams outnumber the slots) or
+    not, and while other streams start `together` with it (a whole first chunk) or not."""
     request = read_tts_request(inputs, c.MAX_TEXT_CHARS)
     chunking, head = sized_for_load(request.chunking, request.chunking_asked, loaded)
     out = []
@@ -49,7 +50,7 @@ async def stream_request(
     async for chunk in speak(
         request.sentences, stages, scheduler=scheduler or DeadlineScheduler(2), chunking=chunking,
         head=head, clock=PlaybackClock(EMBEDDED.sample_rate), pad_to_buckets=pad_to_buckets,
-        grow=not request.chunking_asked,
+        grow=not request.chunking_asked, first_floor=lambda: chunking.frames if together else 0,
         is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after,
     ):
         out.append(chunk)

@@ -1,8 +1,9 @@
 """Every sentence streamed in chunks sounds as the same sentence synthesized whole.
 
 For each Harvard sentence (shared/data/harvard.txt, as the benchmarks use it), spoken
-alone and as the first, the middle and the last of a three-sentence text, at both first
-chunk sizes the server chooses (small while unloaded, large under load), the streamed
+alone and as the first, the middle and the last of a three-sentence text, at every first
+chunk size the server chooses (small while unloaded, larger under load, a whole chunk
+while other streams start together with it), the streamed
 PCM of that sentence is compared with the sentence vocoded whole, without noise so both
 are deterministic. A chunk boundary, a context too short or a flow head cut too close
 shows as a local error in one sentence, which one SNR over a whole text would hide.
@@ -45,11 +46,12 @@ def whole(engines):
     }
 
 
-def streamed(stages, texts, loaded):
+def streamed(stages, texts, loaded, together):
     """Each text's streamed PCM, the texts all sent as one request's sentences."""
 
     async def one():
-        chunks = await stream_request(stages, {c.SENTENCES: strings(*texts), **NOISELESS}, loaded=loaded)
+        chunks = await stream_request(stages, {c.SENTENCES: strings(*texts), **NOISELESS}, loaded=loaded,
+                                      together=together)
         return [np.concatenate([x.pcm for x in chunks if x.sentence_index == i]) for i in range(len(texts))]
 
     return one()
@@ -63,13 +65,14 @@ def requests(sentences):
     return alone + [("text", [sentences[(k + i) % n] for i in range(3)]) for k in range(n)]
 
 
-@pytest.mark.parametrize("loaded", [False, True], ids=["unloaded", "loaded"])
-def test_every_sentence_in_every_position_matches_its_whole_synthesis(engines, whole, loaded):
+@pytest.mark.parametrize(("loaded", "together"), [(False, False), (True, False), (True, True)],
+                         ids=["unloaded", "loaded", "started together"])
+def test_every_sentence_in_every_position_matches_its_whole_synthesis(engines, whole, loaded, together):
     stages = EngineStages(*engines)
     asked = requests(list(whole))
 
     async def all_requests():
-        return await asyncio.gather(*(streamed(stages, texts, loaded) for _, texts in asked))
+        return await asyncio.gather(*(streamed(stages, texts, loaded, together) for _, texts in asked))
 
     results = asyncio.run(all_requests())
     snrs = {}
