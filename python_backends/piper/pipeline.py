@@ -205,9 +205,8 @@ async def sentence_latents(
     """Each sentence's latent frames, in order, one acoustic request per sentence issued
     at most `depth` ahead of the sentence being delivered, so that a cancelled stream
     stops acoustic work too, and none but the first before the stream's first audio: a
-    later sentence's flow would share the cores with the first packet's (at 1 client,
-    TTFP p50 97-101 ms without this wait, 79-88 with it). A sentence is due when the
-    audio before it runs out: the audio planned so far, or, while the sentences before
+    later sentence's flow would share the cores with the first packet's. A sentence is
+    due when the audio before it runs out: the audio planned so far, or, while the sentences before
     it are not planned yet, their text's likely duration (their characters and a space
     between each)."""
 
