@@ -206,30 +206,25 @@ class ClientScheduler:
 
 class Streams:
     """Requests being served now, by client (the load that sizes a stream's first chunk),
-    and how many of them have sent no audio yet (the streams starting)."""
+    each with its playback clock (whether it has sent audio yet)."""
 
     def __init__(self) -> None:
         self.by_client: Counter[str] = Counter()
-        self.silent = 0  # streams whose first audio has not gone out
+        self._clocks: set[PlaybackClock] = set()
+
+    @property
+    def silent(self) -> int:
+        """Streams whose first audio has not gone out: the streams starting."""
+        return sum(clock.started is None for clock in self._clocks)
 
     @contextlib.contextmanager
-    def serving(self, client: str) -> Iterator[Callable[[], None]]:
-        """Count a request while it is served; call what this yields when its audio goes
-        out (the first call counts)."""
+    def serving(self, client: str, clock: PlaybackClock) -> Iterator[None]:
         self.by_client[client] += 1
-        self.silent += 1
-        silent = True
-
-        def sounded() -> None:
-            nonlocal silent
-            if silent:
-                silent = False
-                self.silent -= 1
-
+        self._clocks.add(clock)
         try:
-            yield sounded
+            yield
         finally:
-            sounded()
+            self._clocks.discard(clock)
             self.by_client[client] -= 1
             if not self.by_client[client]:
                 del self.by_client[client]
@@ -241,7 +236,7 @@ class Streams:
         return self.by_client[client] > share
 
 
-@dataclass
+@dataclass(eq=False)
 class PlaybackClock:
     """When a stream's listener will need each of its samples.
 

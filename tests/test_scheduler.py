@@ -101,26 +101,27 @@ def test_a_client_is_loaded_past_its_fair_share_of_the_slots():
         run(scheduler.for_client(client).run(0.0, lambda: asyncio.sleep(0)))
         return scheduler.share()
 
-    with streams.serving("greedy"), streams.serving("greedy"), streams.serving("greedy"):
+    greedy = [streams.serving("greedy", PlaybackClock(22050)) for _ in range(3)]
+    with greedy[0], greedy[1], greedy[2]:
         share = called("greedy")
         assert share == 4 and not streams.over_share("greedy", share)  # alone, all 4 slots are its share
-        with streams.serving("normal"):
+        with streams.serving("normal", PlaybackClock(22050)):
             share = called("normal")
             assert share == 2 and streams.over_share("greedy", share)  # 3 streams > 2 slots each for 2 clients
             assert not streams.over_share("normal", share)
-        with streams.serving("greedy"), streams.serving("greedy"):
+        with streams.serving("greedy", PlaybackClock(22050)), streams.serving("greedy", PlaybackClock(22050)):
             assert streams.over_share("greedy", 4)  # 5 > 4
     assert streams.by_client == {}
 
 
 def test_streams_count_those_starting_until_their_first_audio_or_their_end():
-    streams = Streams()
-    with streams.serving("a") as a_sounded, streams.serving("b"):
+    streams, a, b, c = Streams(), PlaybackClock(22050), PlaybackClock(22050), PlaybackClock(22050)
+    with streams.serving("a", a), streams.serving("b", b):
         assert streams.silent == 2
-        a_sounded()
-        a_sounded()  # later audio: counted once
+        a.start()
+        a.start()  # later audio: counted once
         assert streams.silent == 1
-        with streams.serving("c"):
+        with streams.serving("c", c):
             assert streams.silent == 2
         assert streams.silent == 1  # c ended silent
     assert streams.silent == 0 and streams.by_client == {}

@@ -94,19 +94,19 @@ class TtsModel(DecoupledModel):
         rate = tts.voice.sample_rate
         self.active.increment(1)
         try:
-            with self.streams.serving(client) as sounded:
+            clock = PlaybackClock(rate)
+            with self.streams.serving(client, clock):
                 loaded = self.streams.over_share(client, self.slots.share())
                 chunking, head = sized_for_load(tts.chunking, tts.chunking_asked, loaded)
                 stages = BlsStages(self.bls, tts.voice.name, tts.params, stream_name(request, client))
                 chunks = speak(
                     tts.sentences, stages, chunking=chunking, head=head,
-                    scheduler=self.slots.for_client(client), clock=PlaybackClock(rate),
+                    scheduler=self.slots.for_client(client), clock=clock,
                     is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets, grow=not tts.chunking_asked,
                     first_floor=lambda: burst_first_frames(self.streams.silent - 1, self.slots.slots, chunking.frames),
                 )
                 async with aclosing(chunks):
                     async for chunk in chunks:
-                        sounded()
                         self.slots.capacity.made(chunk.pcm.size / rate)
                         yield chunk_outputs(chunk)
             yield capacity_outputs(self.slots.capacity.streams)  # this stream's work measured too

@@ -206,9 +206,9 @@ async def sentence_latents(
     at most `depth` ahead of the sentence being delivered, so that a cancelled stream
     stops acoustic work too, and none but the first before the stream's first audio: a
     later sentence's flow would share the cores with the first packet's. A sentence is
-    due when the audio before it runs out: the audio planned so far, or, while the sentences before
-    it are not planned yet, their text's likely duration (their characters and a space
-    between each)."""
+    due when the audio before it runs out: the audio planned so far, or, while the
+    sentences before it are not planned yet, their text's likely duration (their
+    characters and a space between each)."""
 
     async def jobs():
         chars = 0
