@@ -2,12 +2,14 @@
 
 import asyncio
 import json
+import socket
 import time
+import urllib.parse
 from typing import Any
 
 import websockets
 
-from client.speech import Event, Router
+from client.speech import Event, Router, connection
 from contract import protocol as v1
 
 
@@ -53,3 +55,27 @@ class Recorder:
     def audio(self, context_id: str | None) -> list[v1.AudioFrame]:
         """The context's audio frames received so far."""
         return [e.frame for e in self.frames(context_id)]
+
+
+# A receive buffer this size holds about a second of the most bytes a stream sends
+# (48 kHz PCM) per context: far less than a paragraph.
+HOLDING_RCVBUF = 256 * 1024
+
+
+async def holding_connection(url: str) -> websockets.ClientConnection:
+    """A connection to the gateway at `url` whose receive buffer is fixed small, so that
+    a context its reader stops reading holds its request on Triton: the gateway's sends
+    block once the buffers between them are full. The kernel would otherwise grow the
+    buffer up to net.ipv4.tcp_rmem's maximum (32 MiB on some hosts: minutes of audio),
+    and the streams would end unread. Setting SO_RCVBUF before connecting turns that
+    growth off for this socket."""
+    parts = urllib.parse.urlsplit(url)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, HOLDING_RCVBUF)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (parts.hostname, parts.port))
+        return await connection(url, sock=sock)
+    except BaseException:
+        sock.close()
+        raise

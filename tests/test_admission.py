@@ -15,7 +15,7 @@ from client.speech import SpeechClient, SpeechError, connection
 from contract import protocol as v1
 from perf.servers import gateway_metric, start_gateway, stop
 from perf.workloads import workload
-from tests.recorder import Recorder
+from tests.recorder import Recorder, holding_connection
 from tests.test_discovery import open_context, wait_for
 
 pytestmark = pytest.mark.triton
@@ -137,7 +137,7 @@ async def warmed(port: int) -> Recorder:
     """A connection whose gateway has heard the Triton's capacity (a stream's last
     response), set to send the most bytes, so that a context it stops reading holds its
     request on Triton."""
-    client = Recorder(await connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"))
+    client = Recorder(await holding_connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"))
     await client.until("ready")
     await client.send(type="config", format="pcm_s16le", sample_rate=48000)
     await client.until("ready")

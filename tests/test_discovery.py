@@ -13,7 +13,6 @@ import urllib.request
 import pytest
 from dnslib import CNAME, QTYPE, RCODE, RR, A, DNSHeader, DNSQuestion, DNSRecord
 
-from client.speech import connection
 from contract import protocol as v1
 from gateway import discovery
 from gateway.backends import Backends, NoBackend, choose
@@ -22,7 +21,7 @@ from operations.launcher import TritonServer
 from perf.servers import free_ports, start_gateway, stop
 from perf.workloads import workload
 from tests.dns_server import dns_server
-from tests.recorder import Recorder
+from tests.recorder import Recorder, holding_connection
 from tests.triton_servers import running
 
 NAME = "triton.speech.svc.cluster.local"
@@ -254,7 +253,7 @@ async def hold(port: int, contexts: list[str]) -> tuple:
     """A connection that starts two paragraphs in each context, reads until each has audio,
     then reads no more: the gateway stops reading Triton for it, so each context's
     request stays in flight where it went until the caller reads on (`finish`)."""
-    ws = await connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}")
+    ws = await holding_connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}")
     client = Recorder(ws)
     await client.until("ready")
     await client.send(type="config", format="pcm_s16le", sample_rate=48000)  # the most bytes: held soonest
@@ -364,7 +363,7 @@ def test_a_pod_that_has_not_measured_is_left_out_of_the_capacity_admitted(pods, 
         wait_for(lambda: readiness(gateway.port) == {first: "ready", second: "ready"}, "both pods ready")
 
         async def run():
-            ws = await connection(f"ws://127.0.0.1:{gateway.port}{v1.PROTOCOL_PATH}")
+            ws = await holding_connection(f"ws://127.0.0.1:{gateway.port}{v1.PROTOCOL_PATH}")
             client = Recorder(ws)
             try:
                 await client.until("ready")

@@ -32,7 +32,7 @@ from operations.launcher import TritonServer
 from perf.servers import free_ports, start_gateway, stop, wait_for_http
 from perf.workloads import harvard_sentences, workload
 from tests.dns_server import dns_server
-from tests.recorder import Recorder
+from tests.recorder import Recorder, holding_connection
 from tests.test_discovery import finish, hold, open_context, outstanding, per_server, readiness, wait_for, whole
 from tests.test_kubernetes import MANIFESTS, kustomize, one
 from tests.triton_servers import running
@@ -47,6 +47,7 @@ NAME = "triton.speechstream.svc.cluster.local"
 PODS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 STREAMS = 10  # about what the gateways admit together over two servers (--admission-load is set by it)
 DRAIN_S = 3
+SLOW = 3.0  # length_scale: speech three times slower than the voice's own pace
 
 
 @pytest.fixture(scope="module")
@@ -284,9 +285,12 @@ def test_admission_across_both_gateways_stays_within_the_fleets_capacity_and_pro
     async def run():
         clients = {}
         for name, gateway in (("a", fleet.a), ("b", fleet.b)):
-            clients[name] = Recorder(await connection(f"ws://127.0.0.1:{gateway.port}{v1.PROTOCOL_PATH}"))
+            clients[name] = Recorder(await holding_connection(f"ws://127.0.0.1:{gateway.port}{v1.PROTOCOL_PATH}"))
             await clients[name].until("ready")
-            await clients[name].send(type="config", format="pcm_s16le", sample_rate=48000)  # held soonest
+            # The most bytes, held soonest; and slow speech, so that every request is still
+            # being synthesized when the test ends: Triton synthesizes a request to its end
+            # whatever its client reads, and the fleet counts the streams it synthesizes.
+            await clients[name].send(type="config", format="pcm_s16le", sample_rate=48000, length_scale=SLOW)
             await clients[name].until("ready")
         try:
             outcomes = []  # (gateway, outcome), alternately
@@ -308,6 +312,8 @@ def test_admission_across_both_gateways_stays_within_the_fleets_capacity_and_pro
             streams = scalar(fleet.prometheus, f'namespace:speechstream_triton_streams:sum{{namespace="{fleet.namespace}"}}')
             utilisation = scalar(fleet.prometheus,
                                  f'namespace:speechstream_triton_utilisation:ratio{{namespace="{fleet.namespace}"}}')
+            # No request ended meanwhile: admission went by the capacity read at the start.
+            assert fleet_capacity(fleet) == capacity
             return outcomes, held, demand, streams, utilisation, targets
         finally:
             for client in clients.values():
