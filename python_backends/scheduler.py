@@ -7,9 +7,12 @@ first chunk, or of one about to stall. So calls wait here instead, for a free sl
 the time its stream's listener will need the audio. Triton 2.51's BLS cannot give a
 request a priority, so the order is kept here rather than in Triton's queue.
 
-Calls are not preempted, so a call far from its deadline (a sentence synthesized ahead)
-that took the last free slot would hold it while a new stream's first chunk waits. So
-such calls leave a slot free; a call due within URGENT_S may take any.
+A free slot is never left idle while a call waits, even one far from its deadline (a
+sentence synthesized ahead): calls are not preempted, so such a call may hold a slot
+while a new stream's first chunk waits for it, but a slot kept free for urgent calls
+left a core of two idle whenever every stream was ahead, and the calls put off piled up
+near their deadlines (at 16 clients back to back, 17.5-17.8 audio-s/s against 19.5-21.1
+without it, and more stalls: docs/design.md).
 
 Deadlines alone are unfair above capacity: streams that fell behind have the earliest
 deadlines, so one client with many streams would starve a newcomer. So a free slot goes
@@ -47,8 +50,6 @@ from python_backends.capacity import CapacityMeter
 
 T = TypeVar("T")
 
-# A call due within this long is urgent: it may take the slots others leave free.
-URGENT_S = 1.0
 # A client that called within this long still has its share of the slots kept for it.
 RECENT_S = 5.0
 
@@ -83,16 +84,14 @@ class _Waiter:
 
 class DeadlineScheduler:
     """Runs calls on `slots` slots: a free slot goes to the client with the fewest calls
-    running, then to its earliest deadline; ties go in arrival order. Calls not yet
-    urgent leave one slot free, where there are several; a client holds no more than its
-    share while others have been active lately."""
+    running, then to its earliest deadline; ties go in arrival order. A client holds no
+    more than its share while others have been active lately."""
 
     def __init__(self, slots: int, now: Callable[[], float] = time.monotonic) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, not {slots}")
         self.slots = slots
         self.capacity = CapacityMeter(slots, now=now)
-        self.reserve = min(1, slots - 1)
         self.busy = 0
         self.running: Counter[str] = Counter()  # calls running, by client
         self._last_call: dict[str, float] = {}  # when each client last asked for a slot
@@ -122,7 +121,7 @@ class DeadlineScheduler:
         another: so a stream's first packet keeps the overlap an idle machine gives it,
         even when its client's share is a single slot. At most one such call runs per
         slot held, so the cores are oversubscribed by no more than the slots."""
-        if borrow and (self._waiting or not self._may_start(deadline, client, self.share())):
+        if borrow and (self._waiting or not self._may_start(client, self.share())):
             return await work()
         await self._acquire(deadline, client)
         started = self._now()
@@ -146,15 +145,14 @@ class DeadlineScheduler:
         active = self._last_call.keys() | self.running.keys() | {w.client for w in self._waiting}
         return max(1, self.slots // max(1, len(active)))
 
-    def _may_start(self, deadline: float, client: str, share: int) -> bool:
-        urgent = deadline - self._now() <= URGENT_S
-        return self.busy < (self.slots if urgent else self.slots - self.reserve) and self.running[client] < share
+    def _may_start(self, client: str, share: int) -> bool:
+        return self.busy < self.slots and self.running[client] < share
 
     async def _acquire(self, deadline: float, client: str) -> None:
         if client:
             self._last_call[client] = self._now()
-        self._hand_over()  # waiters that became urgent meanwhile go first
-        if not self._waiting and self._may_start(deadline, client, self.share()):
+        self._hand_over()  # waiters whose client's share came free meanwhile go first
+        if not self._waiting and self._may_start(client, self.share()):
             self._start(client)
             return
         waiter = _Waiter(deadline, next(self._arrivals), client, asyncio.get_running_loop().create_future())
@@ -184,7 +182,7 @@ class DeadlineScheduler:
         self._waiting = [w for w in self._waiting if not w.turn.done()]  # drop the cancelled
         while self.busy < self.slots:
             share = self.share()
-            ready = [w for w in self._waiting if self._may_start(w.deadline, w.client, share)]
+            ready = [w for w in self._waiting if self._may_start(w.client, share)]
             if not ready:
                 return
             first = min(ready, key=lambda w: (self.running[w.client], w.deadline, w.arrival))

@@ -43,6 +43,14 @@ class Recorder:
                 if event.kind == kind and (context_id is None or event.context_id == context_id):
                     return event.message
 
+    async def received(self, kind: str, context_id: str, timeout: float = 60) -> dict:
+        """The context's first message of `kind`, read already or read now: for contexts
+        that may end in any order."""
+        for event in self.events:
+            if event.kind == kind and event.context_id == context_id:
+                return event.message
+        return await self.until(kind, context_id, timeout)
+
     def messages(self, kind: str | None = None) -> list[dict]:
         """The messages received so far (of `kind`, when given)."""
         return [e.message for e in self.events if e.message is not None and (kind is None or e.kind == kind)]

@@ -13,7 +13,6 @@ from python_backends.scheduler import (
     MIN_CALLS,
     PLAYER_LEAD_S,
     RECENT_S,
-    URGENT_S,
     CallTimes,
     DeadlineScheduler,
     Failover,
@@ -254,14 +253,14 @@ async def settle():
         await asyncio.sleep(0)
 
 
-def test_calls_not_yet_urgent_leave_a_slot_for_those_that_are():
-    """Two slots; sentences synthesized ahead (due in 5 s) take one, so a new stream's
-    first chunk starts at once; once the clock brings them near, they take both."""
-    clock = [100.0]
+def test_no_slot_is_left_free_while_calls_wait_whatever_their_deadlines():
+    """Two slots: sentences synthesized ahead (due in 5 s) take both at once; a new
+    stream's first chunk, due now, then waits for the first slot that frees, ahead of a
+    call due later that came before it."""
 
     async def main():
-        scheduler = DeadlineScheduler(2, now=lambda: clock[0])
-        release = {name: asyncio.Event() for name in ("ahead1", "ahead2", "urgent", "later")}
+        scheduler = DeadlineScheduler(2, now=lambda: 100.0)
+        release = {name: asyncio.Event() for name in ("ahead1", "ahead2", "later", "first chunk")}
         started = []
 
         async def call(name, deadline):
@@ -270,34 +269,23 @@ def test_calls_not_yet_urgent_leave_a_slot_for_those_that_are():
                 await release[name].wait()
             await scheduler.run(deadline, work)
 
-        ahead1 = asyncio.ensure_future(call("ahead1", 105.0))
-        ahead2 = asyncio.ensure_future(call("ahead2", 105.0))
+        calls = [asyncio.ensure_future(call("ahead1", 105.0)), asyncio.ensure_future(call("ahead2", 105.0))]
         await settle()
-        assert started == ["ahead1"] and scheduler.busy == 1  # one slot kept free
-        urgent = asyncio.ensure_future(call("urgent", 100.0 + URGENT_S / 2))
+        assert started == ["ahead1", "ahead2"] and scheduler.busy == 2
+        calls.append(asyncio.ensure_future(call("later", 106.0)))
         await settle()
-        assert started == ["ahead1", "urgent"]  # at once, on the slot kept free
+        calls.append(asyncio.ensure_future(call("first chunk", 100.05)))
+        await settle()
+        assert scheduler.waiting == 2
         release["ahead1"].set()
-        await ahead1
-        assert started == ["ahead1", "urgent"]  # ahead2 still leaves the slot free
-        clock[0] = 105.0 - URGENT_S / 2  # ahead2 is urgent now: the next arrival hands it the slot
-        later = asyncio.ensure_future(call("later", 200.0))
         await settle()
-        assert started == ["ahead1", "urgent", "ahead2"] and scheduler.busy == 2
+        assert started[2:] == ["first chunk"]
         for event in release.values():
             event.set()
-        await asyncio.gather(urgent, ahead2, later)
+        await asyncio.gather(*calls)
         return started[-1], scheduler.busy
 
     assert run(main()) == ("later", 0)
-
-
-def test_one_slot_is_never_reserved():
-    async def main():
-        scheduler = DeadlineScheduler(1)
-        return await scheduler.run(float("inf"), lambda: asyncio.sleep(0, result="ran"))
-
-    assert run(main()) == "ran"
 
 
 class Calls:
