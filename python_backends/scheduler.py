@@ -203,29 +203,29 @@ class ClientScheduler:
 
 
 class Streams:
-    """Requests being served now, by client (the load that sizes a stream's first chunk),
-    each with its playback clock (whether it has sent audio yet)."""
+    """Requests being served now, each with its client (the load that sizes a stream's
+    first chunk) and its playback clock (whether it has sent audio yet)."""
 
     def __init__(self) -> None:
-        self.by_client: Counter[str] = Counter()
-        self._clocks: set[PlaybackClock] = set()
+        self._clients: dict[PlaybackClock, str] = {}  # by each stream's clock
+
+    @property
+    def by_client(self) -> Counter[str]:
+        """Streams being served, by client."""
+        return Counter(self._clients.values())
 
     @property
     def silent(self) -> int:
         """Streams whose first audio has not gone out: the streams starting."""
-        return sum(clock.started is None for clock in self._clocks)
+        return sum(clock.started is None for clock in self._clients)
 
     @contextlib.contextmanager
     def serving(self, client: str, clock: PlaybackClock) -> Iterator[None]:
-        self.by_client[client] += 1
-        self._clocks.add(clock)
+        self._clients[clock] = client
         try:
             yield
         finally:
-            self._clocks.discard(clock)
-            self.by_client[client] -= 1
-            if not self.by_client[client]:
-                del self.by_client[client]
+            del self._clients[clock]
 
     def over_share(self, client: str, share: int) -> bool:
         """Whether `client` has more streams than `share`, its share of the slots
