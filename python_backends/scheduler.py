@@ -227,6 +227,12 @@ class Streams:
         finally:
             del self._clients[clock]
 
+    def ahead_of(self, clock: PlaybackClock, lead_s: float) -> bool:
+        """Whether every stream but `clock`'s has sent audio and is at least `lead_s` of
+        audio ahead of its listener: then a newcomer's small calls, which go first, delay
+        no listener's audio."""
+        return all(c is clock or (c.started is not None and c.ahead_s() >= lead_s) for c in self._clients)
+
     def over_share(self, client: str, share: int) -> bool:
         """Whether `client` has more streams than `share`, its share of the slots
         (DeadlineScheduler.share): then its first chunks wait for a slot anyway, and are

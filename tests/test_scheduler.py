@@ -126,6 +126,21 @@ def test_streams_count_those_starting_until_their_first_audio_or_their_end():
     assert streams.silent == 0 and streams.by_client == {}
 
 
+def test_streams_are_ahead_of_a_newcomer_while_every_other_has_sounded_and_has_audio_in_hand():
+    now = [0.0]
+    streams, newcomer, other = Streams(), PlaybackClock(100, now=lambda: now[0]), PlaybackClock(100, now=lambda: now[0])
+    with streams.serving("a", newcomer):
+        assert streams.ahead_of(newcomer, 1.0)  # alone
+        with streams.serving("b", other):
+            assert not streams.ahead_of(newcomer, 1.0)  # the other is starting too
+            other.start()
+            other.planned = 150  # 1.5 s planned, from PLAYER_LEAD_S on
+            assert streams.ahead_of(newcomer, 1.0) and not streams.ahead_of(newcomer, 1.6)
+            now[0] = 0.6  # its listener has played 0.55 s of it
+            assert not streams.ahead_of(newcomer, 1.0) and streams.ahead_of(newcomer, 0.9)
+            assert not streams.ahead_of(other, 0.0)  # the newcomer, seen from the other, is starting
+
+
 @pytest.mark.parametrize("slots", [1, 2, 3])
 def test_no_more_than_slots_calls_run_at_once(slots):
     async def main():

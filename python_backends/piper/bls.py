@@ -17,7 +17,7 @@ from contract import models as c
 from contract.voices import configured_voices
 from python_backends.bls import Bls, string_tensor, tensors
 from python_backends.capacity import capacity_outputs
-from python_backends.chunking import burst_first_frames, sized_for_load
+from python_backends.chunking import GROW_AHEAD_S, burst_first_frames, sized_for_load
 from python_backends.delivery import chunk_outputs
 from python_backends.piper.inputs import VoiceParams, read_tts_request
 from python_backends.piper.pipeline import SENTENCE_LOOKAHEAD, LatentPiece, speak
@@ -96,7 +96,9 @@ class TtsModel(DecoupledModel):
         try:
             clock = PlaybackClock(rate)
             with self.streams.serving(client, clock):
-                loaded = self.streams.over_share(client, self.slots.share())
+                # Past its share, a client's first chunk waits for a slot, unless every other stream can wait instead.
+                loaded = self.streams.over_share(client, self.slots.share()) and not self.streams.ahead_of(
+                    clock, GROW_AHEAD_S)
                 chunking, head = sized_for_load(tts.chunking, tts.chunking_asked, loaded)
                 stages = BlsStages(self.bls, tts.voice.name, tts.params, stream_name(request, client))
                 chunks = speak(
