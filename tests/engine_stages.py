@@ -41,7 +41,7 @@ async def stream_request(
     stages, inputs, *, loaded=False, together=False, cancel_after=None, pad_to_buckets=False, scheduler=None
 ) -> list[AudioChunk]:
     """The chunks of a tts request of `inputs`, synthesized by `stages` as the tts model
-    does, chunked as it chunks a stream while `loaded` (streams outnumber the slots) or
+    does, chunked as it chunks a stream while `loaded` (its calls would queue) or
     not, and while other streams start `together` with it (a whole first chunk) or not."""
     request = read_tts_request(inputs, c.MAX_TEXT_CHARS)
     chunking, head = sized_for_load(request.chunking, request.chunking_asked, loaded)
