@@ -19,53 +19,45 @@ CAPACITY_WINDOW_S = 30.0
 
 
 class CapacityMeter:
-    """How many real-time streams `slots` workers sustain: `slots` times the audio made
-    per second a worker was busy, over about the last CAPACITY_WINDOW_S of work (older
-    work decays exponentially). It follows what the cores really give, other processes
-    and contention included.
+    """How many real-time streams `workers` sustain: `workers` times the audio made per
+    second of a worker's time, over about the last CAPACITY_WINDOW_S of work (older work
+    decays exponentially). It follows what the cores really give, other processes and
+    contention included.
 
-    Work is counted as calls that held a slot (`worked`, Piper's stages: one call per
-    core at a time), or as the time any stream was open (`busy`, a batched engine such
-    as the Talker's: one slot whose speed grows with its batch, so the estimate is what
-    the batch sizes seen so far gave, a floor of what larger batches would)."""
+    Work is told as how many calls or streams run (`running`); while n run, min(n,
+    `workers`) workers are busy. Piper's stages: a worker per core, and calls in flight
+    (one more may run than there are cores, to cover the others' hops). A batched engine
+    such as the Talker's: one worker, busy while any stream is open, whose speed grows
+    with its batch, so the estimate is what the batch sizes seen so far gave, a floor of
+    what larger batches would."""
 
-    def __init__(self, slots: int, now: Callable[[], float] = time.monotonic) -> None:
-        self.slots, self._now = slots, now
+    def __init__(self, workers: int, now: Callable[[], float] = time.monotonic) -> None:
+        self.workers, self._now = workers, now
         self._busy_s = self._audio_s = 0.0
         self._at = now()
-        self._open = 0  # streams open now, while counted by `busy`
+        self._running = 0
 
-    def worked(self, seconds: float) -> None:
-        """A call held a slot this long."""
+    def running(self, count: int) -> None:
+        """`count` calls or streams run from now on."""
         self._decay()
-        self._busy_s += seconds
+        self._running = count
 
     def made(self, audio_s: float) -> None:
         """This much audio was delivered."""
         self._decay()
         self._audio_s += audio_s
 
-    def opened(self) -> None:
-        """A stream started: the time until the last one ends counts as busy."""
-        self._decay()
-        self._open += 1
-
-    def closed(self) -> None:
-        self._decay()
-        self._open -= 1
-
     @property
     def streams(self) -> float:
         """Real-time streams sustained; 0 until some work was measured."""
         self._decay()
-        return self.slots * self._audio_s / self._busy_s if self._busy_s > 0 else 0.0
+        return self.workers * self._audio_s / self._busy_s if self._busy_s > 0 else 0.0
 
     def _decay(self) -> None:
         now = self._now()
         factor = math.exp(-(now - self._at) / CAPACITY_WINDOW_S)
         self._busy_s, self._audio_s = self._busy_s * factor, self._audio_s * factor
-        if self._open:  # the time since the last call was busy, and is recent
-            self._busy_s += now - self._at
+        self._busy_s += min(self._running, self.workers) * (now - self._at)  # recent: not decayed
         self._at = now
 
 

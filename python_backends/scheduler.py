@@ -3,7 +3,7 @@
 A stage has a fixed number of instances. If every stream sent its calls as soon as it
 could, a stream seconds ahead of its listener would queue in front of a new stream's
 first chunk, or of one about to stall. So calls wait here instead, for a free slot
-(one per instance), and the free slot goes to the call with the earliest deadline:
+(about one per instance), and the free slot goes to the call with the earliest deadline:
 the time its stream's listener will need the audio. Triton 2.51's BLS cannot give a
 request a priority, so the order is kept here rather than in Triton's queue.
 
@@ -87,11 +87,13 @@ class DeadlineScheduler:
     running, then to its earliest deadline; ties go in arrival order. A client holds no
     more than its share while others have been active lately."""
 
-    def __init__(self, slots: int, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, slots: int, cores: int | None = None, now: Callable[[], float] = time.monotonic) -> None:
+        """`cores`: what the calls share (default `slots`); the capacity is measured on
+        no more of them than there are slots."""
         if slots < 1:
             raise ValueError(f"slots must be at least 1, not {slots}")
         self.slots = slots
-        self.capacity = CapacityMeter(slots, now=now)
+        self.capacity = CapacityMeter(min(slots, cores or slots), now=now)
         self.busy = 0
         self.running: Counter[str] = Counter()  # calls running, by client
         self._last_call: dict[str, float] = {}  # when each client last asked for a slot
@@ -124,18 +126,12 @@ class DeadlineScheduler:
         if borrow and (self._waiting or not self._may_start(client, self.share())):
             return await work()
         await self._acquire(deadline, client)
-        started = self._now()
         try:
             task = asyncio.ensure_future(work())
         except BaseException:
             self._release(client)
             raise
-
-        def done(_: asyncio.Future) -> None:
-            self.capacity.worked(self._now() - started)
-            self._release(client)
-
-        task.add_done_callback(done)
+        task.add_done_callback(lambda _: self._release(client))
         return await asyncio.shield(task)
 
     def share(self) -> int:
@@ -168,9 +164,11 @@ class DeadlineScheduler:
     def _start(self, client: str) -> None:
         self.busy += 1
         self.running[client] += 1
+        self.capacity.running(self.busy)
 
     def _release(self, client: str) -> None:
         self.busy -= 1
+        self.capacity.running(self.busy)
         self.running[client] -= 1
         if not self.running[client]:
             del self.running[client]

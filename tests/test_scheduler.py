@@ -93,6 +93,24 @@ def test_the_scheduler_counts_the_time_its_calls_hold_a_slot():
     assert 0 < run(main()) <= 1.0 / 0.05
 
 
+def test_capacity_counts_the_cores_a_call_had_not_the_slots_there_are():
+    """With a slot more than the cores, one call alone had one core: the capacity is the
+    cores' worth of its speed, not the slots'."""
+    now = [0.0]
+    scheduler = DeadlineScheduler(3, cores=2, now=lambda: now[0])
+
+    async def one_call():
+        def work():
+            now[0] += 1.0
+            return asyncio.sleep(0)
+
+        await scheduler.run(0.0, work, "a")
+
+    run(one_call())
+    scheduler.capacity.made(3.0)  # 3 s of audio in one core-second
+    assert scheduler.capacity.workers == 2 and scheduler.capacity.streams == pytest.approx(6.0, rel=0.01)
+
+
 def test_a_client_is_loaded_past_its_fair_share_of_the_slots():
     scheduler, streams = DeadlineScheduler(4), Streams()
 

@@ -67,7 +67,8 @@ class TtsArModel(DecoupledModel):
         p = parameters(args)
         self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
         self.bls = Bls(waiters=int(p.get("max_streams", "256")))  # a Talker stream each
-        self.capacity = CapacityMeter(slots=1)  # one batched engine, busy while any stream is open
+        self.capacity = CapacityMeter(workers=1)  # one batched engine, busy while any stream is open
+        self.open = 0  # streams open
         counters = [counter(name, about) for name, about in (
             (c.TTS_AR_FIRST_CHUNKS_METRIC, "tts_ar requests that got a first chunk"),
             (c.TTS_AR_FIRST_FRAMES_METRIC, "seconds from tts_ar requests to their first chunk's frames (the Talker)"),
@@ -86,14 +87,16 @@ class TtsArModel(DecoupledModel):
         stages = BlsStages(self.bls, tts.voice, tts.params, f"{request.request_id() or id(request)}")
         chunks = speak(tts.sentences, stages, tts.chunking,
                        orpheus.SAMPLES_PER_FRAME, request.is_cancelled, self._first_chunk)
-        self.capacity.opened()
+        self.open += 1
+        self.capacity.running(self.open)
         try:
             async with aclosing(chunks):
                 async for chunk in chunks:
                     self.capacity.made(chunk.pcm.size / c.AR_SAMPLE_RATE)
                     yield chunk_outputs(chunk)
         finally:
-            self.capacity.closed()
+            self.open -= 1
+            self.capacity.running(self.open)
         yield capacity_outputs(self.capacity.streams)  # this stream's work measured too
 
     def finalize(self) -> None:

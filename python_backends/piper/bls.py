@@ -80,9 +80,10 @@ class TtsModel(DecoupledModel):
         self.bls = Bls(waiters=int(p.get("max_streams", "256")) * SENTENCE_LOOKAHEAD)
         # Calls in flight to both stages together, handed to the client with the fewest
         # running, then to the stream whose listener needs audio soonest: on a CPU the
-        # stages share the cores, so no more calls run than there are cores and none of
-        # them is a stream's work far ahead of its need.
-        self.slots = DeadlineScheduler(int(p.get("slots", "0")) or os.cpu_count() or 1)
+        # stages share the cores, so no more calls run than there are cores (by default:
+        # see docs/configuration.md) and none of them is a stream's work far ahead of its need.
+        cores = os.cpu_count() or 1
+        self.slots = DeadlineScheduler(int(p.get("slots", "0")) or cores, cores)
         self.pad_to_buckets = p.get("pad_to_buckets", "false") == "true"
         self.voices = configured_voices()
         self.metric_family, self.active = gauge(c.TTS_ACTIVE_METRIC, "tts requests being synthesized now")
