@@ -3,7 +3,7 @@
 A stage has a fixed number of instances. If every stream sent its calls as soon as it
 could, a stream seconds ahead of its listener would queue in front of a new stream's
 first chunk, or of one about to stall. So calls wait here instead, for a free slot
-(about one per instance), and the free slot goes to the call with the earliest deadline:
+(one per instance), and the free slot goes to the call with the earliest deadline:
 the time its stream's listener will need the audio. Triton 2.51's BLS cannot give a
 request a priority, so the order is kept here rather than in Triton's queue.
 
