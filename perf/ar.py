@@ -2,7 +2,8 @@
 and frames per second, per stream and in aggregate, at 1/4/8 streams, against the
 in-process limit of the same two models (perf/ar_limit.py).
 
-    python -m perf.ar --out DIR [--ar-model DIR] [--levels 1 4 8] [--rounds 5] [--frames 48] [--guidance-scale 2] [--gpu]
+    python -m perf.ar --out DIR [--ar-model DIR] [--levels 1 4 8] [--rounds 5] [--frames 48] [--guidance-scale 2]
+                      [--load N] [--gpu]
 
 Without --ar-model it builds and serves the tests' tiny Orpheus-format model (random
 weights: the figures are the machinery's, not a real model's). At each level, N streams
@@ -23,7 +24,10 @@ lost lock-step.
 Every level is run `--rounds` times (figures: the mean over rounds), and each stream's
 first audio is checked against its whole time, request to end: a first chunk after
 LATE_FIRST of it means the audio came in a burst at the end, which a listener hears as
-a long silence (docs/known-limits.md).
+a long silence. The client's own longest stall is reported beside it (perf/host_load.py):
+a client that could not run reads late what the server sent in time. `--load N` runs N
+CPU-bound processes in a session of their own beside the server, as other services on
+the host would (docs/known-limits.md).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import statistics
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +47,7 @@ from contract import models as c
 from operations.launcher import AR_VENV, PROJECT_ROOT, TritonServer, add_gpu_argument
 from operations.triton_client import stream
 
+from perf.host_load import ClientStalls, other_load
 from perf.report import pyplot
 from perf.servers import free_ports, triton_metrics
 
@@ -84,7 +90,8 @@ def measure_level(url: str, metrics_port: int, streams: int, frames: int, guidan
     talked = _at_once(streams, talker)
     before = triton_metrics(metrics_port)
     start = time.perf_counter()
-    spoken = _at_once(streams, tts_ar)
+    with ClientStalls() as stalls:
+        spoken = _at_once(streams, tts_ar)
     wall = time.perf_counter() - start
     after = triton_metrics(metrics_port)
     delta = {name: _sample(after, name) - _sample(before, name) for name in COUNTERS}
@@ -104,15 +111,17 @@ def measure_level(url: str, metrics_port: int, streams: int, frames: int, guidan
         "guidance_lost": int(delta[c.TALKER_GUIDANCE_LOST_METRIC]),
         "first_of_time_max": max(t[0][0] / t[1] for t in spoken),
         "late_first": sum(t[0][0] > LATE_FIRST * t[1] for t in spoken),
+        "client_stall_s": stalls.longest_s,
         "rounds": 1,
     }
 
 
 def merge_rounds(rounds: list[dict]) -> dict:
-    """One level's rounds as one row: the mean of each figure, the latest first audio,
-    and the counts summed."""
+    """One level's rounds as one row: the mean of each figure, the latest first audio and
+    the client's longest stall, and the counts summed."""
     row = {key: statistics.mean(r[key] for r in rounds) for key in rounds[0]}
-    row["first_of_time_max"] = max(r["first_of_time_max"] for r in rounds)
+    for key in ("first_of_time_max", "client_stall_s"):
+        row[key] = max(r[key] for r in rounds)
     for key in ("guidance_lost", "late_first", "rounds"):
         row[key] = sum(r[key] for r in rounds)
     row["streams"] = rounds[0]["streams"]
@@ -155,12 +164,13 @@ def table(results: dict) -> str:
             f"| {r['tokens_per_s_stream']:.0f} | {r['tokens_per_s']:.0f} | {limit:.0f} | {r['tokens_per_s'] / limit:.2f} "
             f"| {r['frames_per_s']:.1f} |"
         )
-    code2wav = results["limit"]["code2wav"]
+    code2wav, fewest = results["limit"]["code2wav"], min(limits)
     rows.append("")
-    rows.append(f"In-process limit: Talker first frame {limits[min(limits)]['first_frame_ms']:.0f} ms at 1 stream; "
+    rows.append(f"In-process limit: Talker first frame {limits[fewest]['first_frame_ms']:.0f} ms at {fewest} "
+                f"stream{'s' if fewest > 1 else ''}; "
                 f"Code2Wav {code2wav['frames_per_s']:.0f} frames/s whole, a 3-frame window in "
-                f"{code2wav['first_window_ms']:.0f} ms. Aggregate tokens/s at 8 streams against 1: "
-                f"{results['batching_gain']:.1f}×.")
+                f"{code2wav['first_window_ms']:.0f} ms. Aggregate tokens/s at {max(limits)} streams against "
+                f"{fewest}: {results['batching_gain']:.1f}×.")
     return "\n".join(rows)
 
 
@@ -170,10 +180,14 @@ def late_first_line(results: dict) -> str:
     streams = sum(r["streams"] * r["rounds"] for r in rows)
     late = sum(r["late_first"] for r in rows)
     latest = max((r["first_of_time_max"] for r in rows), default=0.0)
+    stall = max((r["client_stall_s"] for r in rows), default=0.0)
+    load = results.get("load", 0)
+    beside = f", with {load} CPU-bound processes of another session beside the server" if load else ""
     return (f"First audio after {LATE_FIRST:.0%} of a stream's time (request → end), at "
             f"{'/'.join(str(r['streams']) for r in results['levels'] if r['streams'] > 1)} streams over "
-            f"{sum(r['rounds'] for r in rows)} levels, unguided and guided: {late} of {streams} streams; the latest "
-            f"first audio came at {latest:.2f} of its stream's time.")
+            f"{sum(r['rounds'] for r in rows)} levels, unguided and guided{beside}: {late} of {streams} streams; "
+            f"the latest first audio came at {latest:.2f} of its stream's time. The client's longest stall (time "
+            f"it could not run, which delays its reads, not the server's sends): {1000 * stall:.0f} ms.")
 
 
 def guidance_table(results: dict) -> str:
@@ -226,6 +240,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="times each level is run")
     parser.add_argument("--frames", type=int, default=48)
     parser.add_argument("--guidance-scale", type=float, default=2.0)
+    parser.add_argument("--load", type=int, default=0,
+                        help="CPU-bound processes run beside the server, in a session of their own")
     parser.add_argument("--out", type=Path, required=True)
     add_gpu_argument(parser)
     args = parser.parse_args()
@@ -242,14 +258,15 @@ def main() -> None:
             server.wait_ready(timeout=300)
             url = f"127.0.0.1:{grpc}"
             measure_level(url, metrics, 1, 4)  # warm
-            levels, guided = measure_rounds(url, metrics, args.levels, args.frames, args.rounds, args.guidance_scale)
+            with other_load(args.load) if args.load else nullcontext():
+                levels, guided = measure_rounds(url, metrics, args.levels, args.frames, args.rounds, args.guidance_scale)
         finally:
             server.stop()
     limit = in_process_limit(args.ar_model, args.levels, args.frames, args.gpu)  # after the server: the cores are free
     rates = {r["streams"]: r["tokens_per_s"] for r in levels}
     results = {"levels": levels, "limit": limit, "frames": args.frames,
                "batching_gain": rates[max(rates)] / rates[min(rates)],
-               "guided": guided, "guidance_scale": args.guidance_scale}
+               "guided": guided, "guidance_scale": args.guidance_scale, "load": args.load}
     (args.out / "ar.json").write_text(json.dumps(results, indent=2))
     report = table(results) + "\n\n" + guidance_table(results) + "\n\n" + late_first_line(results)
     (args.out / "ar.md").write_text(report + "\n")

@@ -11,11 +11,12 @@ from perf.step_logits import table as step_table
 from tests.voices import ROOT
 
 
-def level(streams, tokens, first_packet=300.0, lost=0, late=0, first_of_time=0.05, rounds=1):
+def level(streams, tokens, first_packet=300.0, lost=0, late=0, first_of_time=0.05, rounds=1, stall=0.01):
     return {"streams": streams, "first_packet_ms": first_packet, "talker_first_frame_ms": 90.0,
             "talker_first_chunk_frames_ms": 250.0, "code2wav_ms": 30.0, "connector_ms": 20.0,
             "tokens_per_s_stream": tokens / streams, "tokens_per_s": tokens, "frames_per_s": tokens / 7,
-            "guidance_lost": lost, "first_of_time_max": first_of_time, "late_first": late, "rounds": rounds}
+            "guidance_lost": lost, "first_of_time_max": first_of_time, "late_first": late, "rounds": rounds,
+            "client_stall_s": stall}
 
 
 RESULTS = {
@@ -50,11 +51,12 @@ def test_the_guided_table_compares_each_level_with_the_unguided_one():
 
 
 def test_rounds_of_a_level_merge_into_means_the_latest_first_audio_and_summed_counts():
-    row = merge_rounds([level(4, 200.0, 300.0, lost=1, late=0, first_of_time=0.05),
-                        level(4, 100.0, 500.0, lost=0, late=2, first_of_time=0.8)])
+    row = merge_rounds([level(4, 200.0, 300.0, lost=1, late=0, first_of_time=0.05, stall=0.4),
+                        level(4, 100.0, 500.0, lost=0, late=2, first_of_time=0.8, stall=0.02)])
     assert row["streams"] == 4 and row["rounds"] == 2
     assert row["first_packet_ms"] == 400.0 and row["tokens_per_s"] == 150.0
     assert row["first_of_time_max"] == 0.8 and row["late_first"] == 2 and row["guidance_lost"] == 1
+    assert row["client_stall_s"] == 0.4
 
 
 def test_the_late_first_audio_line_counts_the_streams_of_every_level_past_one_stream():
@@ -64,6 +66,13 @@ def test_the_late_first_audio_line_counts_the_streams_of_every_level_past_one_st
     line = late_first_line(results)
     # 1 stream's level is left out; 2 × (4 + 8) × 5 streams over 20 levels
     assert "at 4/8 streams over 20 levels" in line and "3 of 120 streams" in line and "at 0.70 of" in line
+    assert "beside the server" not in line and "longest stall" in line and ": 10 ms." in line
+
+
+def test_the_late_first_audio_line_names_the_load_beside_the_server_and_the_clients_worst_stall():
+    results = {"levels": [level(4, 200.0, stall=2.5)], "guided": [level(4, 150.0)], "load": 2}
+    line = late_first_line(results)
+    assert "with 2 CPU-bound processes of another session beside the server" in line and ": 2500 ms." in line
 
 
 @pytest.mark.triton  # needs the AR environment, as the Triton tests do
