@@ -4,7 +4,7 @@ The session takes what happens — a client frame, a chunk of synthesized audio,
 or failure of a synthesis job, the connection falling idle — and answers with actions
 for its I/O shell (gateway/websocket.py) to carry out, in order: send this, start
 synthesizing that, stop that job, close the connection. No awaits, no sockets, no
-Triton here, so every rule is tested without a server (tests/test_gateway_session.py).
+Triton here, so every rule is tested without a server (tests/unit/test_gateway_session.py).
 
 Each context cuts its text into sentences (segmenter.Segmenter), queues them with the
 flush and close marks between them, and has at most one synthesis job in flight: the

@@ -49,7 +49,7 @@ from operations.triton_client import stream
 
 from perf.host_load import ClientStalls, other_load
 from perf.report import pyplot
-from perf.servers import free_ports, triton_metrics
+from operations.loopback import free_ports, triton_metrics
 
 TEXT = "The birch canoe slid on the smooth planks."
 # A stream whose first audio comes after this share of its time (request → end) came late.

@@ -49,7 +49,7 @@ from perf.limit import compute_limit, ttfp_floor
 from perf.metrics import Stream, summarize
 from perf.peers import start_piper_http, start_wyoming_piper
 from perf.report import write_report
-from perf.servers import Servers, cpu_seconds, stop, triton_metrics
+from operations.loopback import Servers, cpu_seconds, stop, triton_metrics
 from perf.workloads import workload
 from operations.launcher import PROJECT_ROOT
 

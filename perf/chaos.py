@@ -1,6 +1,6 @@
 """Stage faults for `python -m perf.soak --chaos [SET]`: at a fixed interval, the next fault
 of a set of FAULT_SETS, in turn, against a supervised Triton (speechstream-serve's
-supervisor, run by perf.servers); then how long until a new utterance is spoken whole again.
+supervisor, run by operations.loopback); then how long until a new utterance is spoken whole again.
 
 The sets: `vocoder`, the faults the vocoder's failover hides (a stream in flight goes on,
 no error); `tts`, the faults of the stage a stream is synthesized by (the `tts` model, a

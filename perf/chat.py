@@ -30,7 +30,7 @@ from pathlib import Path
 
 from client.speech import SpeechClient
 from contract import models as c
-from perf.servers import Servers, cpu_seconds, triton_metrics
+from operations.loopback import Servers, cpu_seconds, triton_metrics
 
 MODES = ("off", "greedy", "top_k")
 CHARS_PER_S = 10.0

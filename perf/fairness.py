@@ -32,7 +32,7 @@ from perf import floods
 from perf.clients import GatewayClient
 from perf.metrics import Stream, percentile
 from perf.report import pyplot
-from perf.servers import Servers
+from operations.loopback import Servers
 from perf.workloads import harvard_sentences
 
 RESULTS = Path(__file__).parent / "results"

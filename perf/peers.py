@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from perf.servers import free_ports, wait_for_http
+from operations.loopback import free_ports, wait_for_http
 from operations.launcher import PROJECT_ROOT
 from python_backends.piper.voice import embedded_voice_files
 

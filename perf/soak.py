@@ -55,7 +55,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from client.speech import Event, Router, SpeechClient, connection
 from perf.chaos import FAULT_SETS, Fault, inject
 from perf.playback import Player, Stall
-from perf.servers import Servers, triton_metrics
+from operations.loopback import Servers, triton_metrics
 from perf.workloads import harvard_sentences
 from contract.models import TTS_ACTIVE_METRIC
 from operations.launcher import SHM, shm_mapped_by

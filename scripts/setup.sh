@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install what the server needs on Debian/Ubuntu (with --tests, what the tests need too):
-# system libraries, then a virtual environment (.venv, or $SPEECHSTREAM_VENV) with the
-# project. Safe to re-run; it skips what is already in place.
+# Install what the server needs on Debian/Ubuntu (with --tests, what the tests need too;
+# with --unit-tests, what the unit tier needs: no browser, no side environments): system
+# libraries, then a virtual environment (.venv, or $SPEECHSTREAM_VENV) with the project.
+# Safe to re-run; it skips what is already in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +28,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-extras="[serve]"; [ "${1:-}" = "--tests" ] && extras="[test]"
+extras="[serve]"; case "${1:-}" in --tests|--unit-tests) extras="[test]" ;; esac
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 stamp="$VENV/.speechstream-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)$extras"

@@ -1,7 +1,7 @@
 """Speaks a text through an agent framework's OpenAI TTS client, pointed at our server,
 and prints what came back as JSON: the PCM's sample rate, channels, samples and level.
 Runs in the frameworks' own environment (.venv-agents, tests/agents-requirements.txt),
-driven by tests/test_agent_frameworks.py:
+driven by tests/integration/test_agent_frameworks.py:
 
     .venv-agents/bin/python tests/agent_driver.py {livekit,livekit-stream,pipecat} BASE_URL TEXT
 

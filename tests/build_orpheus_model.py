@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from snac import SNAC
 from snac.layers import NoiseBlock
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 TEXT_VOCAB = 1024

@@ -1,5 +1,5 @@
 """Measures python_backends/ar/code2wav.py in the AR environment (torch and SNAC are not
-in the test environment) and prints the figures as JSON for tests/test_ar_code2wav.py:
+in the test environment) and prints the figures as JSON for tests/vllm/test_ar_code2wav.py:
 
     .venv-ar/bin/python tests/code2wav_check.py SNAC_DIRECTORY
 

@@ -1,11 +1,25 @@
+"""What every tier shares: the /dev/shm guard, each test marked by its tier (its folder),
+and the real servers the integration, vllm and browser tiers speak to."""
+
+from pathlib import Path
+
 import pytest
 
-pytest_plugins = ["tests.shm_guard"]
-
-from perf.servers import free_ports, start_gateway, stop
 from operations.launcher import TritonServer
-from tests.triton_servers import running
+from operations.loopback import free_ports
+from tests.servers import Gateways, running
 from tests.voices import build_german_voice, build_trio_voice
+
+pytest_plugins = ["tests.shm_guard", "tests.pages"]
+
+TIERS = ("unit", "integration", "vllm", "browser")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = Path(item.path).relative_to(Path(__file__).parent).parts[0]
+        if tier in TIERS:
+            item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")
@@ -27,12 +41,25 @@ def triton(tmp_path_factory, voices_dir):
 def gateway(triton, tmp_path_factory, voices_dir):
     """`speechstream-gateway` on a free loopback port, talking to the test Triton. No
     readiness probes: tests count Triton's inferences, and a probe's would be among them
-    (tests/test_triton_faults.py runs gateways that probe). No admission: tests open more
-    streams at once than this machine sustains, to test other limits (tests/test_admission.py
-    and test_gateway_floods.py run gateways that admit)."""
-    with (tmp_path_factory.mktemp("gateway") / "gateway.log").open("w") as log:
-        process, port = start_gateway(
-            triton.grpc_url, log, "--probe-interval", "0", "--admission-load", "0", "--voices", str(voices_dir)
-        )
-        yield f"ws://127.0.0.1:{port}/v1/stream"
-        stop(process)
+    (tests/integration/test_triton_faults.py runs gateways that probe). No admission: tests
+    open more streams at once than this machine sustains, to test other limits
+    (test_admission.py and test_gateway_floods.py run gateways that admit)."""
+    with Gateways(tmp_path_factory.mktemp("gateway")) as started:
+        yield started.start(
+            triton.grpc_url, "--probe-interval", "0", "--admission-load", "0", "--voices", str(voices_dir)
+        ).url
+
+
+@pytest.fixture
+def gateways(tmp_path):
+    """Gateway processes a test starts with its own flags (`gateways.start(triton_url,
+    *flags)`), stopped at its end."""
+    with Gateways(tmp_path) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def module_gateways(tmp_path_factory):
+    """Gateway processes shared by a module's tests, stopped after its last."""
+    with Gateways(tmp_path_factory.mktemp("gateways")) as started:
+        yield started

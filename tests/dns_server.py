@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dnslib import QTYPE, RCODE, RR, A
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
-from perf.servers import free_ports
+from operations.loopback import free_ports
 
 
 class Records(BaseResolver):

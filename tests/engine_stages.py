@@ -7,12 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from contract import models as c
-from python_backends.chunking import sized_for_load
-from python_backends.piper.inputs import VoiceParams, read_tts_request
-from python_backends.scheduler import DeadlineScheduler, PlaybackClock
-from python_backends.delivery import AudioChunk
-from python_backends.piper.pipeline import Latent, speak
 from contract.voices import EMBEDDED
+from python_backends.chunking import sized_for_load
+from python_backends.delivery import AudioChunk
+from python_backends.piper.inputs import VoiceParams, read_tts_request
+from python_backends.piper.pipeline import Latent, speak
+from python_backends.scheduler import DeadlineScheduler, PlaybackClock
 
 
 class EngineStages:

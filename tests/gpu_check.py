@@ -1,5 +1,5 @@
 """Measures the AR family's GPU path in the GPU AR environment (vLLM's CUDA build, made by
-`scripts/setup.sh --gpu`) and prints the figures as JSON for tests/test_gpu.py:
+`scripts/setup.sh --gpu`) and prints the figures as JSON for tests/vllm/test_gpu.py:
 
     .venv-ar-gpu/bin/python tests/gpu_check.py MODEL_DIRECTORY
 

@@ -1,5 +1,5 @@
 """Checks python_backends/ar/step_logits.py in the AR environment (torch and triton are not
-in the test environment) and prints the figures as JSON for tests/test_ar_step_logits.py:
+in the test environment) and prints the figures as JSON for tests/vllm/test_ar_step_logits.py:
 
     TRITON_INTERPRET=1 .venv-ar/bin/python tests/step_logits_check.py interpret
     .venv-ar/bin/python tests/step_logits_check.py compile

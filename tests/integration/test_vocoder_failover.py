@@ -1,0 +1,109 @@
+"""A vocoder instance lost mid-paragraph, on a real tritonserver: its stub stopped for 3 s
+(SIGSTOP, then SIGCONT) or killed (SIGKILL) by pid. The lost window is issued again and
+lands on the other instance, so the stream ends as it would have, with the same audio, a
+little late; the server serves on after, and its supervisor replaces the lost instance
+by reloading the vocoder, without stopping Triton."""
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import psutil
+import pytest
+
+from contract import models as c
+from operations.launcher import TritonServer, model_of
+from operations.loopback import free_ports
+from operations.triton_client import Stream
+from perf.metrics import Stream as Timing
+from perf.workloads import workload
+from tests.audio import snr_db
+
+# Repeatable audio: a seed and no noise.
+PARAGRAPH = {c.TEXT: workload("paragraph"), c.SEED: np.array([7], np.int64),
+             c.NOISE_SCALE: np.array([0.0], np.float32), c.NOISE_W: np.array([0.0], np.float32)}
+FAULT_AT_CHUNK = 4
+RATE = 22050
+
+
+def speak(url: str, fault: Callable[[], None] | None = None) -> tuple[np.ndarray, Timing]:
+    """The paragraph's PCM through `tts` and its arrival times; `fault` is started in a
+    thread once FAULT_AT_CHUNK chunks are in. An error response raises."""
+    stream = Stream(url)
+    timing = Timing(sent=0.0)
+    pcm: list[np.ndarray] = []
+    try:
+        stream.send(c.TTS_MODEL, PARAGRAPH)
+        while not (response := stream.next(timeout=120)).final:
+            if (chunk := response.get(c.PCM)) is None:  # the capacity, said last
+                continue
+            pcm.append(chunk)
+            timing.arrivals.append((response.seconds, sum(p.size for p in pcm) / RATE))
+            if fault is not None and len(pcm) == FAULT_AT_CHUNK:
+                threading.Thread(target=fault).start()
+    finally:
+        stream.close()
+    return np.concatenate(pcm), timing
+
+
+def stop_for_3_s(stub: psutil.Process) -> Callable[[], None]:
+    def fault() -> None:
+        stub.send_signal(signal.SIGSTOP)
+        time.sleep(3)
+        try:
+            stub.send_signal(signal.SIGCONT)
+        except psutil.NoSuchProcess:  # killed meanwhile, as tts fences a stub Triton found unhealthy
+            pass
+
+    return fault
+
+
+@pytest.fixture
+def triton(tmp_path):
+    """A Triton of its own per test, supervised as speechstream-triton does."""
+    server, stopping = TritonServer(*free_ports(3)), threading.Event()
+    with (tmp_path / "tritonserver.log").open("w") as log:
+        server.start(stdout=log)
+        supervisor = threading.Thread(target=server.supervise, args=(stopping,))
+        try:
+            server.wait_ready()
+            server.grpc_url, server.log_path = f"127.0.0.1:{server.grpc_port}", log.name
+            supervisor.start()
+            yield server
+        finally:
+            stopping.set()
+            if supervisor.is_alive():
+                supervisor.join()
+            server.stop(timeout=5)  # a dead stub would hold a graceful stop for 30 s
+
+
+def vocoder_stubs(server: TritonServer) -> set[psutil.Process]:
+    return {stub for stub in server.stubs() if model_of(stub) == c.VOCODER_MODEL}
+
+
+@pytest.mark.parametrize("fault", ["stopped for 3 s", "killed"])
+def test_a_lost_vocoder_instance_costs_the_stream_a_little_time_not_its_audio(triton, fault):
+    url = triton.grpc_url
+    speak(url)  # warm: the first stream's calls set the deadlines
+    reference, unfaulted = speak(url)
+    stub, tritonserver = triton.stub(c.VOCODER_MODEL), triton.process
+    pcm, faulted = speak(url, stop_for_3_s(stub) if fault == "stopped for 3 s" else stub.kill)
+    time.sleep(3.5)  # a stopped stub continued by now, if it still can
+    after, _ = speak(url)  # the server serves on, the stub's late answer never seen
+    # The supervisor replaced the lost instance by reloading the vocoder, Triton left running.
+    deadline = time.monotonic() + 60
+    while (len(vocoder_stubs(triton)) != 2 or stub in vocoder_stubs(triton)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(vocoder_stubs(triton)) == 2 and stub not in vocoder_stubs(triton)
+    assert triton.process is tritonserver and triton.fault() is None
+
+    assert snr_db(reference, pcm) >= 40 and snr_db(reference, after) >= 40
+    added_s = faulted.stall_free_start_s - unfaulted.stall_free_start_s
+    print(f"{fault}: L_sf {unfaulted.stall_free_start_s:.2f} s unfaulted, {faulted.stall_free_start_s:.2f} s "
+          f"faulted (+{added_s:.2f} s); SNR {snr_db(reference, pcm):.1f} dB")
+    assert added_s <= 1.0
+    log = open(triton.log_path).read()
+    assert "issuing it again" in log and "vocoder_0_" in log
+    assert triton.process.poll() is None

@@ -1,0 +1,85 @@
+"""tts_ar's engine (python_backends/ar/pipeline.py) over in-process stages: a Talker that
+writes given frames, a few at a time, and a convolutional decoder that reaches one frame
+either side, in numpy; the real stages run in tests/vllm/test_ar_triton.py."""
+
+import asyncio
+
+import numpy as np
+
+from contract.text import Sentence
+from python_backends.ar.pipeline import speak
+from python_backends.chunking import ChunkParams
+
+SPF = 4  # samples per frame
+KERNEL = np.hanning(2 * SPF + 1)  # reaches SPF samples, one frame, either side
+
+
+def decode(frames: np.ndarray) -> np.ndarray:
+    """A stand-in codec decoder with a known receptive field: each frame's codes summed,
+    held for SPF samples, smoothed; zero beyond the window's edges, as a padded conv."""
+    samples = np.repeat(frames.sum(axis=1).astype(np.float64), SPF)
+    return np.convolve(samples, KERNEL, mode="full")[SPF : SPF + samples.size]
+
+
+class Stages:
+    def __init__(self, frames_of, batch=3):
+        self.frames_of, self.batch, self.windows = frames_of, batch, []
+
+    async def talk(self, text):
+        frames = self.frames_of[text]
+        for i in range(0, len(frames), self.batch):
+            await asyncio.sleep(0)
+            yield frames[i : i + self.batch]
+
+    async def decode(self, window):
+        self.windows.append(len(window))
+        return decode(window)
+
+
+def collect(sentences, stages, params, cancel_after=None):
+    async def run():
+        out = []
+        async for chunk in speak(sentences, stages, params, SPF, lambda: cancel_after is not None and len(out) >= cancel_after):
+            out.append(chunk)
+        return out
+    return asyncio.run(run())
+
+
+def test_chunked_audio_is_each_sentence_decoded_whole():
+    rng = np.random.default_rng(0)
+    sentences = [Sentence(0, 14, "One two three."), Sentence(15, 25, "Four five.")]
+    frames = {s.text: rng.integers(0, 100, (n, 7)) for s, n in zip(sentences, (23, 5))}
+    stages = Stages(frames)
+    chunks = collect(sentences, stages, ChunkParams(1, 4, 1, 1))
+    for number, sentence in enumerate(sentences):
+        pcm = np.concatenate([c.pcm for c in chunks if c.sentence_index == number])
+        np.testing.assert_allclose(pcm, decode(frames[sentence.text]), atol=1e-9)
+    assert [c.sentence_index for c in chunks] == sorted(c.sentence_index for c in chunks)
+    assert max(stages.windows) <= 4 + 1 + 1  # no window larger than a chunk and its context
+
+
+def test_the_first_chunk_is_timed_once_talker_then_code2wav():
+    sentences = [Sentence(0, 14, "One two three."), Sentence(15, 25, "Four five.")]
+    frames = {s.text: np.zeros((n, 7), np.int64) for s, n in zip(sentences, (6, 5))}
+    times = []
+
+    async def run():
+        chunks = speak(sentences, Stages(frames), ChunkParams(1, 4, 1, 1), SPF, first_chunk=lambda *t: times.append(t))
+        return [chunk async for chunk in chunks]
+
+    assert len(asyncio.run(run())) > 1
+    assert len(times) == 1 and 0 <= times[0][0] <= times[0][1]
+
+
+def test_too_little_context_shows_at_the_joins():
+    frames = {"a": np.random.default_rng(1).integers(0, 100, (20, 7))}
+    chunks = collect([Sentence(0, 1, "a")], Stages(frames), ChunkParams(1, 4, 0, 0))
+    assert not np.allclose(np.concatenate([c.pcm for c in chunks]), decode(frames["a"]))
+
+
+def test_a_cancelled_request_stops_at_once():
+    frames = {"a": np.zeros((40, 7), dtype=np.int64), "b": np.zeros((40, 7), dtype=np.int64)}
+    stages = Stages(frames)
+    chunks = collect([Sentence(0, 1, "a"), Sentence(2, 3, "b")], stages, ChunkParams(1, 2, 1, 1), cancel_after=2)
+    assert len(chunks) == 2
+    assert all(c.sentence_index == 0 for c in chunks)

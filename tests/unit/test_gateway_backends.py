@@ -1,0 +1,159 @@
+from collections import Counter
+
+from contract import models as c
+from contract import protocol as v1
+from gateway import fleet
+from gateway.backends import Backend, Backends, choose
+from gateway.service import Gateway, admits
+from gateway.settings import Settings
+
+
+def backend(url, up=True, outstanding=0):
+    return Backend(url, client=None, up=up, outstanding=outstanding)
+
+
+def test_the_least_loaded_backend_that_is_up_is_chosen():
+    a, b, c = backend("a", outstanding=3), backend("b", outstanding=1), backend("c", up=False)
+    assert choose([a, b, c]) is b
+    b.outstanding = 5
+    assert choose([a, b, c]) is a
+
+
+def test_with_none_up_the_least_loaded_is_tried_anyway():
+    a, b = backend("a", up=False, outstanding=2), backend("b", up=False, outstanding=1)
+    assert choose([a, b]) is b
+
+
+def test_ties_go_to_the_first_so_one_backend_fills_evenly_with_another():
+    a, b = backend("a"), backend("b")
+    picks = []
+    for _ in range(4):
+        chosen = choose([a, b])
+        chosen.outstanding += 1
+        picks.append(chosen.url)
+    assert picks == ["a", "b", "a", "b"]
+
+
+def test_a_backend_that_comes_back_is_ready_only_once_probed_again():
+    backend = Backend("triton:8001", client=None)
+    assert not backend.ready and backend.state.startswith("down: ")
+    backend.mark(True)
+    assert not backend.ready and backend.state == "cannot synthesize: not probed yet"
+    backend.probed(None)
+    assert backend.ready and backend.state == "ready"
+    backend.mark(False, "connection refused")
+    assert backend.state == "down: connection refused"
+    backend.mark(True)
+    assert not backend.ready  # its old probe no longer counts
+    backend.probed("Triton made no progress for 3 s")
+    assert backend.state == "cannot synthesize: Triton made no progress for 3 s"
+
+
+def test_requests_go_to_ready_servers_first_then_to_servers_up():
+    probed, unprobed, down = Backend("a", None, up=True), Backend("b", None, up=True), Backend("c", None)
+    probed.probed(None)
+    probed.outstanding = 5
+    assert choose([probed, unprobed, down]) is probed
+    probed.probed("stalled")
+    assert choose([probed, unprobed, down]) is unprobed  # the less loaded of those up
+
+
+def test_a_server_that_has_not_measured_is_left_out_of_the_capacity_not_a_reason_to_admit_all():
+    """A new server (a scale-up) once switched admission off everywhere until it had measured."""
+    a, b, gone = backend("a"), backend("b"), backend("c", up=False)
+    backends = Backends(())
+    backends.all = [a, b, gone]
+    assert backends.capacity is None  # none has measured: nothing to admit by
+    a.capacity = {c.TTS_MODEL: 6.0}
+    b.elsewhere = 3  # what it serves for other gateways is left out with it
+    assert backends.capacity == 6.0 and backends.elsewhere == 0
+    b.capacity, gone.capacity = {c.TTS_MODEL: 4.5}, {c.TTS_MODEL: 100.0}
+    assert backends.capacity == 10.5 and backends.elsewhere == 3  # what is down does not count
+    b.draining = True  # leaving: it takes no new stream
+    assert backends.capacity == 6.0
+
+
+def test_a_model_that_has_not_measured_does_not_switch_admission_off():
+    """An AR stream's capacity (0 until tts_ar has measured) once overwrote the one
+    `tts` had measured, and admission was off for every voice until the next Piper chunk."""
+    server = backend("a")
+    backends = Backends(())
+    backends.all = [server]
+    server.capacity[c.TTS_MODEL] = 6.0
+    server.capacity[c.TTS_AR_MODEL] = 0.0  # what tts_ar says before it has measured
+    assert backends.capacity == 6.0
+    server.capacity[c.TTS_AR_MODEL] = 2.5  # both families share the cores: the least counts
+    assert backends.capacity == 2.5
+
+
+def test_streams_past_the_admission_load_of_the_capacity_are_refused_as_busy():
+    # No room past the load for streams ahead of their listeners (test_gateway_admission.py).
+    gateway = Gateway(Settings(triton_urls=(), admission_load=0.5, max_streams_per_client=0, admission_slack_s=0))
+    server = backend("a")
+    gateway.backends.all = [server]
+    gateway.http_streams.update({"10.0.0.1": 1, "10.0.0.2": 2})
+    assert gateway.stream_refusal("10.0.0.3") is None  # capacity not measured: admit
+    server.capacity = {c.TTS_MODEL: 8.0}
+    assert gateway.stream_refusal("10.0.0.3") is None  # 3 open < 0.5 × 8
+    gateway.http_streams["10.0.0.3"] += 1
+    refusal = gateway.stream_refusal("10.0.0.3")
+    assert refusal.code == v1.SERVER_BUSY and refusal.retry_after_ms > 0
+    unlimited = Gateway(Settings(triton_urls=(), admission_load=0))
+    unlimited.backends.all = [server]
+    unlimited.http_streams.update({"10.0.0.1": 100})
+    assert unlimited.stream_refusal("10.0.0.2") is None
+
+
+def test_at_capacity_a_client_under_its_fair_share_is_still_admitted():
+    limit = 10.0
+    assert admits(Counter({"greedy": 9}), "normal", limit)  # under the limit
+    full = Counter({"greedy": 10})
+    assert not admits(full, "greedy", limit)
+    assert admits(full, "normal", limit)  # 0 < 10 // 2: its share
+    assert admits(full + Counter({"normal": 4}), "normal", limit) and not admits(
+        full + Counter({"normal": 5}), "normal", limit)
+    crowd = Counter({f"c{i}": 1 for i in range(10)})  # ten clients, one stream each
+    assert not admits(crowd, "newcomer", limit)  # 10 // 11 = 0: no share left to give
+
+
+def test_streams_other_gateways_serve_take_their_share_of_the_capacity():
+    """G gateways once each admitted up to the capacity of all the servers: G times too much."""
+    gateway = Gateway(Settings(triton_urls=(), admission_load=0.5, max_streams_per_client=0))
+    server = backend("a")
+    server.capacity = {c.TTS_MODEL: 8.0}  # 4 streams admitted in all
+    gateway.backends.all = [server]
+    gateway.http_streams.update({"10.0.0.1": 1})
+    server.serving(3)  # the server serves 3, none of them this gateway's requests yet
+    refusal = gateway.stream_refusal("10.0.0.1")
+    assert refusal.code == v1.SERVER_BUSY  # 1 here + 3 elsewhere fill 0.5 × 8
+    server.outstanding = 1  # this gateway's stream now runs on the server...
+    server.serving(4)  # ...and is in its count: not counted twice
+    assert server.elsewhere == 3 and gateway.stream_refusal("10.0.0.1").code == v1.SERVER_BUSY
+    server.serving(3)  # one of the others' ended
+    assert gateway.stream_refusal("10.0.0.1") is None
+
+
+def test_a_server_whose_metrics_cannot_be_read_counts_this_gateways_streams_only():
+    server = backend("a")
+    server.serving(5)
+    server.unread("http://a:8002/metrics: connection refused")
+    assert server.elsewhere == 0 and server.uncounted
+    server.serving(2)
+    assert server.elsewhere == 2 and server.uncounted is None
+
+
+EXPOSITION = """# HELP nv_inference_pending_request_count Instantaneous number of pending requests
+# TYPE nv_inference_pending_request_count gauge
+nv_inference_pending_request_count{model="tts",version="1"} 0
+# HELP speechstream_tts_active_requests tts requests being synthesized now
+# TYPE speechstream_tts_active_requests gauge
+speechstream_tts_active_requests 3
+# HELP speechstream_talker_running_requests requests in the batch
+# TYPE speechstream_talker_running_requests gauge
+speechstream_talker_running_requests 7
+"""
+
+
+def test_what_a_server_serves_is_read_from_its_tts_gauge():
+    assert fleet.serving(EXPOSITION) == 3
+    assert fleet.serving("# no tts loaded\n") == 0

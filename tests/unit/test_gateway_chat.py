@@ -1,0 +1,262 @@
+"""Protocol v1's chat mode on the sans-I/O session and its pure rules (gateway/chat.py):
+no socket, no Thinker, no Triton. The Thinker is played by handing the session the
+pieces of the requests it asked for, the synthesis by handing it PCM."""
+
+import json
+
+import numpy as np
+import pytest
+
+from contract import protocol as v1
+from gateway import chat as ch
+from gateway.protocol import Speculation
+from gateway.session import Limits, Session, Stop, StopThinking, Synthesize, Think
+from tests.unit.test_gateway_session import Clock, Recorder, frames, messages
+
+END = 2  # the chat model's end token in these tests
+
+
+class Busy:
+    """An admission that refuses every new stream."""
+
+    def refusal(self):
+        from gateway.protocol import ProtocolError
+
+        return ProtocolError(v1.SERVER_BUSY, "full")
+
+    def wait(self, context_id):
+        return None
+
+    def leave(self, context_id):
+        pass
+
+
+def chat_session(speculation="greedy", chat=True, **kwargs):
+    s = Session(Limits(), Recorder(), Clock(), session_id="s1", chat=chat, **kwargs)
+    s.receive(json.dumps({"type": "config", "format": "pcm_s16le", "chat": {"speculation": speculation}}))
+    return s
+
+
+def user(s, text, final=False, turn="t1"):
+    return s.receive(json.dumps({"type": "user", "turn_id": turn, "text": text, "final": final}))
+
+
+def thinks(actions) -> list[Think]:
+    return [a for a in actions if isinstance(a, Think)]
+
+
+def answer(s, think: Think, pieces, accepted=None):
+    """The Thinker's pieces [(ids, text)] for `think`, then its end."""
+    actions = []
+    for i, (ids, text) in enumerate(pieces):
+        actions += s.thought(think.id, ids, text, accepted if i == 0 else None)
+    return actions + s.thought_done(think.id)
+
+
+DRAFT = [([10, 11, 12], "Paris is"), ([13], " big."), ([14], " It")]  # "Paris is big. It"
+
+
+def test_a_partial_question_starts_one_round_at_a_time_and_nothing_reaches_the_client():
+    s = chat_session()
+    first = user(s, "What is")
+    assert len(thinks(first)) == 1 and not messages(first)
+    assert thinks(first)[0].messages[-1] == {"role": "user", "content": "What is"}
+    assert user(s, "What is the capital") == []  # a round is in flight: the next waits for it
+    after = answer(s, thinks(first)[0], DRAFT)
+    assert StopThinking(thinks(first)[0].id) in after  # its draft holds a first sentence: drafting on costs only time
+    assert not [a for a in after if isinstance(a, Synthesize)]  # words came meanwhile: the next round verifies it first
+    again = thinks(after)
+    assert len(again) == 1 and again[0].draft == (10, 11, 12, 13, 14)  # verify the draft against the new words
+    assert again[0].messages[-1]["content"] == "What is the capital"
+    kept = answer(s, again[0], DRAFT, accepted=5)
+    held = [a.job for a in kept if isinstance(a, Synthesize)]
+    assert [j.sentences[0].text for j in held] == ["Paris is big."]  # the first sentence, out of sight
+    assert messages(after + kept) == [] and frames(after + kept) == []
+    assert s.audio(held[0].id, np.ones(2205, np.float32), 0, []) == []  # held audio stays held
+
+
+def test_the_final_input_takes_what_the_round_in_flight_drafted_so_far_as_its_draft():
+    s = chat_session()
+    round_ = thinks(user(s, "What is the capital of France"))[0]
+    s.thought(round_.id, [10, 11, 12], "Paris is", None)
+    final = user(s, "What is the capital of France?", final=True)
+    assert StopThinking(round_.id) in final and thinks(final)[0].draft == (10, 11, 12)
+
+
+def test_the_final_input_releases_held_audio_when_the_verification_keeps_its_tokens():
+    s = chat_session()
+    round_ = thinks(user(s, "What is the capital of France"))[0]
+    job = [a.job for a in answer(s, round_, DRAFT) if isinstance(a, Synthesize)][0]
+    s.audio(job.id, np.full(4410, 0.1, np.float32), 0, [])
+    s.finished(job.id)
+    final = user(s, "What is the capital of France?", final=True)
+    start = [m for m in messages(final) if m["type"] == "audio_start"]
+    assert start and start[0]["context_id"] == "t1"
+    last = thinks(final)[0]
+    assert last.draft == (10, 11, 12, 13, 14) and last.max_tokens == 256
+    out = s.thought(last.id, [10, 11, 12, 13, 14, 15], "Paris is big. It is", 5)
+    said = messages(out)
+    assert said[0] == {"type": "reply", "turn_id": "t1", "outcome": "held", "rounds": 1, "draft_tokens": 5,
+                       "accepted_tokens": 5}
+    assert said[1] == {"type": "reply_text", "turn_id": "t1", "text": "Paris is big. It is"}
+    assert frames(out)  # the held sentence's audio at once
+    tail = s.thought(last.id, [16, END], " old.", None) + s.thought_done(last.id)
+    spoken = [a.job for a in tail if isinstance(a, Synthesize)]
+    assert [j.sentences[0].text for j in spoken] == ["It is old."]  # the held sentence is not spoken again
+    assert s.history == [{"role": "user", "content": "What is the capital of France?"},
+                         {"role": "assistant", "content": "Paris is big. It is old."}]
+    assert s.observer.chat_turns == ["held"] and s.observer.held_s == {True: 0.2, False: 0.0}
+
+
+def test_a_rejected_draft_drops_its_held_audio_and_the_reply_is_spoken_from_its_start():
+    s = chat_session()
+    job = [a.job for a in answer(s, thinks(user(s, "Who"))[0], DRAFT) if isinstance(a, Synthesize)][0]
+    s.audio(job.id, np.zeros(2205, np.float32), 0, [])
+    final = user(s, "Who wrote Hamlet?", final=True)
+    out = s.thought(thinks(final)[0].id, [20, 21], "Shakespeare did.", 0)
+    assert messages(out)[0]["outcome"] == "rejected"
+    assert Stop(job.id) in out and not s.is_current(job.id)
+    assert s.observer.chat_turns == ["rejected"]
+    done = s.thought_done(thinks(final)[0].id)
+    assert [a.job.sentences[0].text for a in done if isinstance(a, Synthesize)] == ["Shakespeare did."]
+    assert s.observer.held_s == {True: 0.0, False: 0.1}  # the held audio synthesized, thrown away
+
+
+def test_a_draft_kept_short_of_the_held_sentence_is_partial():
+    s = chat_session()
+    answer(s, thinks(user(s, "What is"))[0], DRAFT)
+    final = user(s, "What is the capital of Spain?", final=True)
+    out = s.thought(thinks(final)[0].id, [10, 11, 12, 40], "Paris is not", 3)
+    assert messages(out)[0]["outcome"] == "partial" and messages(out)[0]["accepted_tokens"] == 3
+    assert not frames(out)
+
+
+def test_a_revised_sentence_replaces_the_held_audio():
+    s = chat_session()
+    first = [a.job for a in answer(s, thinks(user(s, "What is"))[0], DRAFT) if isinstance(a, Synthesize)][0]
+    r2 = thinks(user(s, "What is the capital"))[0]
+    revised = answer(s, r2, [([10, 11], "Paris is"), ([30], " huge."), ([31], " Yes")], accepted=2)
+    assert Stop(first.id) in revised
+    assert [a.job.sentences[0].text for a in revised if isinstance(a, Synthesize)] == ["Paris is huge."]
+    assert s.observer.chat_rounds == 2
+
+
+def test_speculation_off_thinks_only_on_the_final_input_and_says_off():
+    s = chat_session("off")
+    assert user(s, "What is the") == []
+    final = user(s, "What is the time?", final=True)
+    think = thinks(final)[0]
+    assert think.draft == () and think.top_k == 1
+    assert messages(s.thought(think.id, [5], "Noon.", None))[0]["outcome"] == "off"
+
+
+def test_a_long_conversation_is_answered_without_speculation():
+    s = Session(Limits(chat_speculation_chars=60), Recorder(), Clock(), chat=True)
+    s.receive(json.dumps({"type": "config", "chat": {"speculation": "greedy"}}))
+    think = thinks(user(s, "Tell me about the sea.", final=True))[0]
+    s.thought(think.id, [1], "The sea is deep and wide, and it covers most of the Earth.", None)
+    s.thought_done(think.id)
+    assert thinks(user(s, "Why?", turn="t2")) == []  # the history is past the limit: no round
+    final = thinks(user(s, "Why is it salty?", final=True, turn="t2"))[0]
+    assert final.draft == ()
+    assert messages(s.thought(final.id, [2], "Salt.", None))[0]["outcome"] == "off"
+
+
+def test_top_k_asks_the_thinker_to_keep_tokens_within_the_best_k():
+    s = Session(Limits(), Recorder(), Clock(), chat=True)
+    s.receive(json.dumps({"type": "config", "chat": {"speculation": "top_k", "top_k": 5}}))
+    assert thinks(user(s, "Hello there"))[0].top_k == 5
+
+
+def test_rounds_per_turn_are_bounded():
+    s = chat_session()
+    pending = thinks(user(s, "w0"))
+    for i in range(1, 3 * ch.MAX_ROUNDS):
+        user(s, f"w0 w{i}")
+        pending += thinks(answer(s, pending[-1], [([1], "a")]))
+    assert len(pending) == ch.MAX_ROUNDS
+
+
+def test_under_load_speculation_yields():
+    s = chat_session(admission=Busy())
+    assert user(s, "What is the") == []
+
+
+def test_a_reply_refused_at_capacity_ends_its_turn_and_stops_what_it_ran():
+    busy = Busy()
+    s = chat_session(admission=busy)
+    busy.refusal = lambda: None  # capacity while the question is spoken
+    round_ = thinks(user(s, "What is"))[0]
+    busy.refusal = Busy.refusal.__get__(busy)  # and none left when it ends
+    out = user(s, "What is it?", final=True)
+    assert StopThinking(round_.id) in out and not thinks(out)
+    assert messages(out)[-1]["code"] == v1.SERVER_BUSY and messages(out)[-1]["context_id"] == "t1"
+    assert "t1" not in s.turns and "t1" not in s.contexts
+
+
+def test_cancel_before_the_final_input_stops_the_round_and_the_held_audio():
+    s = chat_session()
+    r1 = thinks(user(s, "What is"))[0]
+    after = answer(s, r1, DRAFT)
+    job = [a.job for a in after if isinstance(a, Synthesize)][0]
+    r2 = thinks(user(s, "What is it"))[0] if not thinks(after) else thinks(after)[0]
+    out = s.receive(json.dumps({"type": "cancel", "context_id": "t1"}))
+    assert StopThinking(r2.id) in out and Stop(job.id) in out
+    assert messages(out) == [{"type": "cancelled", "context_id": "t1"}]
+    assert s.thought(r2.id, [1], "late", None) == []  # a piece after the cancel is dropped
+
+
+def test_cancel_mid_reply_stops_the_thinker_and_the_speech():
+    s = chat_session("off")
+    think = thinks(user(s, "Tell me a story.", final=True))[0]
+    out = s.thought(think.id, [1, 2], "Once upon a time. There", None)
+    job = [a.job for a in out if isinstance(a, Synthesize)][0]
+    cancel = s.receive(json.dumps({"type": "cancel", "context_id": "t1"}))
+    assert StopThinking(think.id) in cancel and Stop(job.id) in cancel
+    assert messages(cancel)[-1] == {"type": "cancelled", "context_id": "t1"}
+
+
+def test_the_history_carries_earlier_turns_into_the_next_prompt():
+    s = chat_session("off")
+    think = thinks(user(s, "Hi.", final=True))[0]
+    s.thought(think.id, [1], "Hello!", None)
+    s.thought_done(think.id)
+    second = thinks(user(s, "How are you?", final=True, turn="t2"))[0]
+    assert second.messages == ({"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello!"},
+                               {"role": "user", "content": "How are you?"})
+
+
+def test_a_failed_final_request_ends_the_turn_with_its_error():
+    s = chat_session("off")
+    think = thinks(user(s, "Hi.", final=True))[0]
+    out = s.thought_failed(think.id, v1.BACKEND_UNAVAILABLE, "Triton unavailable")
+    assert messages(out)[-1]["code"] == v1.BACKEND_UNAVAILABLE and messages(out)[-1]["context_id"] == "t1"
+    assert "t1" not in s.contexts and "t1" not in s.turns
+
+
+def test_without_a_chat_model_a_user_message_is_refused_and_the_connection_stays():
+    s = chat_session(chat=False)
+    out = user(s, "Hello")
+    assert messages(out)[0]["code"] == v1.CHAT_UNAVAILABLE and messages(out)[0]["context_id"] == "t1"
+
+
+@pytest.mark.parametrize("chat", [{"speculation": "maybe"}, {"top_k": 0}, {"max_tokens": 10**6}, {"color": 1}])
+def test_a_bad_chat_config_is_refused(chat):
+    s = Session(Limits(), Recorder(), Clock(), chat=True)
+    assert messages(s.receive(json.dumps({"type": "config", "chat": chat})))[0]["code"] == v1.INVALID_FIELD
+
+
+def test_the_first_sentence_is_held_only_once_known_whole_and_its_tokens_counted():
+    assert ch.first_sentence("Paris is big", complete=False, language="en") is None
+    assert ch.first_sentence("Paris is big", complete=True, language="en").text == "Paris is big"
+    assert ch.first_sentence("Paris is big. It", complete=False, language="en").text == "Paris is big."
+    assert ch.tokens_covering([(3, 8), (4, 13), (5, 16)], 13) == 4
+    assert ch.tokens_covering([(3, 8)], 13) is None
+
+
+def test_the_outcome_of_a_verification():
+    held = ch.Held(None, tokens=4, job_id=1)
+    assert ch.outcome(Speculation.GREEDY, 4, held) is ch.Outcome.HELD
+    assert ch.outcome(Speculation.GREEDY, 3, held) is ch.Outcome.PARTIAL
+    assert ch.outcome(Speculation.TOP_K, 0, None) is ch.Outcome.REJECTED
+    assert ch.outcome(Speculation.OFF, None, None) is ch.Outcome.OFF

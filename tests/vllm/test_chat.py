@@ -1,0 +1,187 @@
+"""Chat mode end to end: a real tritonserver serving the embedded SmolLM2 (the `thinker`
+model, vLLM on CPU) beside the Piper chain, and the gateway in front of it, over real
+WebSockets on loopback."""
+
+import asyncio
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from client.speech import SpeechClient, connection
+from contract import models as c
+from contract import protocol as v1
+from operations.launcher import TritonServer
+from operations.loopback import free_ports, start_gateway, stop, triton_metrics
+from tests.pages import FINISHED, REPORT, http_of
+from tests.recorder import Recorder
+from tests.servers import running
+
+SYSTEM = "Answer in one or two short sentences."
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def chat_triton(tmp_path_factory):
+    server = TritonServer(*free_ports(3), chat_model="embedded")
+    with running(server, tmp_path_factory.mktemp("chat-triton"), timeout_s=300):
+        yield server
+    assert server.stopped.stubs_left_running == 0, server.stopped  # the Thinker unloads within Triton's exit timeout
+
+
+@pytest.fixture(scope="module")
+def chat_gateway(chat_triton, tmp_path_factory):
+    with (tmp_path_factory.mktemp("chat-gateway") / "gateway.log").open("w") as log:
+        process, port = start_gateway(chat_triton.grpc_url, log, "--probe-interval", "0", "--admission-load", "0",
+                                      "--chat-model", "embedded")
+        yield f"ws://127.0.0.1:{port}/v1/stream"
+        stop(process)
+
+
+def chat_rounds(url: str) -> float:
+    """The gateway's speculative rounds ended so far (`url`: its WebSocket URL)."""
+    with urllib.request.urlopen(url.replace("ws://", "http://").replace("/v1/stream", "/metrics"), timeout=5) as r:
+        families = text_string_to_metric_families(r.read().decode())
+    return sum(s.value for f in families if f.name == "speechstream_chat_rounds" for s in f.samples if s.name.endswith("_total"))
+
+
+async def rounds_end(url: str, count: float, timeout_s: float = 120) -> None:
+    """Until the gateway has ended `count` speculative rounds."""
+    deadline = time.monotonic() + timeout_s
+    while await asyncio.to_thread(chat_rounds, url) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the gateway has not ended {count} speculative rounds")
+        await asyncio.sleep(0.05)
+
+
+async def turn(url: str, question: str, speculation: str, word_s: float = 0.15, max_tokens: int = 64,
+               settle: bool = False) -> Recorder:
+    """One turn typed a word at a time (a partial transcript at each word's end, the
+    whole question the last), then final; returns the connection's record once `done`.
+    With `settle`, each word waits for the round it started to end (the gateway's
+    count of rounds), however loaded the machine."""
+    async with connection(url) as ws:
+        client = Recorder(ws)
+        await client.until("ready")
+        await client.send(type="config", format="pcm_s16le", chat={
+            "speculation": speculation, "system": SYSTEM, "max_tokens": max_tokens})
+        await client.until("ready")
+        words = question.split()
+        ended = settle and await asyncio.to_thread(chat_rounds, url)
+        for i in range(1, len(words) + 1):
+            await client.send(type="user", turn_id="t1", text=" ".join(words[:i]), final=False)
+            await asyncio.sleep(word_s)
+            if settle:
+                await rounds_end(url, ended + i)
+        # Nothing of a speculation reaches the client before the final input.
+        client.final_at = await client.send(type="user", turn_id="t1", text=question, final=True)
+        await client.until("done", "t1", timeout=120)
+        return client
+
+
+def reply_of(client: Recorder) -> str:
+    return "".join(m["text"] for m in client.messages("reply_text"))
+
+
+def test_a_turn_typed_word_by_word_gets_its_reply_text_and_audio_and_nothing_before_the_final_input(chat_gateway):
+    client = asyncio.run(turn(chat_gateway, QUESTION, "greedy", word_s=0.4))
+    before = [e for e in client.events if e.at < client.final_at and e.kind != "ready"]
+    assert before == []
+    reply = client.messages("reply")[0]
+    assert reply["turn_id"] == "t1" and reply["outcome"] in ("held", "partial", "rejected")
+    assert reply["rounds"] >= 1 and reply["accepted_tokens"] <= reply["draft_tokens"]
+    assert "Paris" in reply_of(client)
+    audio = client.audio("t1")
+    assert audio and audio[-1].last
+    assert client.messages("done")[0]["audio_ms"] > 500
+
+
+def test_greedy_speculation_gives_the_reply_decoded_without_it(chat_gateway):
+    question = "Can you name three colors of the rainbow?"
+    off = asyncio.run(turn(chat_gateway, question, "off"))
+    greedy = asyncio.run(turn(chat_gateway, question, "greedy", word_s=0.4))
+    assert off.messages("reply")[0]["outcome"] == "off"
+    assert greedy.messages("reply")[0]["rounds"] >= 1
+    assert reply_of(greedy) == reply_of(off) and reply_of(off)
+
+
+def test_a_verified_first_sentence_is_heard_from_held_audio(chat_gateway):
+    # Each word's round ends before the next word: the last drafts from the whole question, and its first sentence is held.
+    client = asyncio.run(turn(chat_gateway, QUESTION, "greedy", settle=True))
+    assert client.messages("reply")[0]["outcome"] == "held", client.messages("reply")[0]
+    first_audio = client.frames("t1")[0].at - client.final_at
+    first_text = next(e for e in client.events if e.kind == "reply_text").at - client.final_at
+    assert first_audio <= first_text + 0.1  # the audio was there before the Thinker's second piece
+
+
+def test_cancel_mid_reply_frees_the_thinkers_vllm_request(chat_gateway, chat_triton):
+    async def run():
+        async with connection(chat_gateway) as ws:
+            client = Recorder(ws)
+            await client.until("ready")
+            await client.send(type="config", chat={"speculation": "off", "max_tokens": 1024})
+            await client.until("ready")
+            await client.send(type="user", turn_id="t1", text="Write a long story about a dragon.", final=True)
+            while len(client.messages("reply_text")) < 3:
+                await asyncio.wait_for(client.read(), 60)
+            await client.send(type="cancel", context_id="t1")
+            await client.until("cancelled", "t1")
+
+    asyncio.run(run())
+    running = c.THINKER_RUNNING_METRIC
+    deadline = time.monotonic() + 10
+    while triton_metrics(chat_triton.metrics_port)[running] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert triton_metrics(chat_triton.metrics_port)[running] == 0
+    tokens = triton_metrics(chat_triton.metrics_port)[c.THINKER_TOKENS_METRIC]
+    time.sleep(1.0)
+    assert triton_metrics(chat_triton.metrics_port)[c.THINKER_TOKENS_METRIC] == tokens  # nothing more written
+
+
+def test_the_client_librarys_turn_sends_the_transcript_and_reads_the_reply(chat_gateway):
+    async def run():
+        async with await SpeechClient.connect(chat_gateway, chat={"speculation": "top_k", "system": SYSTEM}) as client:
+            turn = client.turn()
+            for partial in ("What is", "What is the capital of", QUESTION):
+                await turn.user(partial)
+                await asyncio.sleep(0.3)
+            await turn.user(QUESTION, final=True)
+            return [event async for event in turn.events()], turn.done
+
+    events, done = asyncio.run(run())
+    kinds = [e.kind for e in events if e.kind]
+    assert kinds[0] == "reply" and "reply_text" in kinds and kinds[-1] == "done"
+    assert [e for e in events if e.frame] and done["audio_ms"] > 0
+
+
+def test_a_server_without_a_chat_model_says_chat_unavailable_and_keeps_the_connection(gateway):
+    async def run():
+        async with connection(gateway) as ws:
+            client = Recorder(ws)
+            await client.until("ready")
+            await client.send(type="user", turn_id="t1", text="Hello", final=True)
+            error = await client.until("error")
+            await client.send(type="speak", context_id="c1", text="Still here.")
+            await client.until("done", "c1")
+            return error
+
+    error = asyncio.run(run())
+    assert error["code"] == v1.CHAT_UNAVAILABLE and error["context_id"] == "t1"
+
+
+def test_the_page_chats_a_question_typed_word_by_word_and_picks_voices(chat_gateway, open_page):
+    problems = []
+    page = open_page(http_of(chat_gateway) + "/", problems)
+    page.wait_for_function("document.querySelectorAll('#voice option').length > 0")
+    assert page.eval_on_selector_all("#voice option", "os => os.map(o => o.value)")[0] == "en_US-joe-medium"
+    page.check("#chat-mode")
+    page.type("#line", QUESTION, delay=60)  # a partial at each space, as a recognizer's
+    page.press("#line", "Enter")
+    page.wait_for_function(FINISHED, timeout=120_000)
+    report = page.evaluate(REPORT)
+    assert report["errors"] == [] and problems == []
+    assert report["reply"]["outcome"] in ("held", "partial", "rejected") and report["reply"]["rounds"] >= 1
+    assert "Paris" in report["replyText"] and page.inner_text("#reply") == report["replyText"]
+    assert abs(report["decodedSamples"] * 1000 / 48000 - report["audioMs"]) <= 20
+    assert 0 < report["ttfaMs"] and page.inner_text("#outcome").startswith(report["reply"]["outcome"])
