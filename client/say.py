@@ -25,9 +25,9 @@ from pathlib import Path
 
 import websockets
 
+from client.asyncio_client import SpeechClient
+from client.events import SpeechError, audio_end_s
 from contract.protocol import PROTOCOL_PATH
-
-from client.speech import SpeechClient, SpeechError, audio_end_s
 from media.containers import FRAME_FORMATS, ContainerWriter
 
 RATE = 48000

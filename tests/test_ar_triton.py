@@ -19,7 +19,7 @@ import openai
 import psutil
 import pytest
 
-from client.speech import connection
+from client import connection
 from tests.recorder import Recorder
 from perf.servers import start_gateway, stop, triton_metrics
 

@@ -1,12 +1,12 @@
-"""client/speech.py without a server: the router on scripted messages, and the clients
-over fake sockets that replay them."""
+"""The client without a server: the router (client/events.py) on scripted messages, and
+the clients over fake sockets that replay them."""
 
 import asyncio
 import json
 
 import pytest
 
-from client.speech import Router, SpeechClient, SpeechError, SyncSpeechClient, audio_end_s
+from client import Router, SpeechClient, SpeechError, SyncSpeechClient, audio_end_s
 from tests.recorder import Recorder
 from contract import protocol as v1
 

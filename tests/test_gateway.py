@@ -18,7 +18,7 @@ import soxr
 import websockets
 
 from gateway.audio import G711_CODECS
-from client.speech import SpeechClient, connection
+from client import SpeechClient, connection
 from tests.recorder import Recorder
 from perf.servers import start_gateway, stop
 from perf.workloads import workload

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from client.speech import SyncSpeechClient
+from client import SyncSpeechClient
 from gateway.settings import Settings
 from contract import protocol as v1
 from perf import floods

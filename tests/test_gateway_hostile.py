@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 import websockets
 
-from client.speech import connection
+from client import connection
 from tests.recorder import Recorder
 from gateway.settings import Settings
 from contract import protocol as v1

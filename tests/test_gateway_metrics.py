@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client.speech import connection
+from client import connection
 from tests.recorder import Recorder
 from contract.voices import EMBEDDED
 from contract import protocol as v1

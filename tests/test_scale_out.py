@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from client.speech import connection
+from client import connection
 from tests.recorder import Recorder
 from perf.servers import free_ports, gateway_metric, start_gateway, stop, triton_metrics
 from perf.workloads import workload

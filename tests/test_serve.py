@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from client.speech import SpeechClient, SpeechError
+from client import SpeechClient, SpeechError
 from perf.servers import free_ports, stop, wait_for_http
 from perf.workloads import workload
 from contract.protocol import PROTOCOL_PATH, SERVER_DRAINING, SYNTHESIS_FAILED

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import openai
 import pytest
 
-from client.speech import connection
+from client import connection
 from tests.recorder import Recorder
 from contract import models as c
 from contract.voices import find_voices

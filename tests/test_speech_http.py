@@ -17,7 +17,7 @@ import openai
 import pytest
 import soundfile
 
-from client.speech import SyncSpeechClient
+from client import SyncSpeechClient
 from perf.servers import start_gateway, stop, triton_metrics
 from perf.workloads import workload
 from contract import models as c

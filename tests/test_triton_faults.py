@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-from client.speech import connection
+from client import connection
 from tests.recorder import Recorder
 from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from perf.workloads import workload
