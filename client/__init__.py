@@ -1,10 +1,24 @@
-"""The protocol-v1 client: `SpeechClient` (asyncio, several contexts per connection),
-`SyncSpeechClient` (blocking), and `speechstream-say` (client.say)."""
+"""The protocol-v1 client, in the manner of the `websockets` library: two clients side by
+side over one sans-I/O core.
 
-from client.speech import (
-    Anchor, Context, Event, Progress, Reconnect, Router, SpeechClient, SpeechError, Splice, SyncSpeechClient, audio_end_s,
-    connection, frame_samples,
-)
+- client.events: received messages and frames → events naming their contexts (`Router`).
+- client.resume: how a context goes on over another connection (`Progress`, `Splice`).
+- client.asyncio_client: `SpeechClient`, several contexts per connection, resuming.
+- client.sync_client: `SyncSpeechClient`, blocking, one utterance at a time.
+- client.say: `speechstream-say`.
+
+    async with await SpeechClient.connect("ws://127.0.0.1:8080/v1/stream") as client:
+        async for frame in client.speak("Hello there."):
+            ...  # frame.payload is one Opus packet
+
+    with SyncSpeechClient.connect("ws://127.0.0.1:8080/v1/stream", format="pcm_s16le") as client:
+        pcm = b"".join(frame.payload for frame in client.speak("Hello there."))
+"""
+
+from client.asyncio_client import Context, Reconnect, SpeechClient, connection
+from client.events import Event, Router, SpeechError, audio_end_s, frame_samples
+from client.resume import Anchor, Progress, Splice
+from client.sync_client import SyncSpeechClient
 
 __all__ = [
     "Anchor", "Context", "Event", "Progress", "Reconnect", "Router", "SpeechClient", "SpeechError", "Splice",

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import websockets
 
+from client.asyncio_client import SpeechClient
+from client.events import SpeechError, audio_end_s
 from contract.protocol import PROTOCOL_PATH
-
-from client.speech import SpeechClient, SpeechError, audio_end_s
 from media.containers import FRAME_FORMATS, ContainerWriter
 
 RATE = 48000
@@ -116,7 +116,7 @@ def refusal_hint(error: Exception) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="speechstream-say", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="speechstream-say", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("text", nargs="?", help="text to speak (or --file)")
     parser.add_argument("--file", type=Path, help="read the text from this file")
     output = parser.add_mutually_exclusive_group(required=True)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 from websockets.exceptions import WebSocketException
 
-from client.speech import SpeechClient, SpeechError
+from client import SpeechClient, SpeechError
 from operations.launcher import TritonServer
 
 # (name, the model whose stub it hits or None for tritonserver, the signal, seconds stopped)

@@ -28,7 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from client.speech import SpeechClient
+from client import SpeechClient
 from contract import models as c
 from operations.loopback import Servers, cpu_seconds, triton_metrics
 

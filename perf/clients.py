@@ -1,7 +1,7 @@
 """Load clients for the benchmark: one per system, each reducing an utterance to a
 `perf.metrics.Stream` (when the request went out, when each piece of audio came back).
 
-- `GatewayClient`: ours, protocol v1 over WebSocket (`client.speech.SpeechClient`), Opus.
+- `GatewayClient`: ours, protocol v1 over WebSocket (`client.SpeechClient`), Opus.
 - `PiperHttpClient`: Piper's HTTP server, `POST /synthesize`, which answers with the whole WAV.
 - `WyomingClient`: wyoming-piper over TCP, the Wyoming protocol (a JSON header line, then
   optional JSON data and a binary payload), which streams PCM sentence by sentence.
@@ -23,7 +23,7 @@ from typing import Protocol
 import aiohttp
 import websockets
 
-from client.speech import SpeechClient, SpeechError, audio_end_s
+from client import SpeechClient, SpeechError, audio_end_s
 from perf.metrics import Stream, WavProgress
 from perf.playback import stalls
 from contract.models import PLAYER_LEAD_S

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from client.speech import SpeechClient, audio_end_s
+from client import SpeechClient, audio_end_s
 from operations.loopback import Servers, cpu_seconds
 from perf.workloads import workload
 

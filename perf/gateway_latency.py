@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import statistics
 
-from client.speech import SpeechClient, audio_end_s
+from client import SpeechClient, audio_end_s
 from perf.workloads import WORKLOADS, workload
 
 

@@ -33,7 +33,7 @@ from locust import User, events, task
 # perf/ is not an installed package, and locust puts only this file's folder on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client.speech import SyncSpeechClient, audio_end_s  # noqa: E402
+from client import SyncSpeechClient, audio_end_s  # noqa: E402
 from perf.playback import stalls  # noqa: E402
 from perf.workloads import WORKLOADS, workload  # noqa: E402
 from contract.protocol import PROTOCOL_PATH  # noqa: E402

@@ -52,7 +52,7 @@ import psutil
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from client.speech import Event, Router, SpeechClient, connection
+from client import Event, Router, SpeechClient, connection
 from perf.chaos import FAULT_SETS, Fault, inject
 from perf.playback import Player, Stall
 from operations.loopback import Servers, triton_metrics
@@ -237,7 +237,7 @@ async def calibrate(url: str, seconds: float, streams: int, rng: random.Random) 
 
 @dataclass
 class Utterance:
-    """One context's events (routed by client.speech), checked against protocol v1, and
+    """One context's events (routed by client.Router), checked against protocol v1, and
     its player."""
 
     context_id: str

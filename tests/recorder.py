@@ -9,7 +9,7 @@ from typing import Any
 
 import websockets
 
-from client.speech import Event, Router, connection
+from client import Event, Router, connection
 from contract import protocol as v1
 
 

@@ -206,7 +206,7 @@ def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, open_
     import json
     import time
 
-    from client.speech import SyncSpeechClient
+    from client import SyncSpeechClient
     from operations.loopback import start_gateway, stop
     from perf.workloads import workload
 

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from client.speech import SpeechClient, SpeechError, connection
+from client import SpeechClient, SpeechError, connection
 from contract import protocol as v1
 from operations.loopback import gateway_metric, start_gateway, stop
 from perf.workloads import workload

@@ -35,7 +35,7 @@ PACKAGES = ("contract", "python_backends", "gateway", "client", "media", "operat
     ("contract/models.py", "import aiohttp"),  # the contract is pure
     ("contract/text.py", "from gateway import protocol"),  # and imports no process's package
     ("gateway/service.py", "from python_backends import chunking"),  # the gateway runs no stage code
-    ("client/speech.py", "from gateway import protocol"),  # the client is apart from the gateway
+    ("client/events.py", "from gateway import protocol"),  # the client is apart from the gateway
     ("python_backends/piper/pipeline.py", "from python_backends.ar import connector"),  # sibling families
     ("python_backends/delivery.py", "from python_backends.piper import pipeline"),  # common code under families
 ])

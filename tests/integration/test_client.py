@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from client.speech import SpeechClient, SpeechError, SyncSpeechClient
+from client import SpeechClient, SpeechError, SyncSpeechClient
 from contract import protocol as v1
 from perf.workloads import workload
 

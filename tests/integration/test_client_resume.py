@@ -1,4 +1,4 @@
-"""Resuming a context on another gateway: the rule sans I/O (client.speech's Progress and
+"""Resuming a context on another gateway: the rule sans I/O (client.resume's Progress and
 Splice, against a scripted gateway, cut at every message), the client over fake sockets,
 and end to end, two real gateways in front of one real Triton, the first stopped by
 SIGTERM mid-paragraph."""
@@ -11,13 +11,7 @@ import signal
 import numpy as np
 import pytest
 
-from client.speech import (
-    Event,
-    Progress,
-    Router,
-    SpeechClient,
-    frame_samples,
-)
+from client import Event, Progress, Router, SpeechClient, frame_samples
 from contract import protocol as v1
 from operations.loopback import start_gateway, stop
 from perf.workloads import harvard_sentences

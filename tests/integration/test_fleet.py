@@ -26,7 +26,7 @@ import urllib.request
 import pytest
 import yaml
 
-from client.speech import SpeechClient, connection
+from client import SpeechClient, connection
 from contract import protocol as v1
 from operations.launcher import TritonServer
 from operations.loopback import free_ports, start_gateway, stop, wait_for_http

@@ -17,7 +17,7 @@ import pytest
 import soxr
 import websockets
 
-from client.speech import SpeechClient, connection
+from client import SpeechClient, connection
 from contract import models as c
 from contract import protocol as v1
 from contract.voices import EMBEDDED

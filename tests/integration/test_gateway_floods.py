@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from client.speech import SyncSpeechClient
+from client import SyncSpeechClient
 from contract import protocol as v1
 from gateway.settings import Settings
 from operations.loopback import start_gateway, stop

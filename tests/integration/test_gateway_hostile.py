@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 import websockets
 
-from client.speech import connection
+from client import connection
 from contract import protocol as v1
 from gateway.settings import Settings
 from perf.workloads import workload

@@ -6,7 +6,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from client.speech import connection
+from client import connection
 from contract import protocol as v1
 from contract.voices import EMBEDDED
 from tests.recorder import Recorder

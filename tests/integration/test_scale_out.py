@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from client.speech import connection
+from client import connection
 from contract import models as c
 from contract import protocol as v1
 from operations.launcher import TritonServer

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from client.speech import SpeechClient, SpeechError
+from client import SpeechClient, SpeechError
 from contract.protocol import PROTOCOL_PATH, SERVER_DRAINING, SYNTHESIS_FAILED
 from operations.launcher import SHM_PREFIX, alive, stub_running
 from operations.loopback import free_ports, stop, wait_for_http

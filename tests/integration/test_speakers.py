@@ -17,7 +17,7 @@ import onnxruntime as ort
 import openai
 import pytest
 
-from client.speech import connection
+from client import connection
 from contract import models as c
 from contract import protocol as v1
 from contract.text import split_sentences

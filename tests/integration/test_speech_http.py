@@ -17,7 +17,7 @@ import openai
 import pytest
 import soundfile
 
-from client.speech import SyncSpeechClient
+from client import SyncSpeechClient
 from contract import models as c
 from operations.loopback import start_gateway, stop, triton_metrics
 from operations.triton_client import inference_count

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-from client.speech import connection
+from client import connection
 from contract import models as c
 from contract import protocol as v1
 from operations.launcher import TritonServer, stub_regions

@@ -11,7 +11,7 @@ import numpy as np
 import openai
 import pytest
 
-from client.speech import connection
+from client import connection
 from contract.text import split_sentences
 from contract.voices import EMBEDDED, find_voices
 from python_backends.piper.engines import AcousticEngine

@@ -6,13 +6,7 @@ import json
 
 import pytest
 
-from client.speech import (
-    Router,
-    SpeechClient,
-    SpeechError,
-    SyncSpeechClient,
-    audio_end_s,
-)
+from client import Router, SpeechClient, SpeechError, SyncSpeechClient, audio_end_s
 from contract import protocol as v1
 from tests.recorder import Recorder
 

@@ -57,7 +57,7 @@ def feed(u: Utterance, router, raw: str | bytes):
 
 
 def test_a_frame_in_time_is_no_stall_and_a_late_one_is_a_stall_of_its_lateness(clock):
-    from client.speech import Router
+    from client import Router
     router, u = Router(), Utterance("u1", FRAME_S)
     feed(u, router, message("audio_start", stream=1))
     for seq in range(50):  # one second of audio at once: the player holds it
@@ -71,7 +71,7 @@ def test_a_frame_in_time_is_no_stall_and_a_late_one_is_a_stall_of_its_lateness(c
 
 
 def test_a_resume_goes_on_with_the_frames_and_its_gap_is_marked(clock):
-    from client.speech import Router
+    from client import Router
     router, u = Router(), Utterance("u1", FRAME_S)
     feed(u, router, message("audio_start", stream=1))
     feed(u, router, frame(0))
@@ -88,7 +88,7 @@ def test_a_resume_goes_on_with_the_frames_and_its_gap_is_marked(clock):
 
 
 def test_a_resuming_after_the_last_frame_breaks_the_protocol(clock):
-    from client.speech import Router
+    from client import Router
     router, u = Router(), Utterance("u1", FRAME_S)
     feed(u, router, message("audio_start", stream=1))
     feed(u, router, frame(0, last=True))
@@ -97,7 +97,7 @@ def test_a_resuming_after_the_last_frame_breaks_the_protocol(clock):
 
 
 def test_an_error_ends_the_stall_under_way(clock):
-    from client.speech import Router
+    from client import Router
     router, u = Router(), Utterance("u1", FRAME_S)
     feed(u, router, message("audio_start", stream=1))
     feed(u, router, frame(0))

@@ -19,7 +19,7 @@ import openai
 import psutil
 import pytest
 
-from client.speech import connection
+from client import connection
 from contract import models as c
 from operations.launcher import SHM, TritonServer, session_of, shm_mapped_by
 from operations.loopback import free_ports, start_gateway, stop, triton_metrics

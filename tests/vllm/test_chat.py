@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client.speech import SpeechClient, connection
+from client import SpeechClient, connection
 from contract import models as c
 from contract import protocol as v1
 from operations.launcher import TritonServer
