@@ -7,22 +7,19 @@ import argparse
 import asyncio
 import json
 import random
+import time
 from collections import Counter
 
 import pytest
 
 from contract import protocol as v1
-from perf import chaos, soak
-from perf.soak import (
-    ABORTED,
-    CANCELLED,
-    COMPLETED,
-    Failed,
-    Failure,
-    Heard,
-    Tally,
-    Utterance,
-)
+from perf import chaos
+from perf.soak import goals, summary
+from perf.soak.__main__ import parse_args
+from perf.soak.listener import Listener
+from perf.soak.report import results_name, table, write
+from perf.soak.tally import ABORTED, CANCELLED, COMPLETED, Failed, Failure, Heard, Tally
+from perf.soak.utterance import Utterance
 
 FRAME_S = 0.02
 
@@ -40,7 +37,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     c = Clock()
-    monkeypatch.setattr(soak.time, "monotonic", c)
+    monkeypatch.setattr(time, "monotonic", c)
     return c
 
 
@@ -115,14 +112,14 @@ def test_stalls_around_faults_and_elsewhere():
               Heard(75.0, 0.5, False),  # within 20 s after it
               Heard(81.0, 3.0, False),  # after: elsewhere
               Heard(121.0, 8.0, True)]  # a resume's gap, after the fault at 120 s
-    assert [soak.around(s, 60.0) for s in stalls] == [True, True, False, False]
-    report = soak.stall_report(stalls, [60.0, 120.0], resume_bound_s=10.0)
+    assert [summary.around(s, 60.0) for s in stalls] == [True, True, False, False]
+    report = summary.stall_report(stalls, [60.0, 120.0], resume_bound_s=10.0)
     assert report["all"] == {"count": 4, "over_1_5_s": 3, "longest_s": 8.0, "stalled_s": 13.5}
     assert report["around_faults"] == {"count": 3, "over_1_5_s": 2, "longest_s": 8.0}
     assert report["elsewhere"] == {"count": 1, "over_1_5_s": 1, "longest_s": 3.0}
     assert report["resumed"] == {"count": 1, "over_1_5_s": 1, "longest_s": 8.0}
     assert [s["at_s"] for s in report["listed"]] == [59.0, 75.0, 81.0, 121.0]
-    assert soak.stall_report([], [])["all"]["longest_s"] == 0.0
+    assert summary.stall_report([], [])["all"]["longest_s"] == 0.0
 
 
 def test_streams_done_resumed_errored_hung():
@@ -137,17 +134,17 @@ def test_streams_done_resumed_errored_hung():
                   errors=Counter({"error_backend_unavailable": 3, "error_synthesis_failed": 1, "stalled": 1,
                                   "connect_failed_OSError": 2}),
                   resumed=Counter({COMPLETED: 4, CANCELLED: 1}), failures=failures)
-    assert soak.streams(tally, [60.0, 120.0]) == {
+    assert summary.streams(tally, [60.0, 120.0]) == {
         "started": 18, "done": 13, "resumed_done": 5, "errored": 4,
         "errored_by_kind": {"error_backend_unavailable": 3, "error_synthesis_failed": 1},
         "errored_cut": 2, "errored_cut_resumed": 1, "errored_refused": 1, "errored_other": 1,
         "resumed_errored": 1, "hung": 1, "resumed_hung": 1}
     # With no faults, nothing is cut or refused.
-    assert soak.streams(tally)["errored_other"] == 4
+    assert summary.streams(tally)["errored_other"] == 4
 
 
 def results(which: str | None, stalls: list[Heard], failures: list[Failed] = (), bound: float | None = None) -> dict:
-    """A soak's results as perf.soak.soak and main make them, with these stalls and failures."""
+    """A soak's results as perf.soak.run.soak and main make them, with these stalls and failures."""
     tally = Tally(utterances=Counter({COMPLETED: 9}), errors=Counter(f.kind for f in failures), stalls=stalls,
                   resumed=Counter({COMPLETED: 1} if bound else {}), resume_bound_s=bound, failures=list(failures))
     faults = [chaos.Fault(60.0, "kill vocoder stub", 1, 6.5)] if which else []
@@ -158,9 +155,9 @@ def results(which: str | None, stalls: list[Heard], failures: list[Failed] = (),
         "warmup_s": 60.0, "capacity_audio_s_per_s": 9.0, "listeners": 5, "host_load": {"median": 3.0, "max": 4.5},
         "utterances": {k: tally.utterances[k] for k in (COMPLETED, CANCELLED, ABORTED)}, "audio_s": 100.0,
         "errors": tally.errors.total(), "errors_by_kind": dict(tally.errors),
-        "streams": soak.streams(tally, [f.at_s for f in faults]),
-        "stalls": soak.stall_report(stalls, [f.at_s for f in faults], bound),
-        "chaos": soak.chaos_report(faults, stalls, args) if which else None,
+        "streams": summary.streams(tally, [f.at_s for f in faults]),
+        "stalls": summary.stall_report(stalls, [f.at_s for f in faults], bound),
+        "chaos": summary.chaos_report(faults, stalls, args) if which else None,
         "leaked_tts_requests": 0.0, "pending_requests": 0.0, "leaked_shm_segments": 0, "semaphores_left_in_shm": [],
         "gateway_rss": rss,
         "triton_rss": rss, "peak_active_tts_requests": 6.0, "server_log_errors": {"gateway": 0, "triton": 0},
@@ -175,61 +172,61 @@ def row(markdown: str, starts: str) -> list[str]:
 
 def test_the_vocoder_report_counts_stalls_over_1_5_s_against_a_goal_of_0():
     r = results("vocoder", [Heard(61.0, 1.6, False), Heard(300.0, 0.2, False)])
-    text = soak.table(r)
+    text = table(r)
     assert row(text, "player stalls")[1:] == ["2; 1; 1.60", "0 over 1.5 s"]
     assert row(text, "stalls around faults")[1:] == ["1; 1; 1.60", "0 over 1.5 s"]
     assert row(text, "stalls elsewhere")[1:] == ["1; 0; 0.20", "0 over 1.5 s"]
     assert "60 s kill vocoder stub: 6.5, 1.60" in row(text, "faults")[1]
     assert "resuming" not in text.split("| streams")[0] and "stalls across" not in text
-    assert soak.missed_stall_goal(r)
-    assert not soak.missed_stall_goal(results("vocoder", [Heard(61.0, 1.4, False)]))
+    assert goals.missed_stall_goal(r)
+    assert not goals.missed_stall_goal(results("vocoder", [Heard(61.0, 1.4, False)]))
     assert row(text, "errored: cut by a fault")[1:] == ["0 (0) / 0 / 0", "0 / 0 / 0"]
 
 
 def test_the_tts_report_bounds_the_gaps_a_resume_left():
     r = results("tts", [Heard(61.0, 7.5, True)], bound=10.0)
-    text = soak.table(r)
+    text = table(r)
     assert row(text, "player stalls")[2] == ""  # a resume's gap is no miss
     assert row(text, "stalls across a `resuming`")[1:] == ["1; 7.50", "–; ≤ 10"]
     assert row(text, "streams started")[1:] == ["9 / 9 (1) / 0 / 0", "0 hung"]
     assert row(text, "errored: cut by a fault")[1:] == ["0 (0) / 0 / 0", "0 / – / 0"]
-    assert not soak.missed_stall_goal(r) and not soak.missed_errors_goal(r)
-    assert soak.missed_stall_goal(results("tts", [Heard(61.0, 10.5, True)], bound=10.0))
-    assert soak.missed_stall_goal(results("tts", [Heard(200.0, 2.0, False)], bound=10.0))  # away from a fault
+    assert not goals.missed_stall_goal(r) and not goals.missed_errors_goal(r)
+    assert goals.missed_stall_goal(results("tts", [Heard(61.0, 10.5, True)], bound=10.0))
+    assert goals.missed_stall_goal(results("tts", [Heard(200.0, 2.0, False)], bound=10.0))  # away from a fault
 
 
 def test_with_tts_faults_a_new_stream_refused_while_a_stage_is_down_is_no_miss():
     refused = Failed("error_backend_unavailable", 61.0, 61.1, audio=False, resumed=False)
     r = results("tts", [], [refused, refused])
-    assert row(soak.table(r), "errored: cut by a fault")[1] == "0 (0) / 2 / 0"
-    assert not soak.missed_errors_goal(r)
+    assert row(table(r), "errored: cut by a fault")[1] == "0 (0) / 2 / 0"
+    assert not goals.missed_errors_goal(r)
     past_bound = Failed("error_backend_unavailable", 50.0, 76.0, audio=True, resumed=True)
     r = results("tts", [], [refused, past_bound])
-    assert row(soak.table(r), "errored: cut by a fault")[1] == "1 (1) / 1 / 0"
-    assert soak.missed_errors_goal(r)
-    assert soak.missed_errors_goal(results("vocoder", [], [refused]))  # with the vocoder's faults, any error
+    assert row(table(r), "errored: cut by a fault")[1] == "1 (1) / 1 / 0"
+    assert goals.missed_errors_goal(r)
+    assert goals.missed_errors_goal(results("vocoder", [], [refused]))  # with the vocoder's faults, any error
 
 
 def test_the_plain_soak_reports_stalls_too():
-    text = soak.table(results(None, [Heard(10.0, 0.3, False)]))
+    text = table(results(None, [Heard(10.0, 0.3, False)]))
     assert row(text, "player stalls")[1:] == ["1; 0; 0.30", "0 over 1.5 s"]
     assert "faults" not in text
 
 
 def test_each_fault_set_has_a_results_file_of_its_own(tmp_path):
-    assert [soak.results_name(w) for w in (None, "all", "vocoder", "tts")] == [
+    assert [results_name(w) for w in (None, "all", "vocoder", "tts")] == [
         "soak", "soak-chaos", "soak-chaos-vocoder", "soak-chaos-tts"]
-    soak.write(results("tts", [], bound=None), tmp_path)
+    write(results("tts", [], bound=None), tmp_path)
     assert (tmp_path / "soak-chaos-tts.md").read_text().startswith("# Soak with chaos (tts)")
     assert json.loads((tmp_path / "soak-chaos-tts.json").read_text())["chaos"]["set"] == "tts"
 
 
 def test_chaos_takes_a_fault_set():
-    assert soak.parse_args(["--chaos"]).chaos == "all"
-    assert soak.parse_args(["--chaos", "vocoder"]).chaos == "vocoder"
-    assert soak.parse_args([]).chaos is None
+    assert parse_args(["--chaos"]).chaos == "all"
+    assert parse_args(["--chaos", "vocoder"]).chaos == "vocoder"
+    assert parse_args([]).chaos is None
     with pytest.raises(SystemExit):
-        soak.parse_args(["--chaos", "acoustic"])
+        parse_args(["--chaos", "acoustic"])
     names = {k: [f[0] for f in v] for k, v in chaos.FAULT_SETS.items()}
     assert names["vocoder"] == ["kill vocoder stub", "stop vocoder stub for 3 s"]
     assert names["tts"] == ["kill tts stub", "kill acoustic stub", "kill tritonserver"]
@@ -253,9 +250,9 @@ class FakeConnection:
         return m
 
 
-def listener(tally: Tally) -> soak.Listener:
+def listener(tally: Tally) -> Listener:
     args = argparse.Namespace(cancel=0.0, abort=0.0, seed=0)
-    return soak.Listener("ws://unused", random.Random(0), tally, asyncio.Event(), args)
+    return Listener("ws://unused", random.Random(0), tally, asyncio.Event(), args)
 
 
 def test_a_listener_hears_a_resumed_stream_through_with_one_gap():
@@ -298,6 +295,6 @@ def test_the_results_list_each_failure_but_the_refused():
     failures = [Failed("error_backend_unavailable", 55.0, 61.0, audio=True, resumed=True),
                 Failed("error_backend_unavailable", 62.0, 62.1, audio=False, resumed=False),
                 Failed("error_synthesis_failed", 200.0, 203.0, audio=True, resumed=False)]
-    listed = soak.failures(Tally(failures=failures), [60.0])
+    listed = summary.failures(Tally(failures=failures), [60.0])
     assert [(f["kind"], f["cause"]) for f in listed] == [
         ("error_backend_unavailable", "cut"), ("error_synthesis_failed", "other")]
