@@ -44,7 +44,9 @@ from pathlib import Path
 import numpy as np
 
 from contract import models as c
-from operations.launcher import AR_VENV, PROJECT_ROOT, TritonServer, add_gpu_argument
+from operations.arguments import add_gpu_argument
+from operations.environment import AR_VENV, PROJECT_ROOT
+from operations.supervisor import TritonServer
 from operations.triton_client import stream
 
 from perf.host_load import ClientStalls, other_load

@@ -51,7 +51,7 @@ from perf.peers import start_piper_http, start_wyoming_piper
 from perf.report import write_report
 from perf.servers import Servers, cpu_seconds, stop, triton_metrics
 from perf.workloads import workload
-from operations.launcher import PROJECT_ROOT
+from operations.environment import PROJECT_ROOT
 
 LEVELS = (1, 2, 4, 8, 16, 32)
 QUICK_LEVELS = (1, 2)

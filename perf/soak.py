@@ -58,7 +58,8 @@ from perf.playback import Player, Stall
 from perf.servers import Servers, triton_metrics
 from perf.workloads import harvard_sentences
 from contract.models import TTS_ACTIVE_METRIC
-from operations.launcher import SHM, shm_mapped_by
+from operations.shared_memory import SHM
+from tests.processes import shm_mapped_by
 from contract import protocol as v1
 
 MAX_DURATION_S = 600.0

@@ -3,7 +3,7 @@ import pytest
 pytest_plugins = ["tests.shm_guard"]
 
 from perf.servers import free_ports, start_gateway, stop
-from operations.launcher import TritonServer
+from operations.supervisor import TritonServer
 from tests.triton_servers import running
 from tests.voices import build_german_voice, build_trio_voice
 

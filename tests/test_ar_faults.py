@@ -17,7 +17,8 @@ import pytest
 
 from contract import models as c
 from contract.text import Sentence
-from operations.launcher import TritonServer, model_of
+from operations.process_tree import model_of
+from operations.supervisor import TritonServer
 from operations import triton_client
 from operations.triton_client import Stream
 from perf.metrics import Stream as Timing

@@ -25,7 +25,10 @@ from perf.servers import start_gateway, stop, triton_metrics
 
 from contract import models as c
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME, frame_budget
-from operations.launcher import SHM, TritonServer, session_of, shm_mapped_by
+from operations.process_tree import session_of
+from operations.shared_memory import SHM
+from operations.supervisor import TritonServer
+from tests.processes import shm_mapped_by
 from operations.triton_client import Stream, StreamError, infer, stream
 from tests.audio import snr_db
 from perf import perf_analyzer as pa

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from client.speech import SpeechClient, connection
 from contract import models as c
 from contract import protocol as v1
-from operations.launcher import TritonServer
+from operations.supervisor import TritonServer
 from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from tests.recorder import Recorder
 from tests.triton_servers import running

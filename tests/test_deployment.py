@@ -11,7 +11,8 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from contract import models as c
 from contract.voices import AR_MODEL_ENV, VOICES_ENV
-from operations.launcher import GPU_CONFIG, TritonServer
+from operations.environment import GPU_CONFIG
+from operations.supervisor import TritonServer
 from contract import protocol as v1
 
 ROOT = Path(__file__).parents[1]

@@ -17,7 +17,7 @@ from contract import protocol as v1
 from gateway import discovery
 from gateway.backends import Backends, NoBackend, choose
 from gateway.metrics import Metrics
-from operations.launcher import TritonServer
+from operations.supervisor import TritonServer
 from perf.servers import free_ports, start_gateway, stop
 from perf.workloads import workload
 from tests.dns_server import dns_server

@@ -28,7 +28,7 @@ import yaml
 
 from client.speech import SpeechClient, connection
 from contract import protocol as v1
-from operations.launcher import TritonServer
+from operations.supervisor import TritonServer
 from perf.servers import free_ports, start_gateway, stop, wait_for_http
 from perf.workloads import harvard_sentences, workload
 from tests.dns_server import dns_server

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from contract import models as c
-from operations.launcher import TritonServer
+from operations.supervisor import TritonServer
 from operations.triton_client import stream
 from perf.servers import free_ports
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME

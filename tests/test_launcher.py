@@ -11,7 +11,9 @@ import urllib.request
 import pytest
 
 from perf.servers import free_ports
-from operations.launcher import GPU_CONFIG, SHM, backend_directory, remove_unmapped, server_environment, shm_mapped_by
+from operations.environment import GPU_CONFIG, backend_directory, server_environment
+from operations.shared_memory import SHM, remove_unmapped
+from tests.processes import shm_mapped_by
 
 pytestmark = pytest.mark.triton
 

@@ -12,7 +12,7 @@ from tests.recorder import Recorder
 from perf.servers import free_ports, gateway_metric, start_gateway, stop, triton_metrics
 from perf.workloads import workload
 from contract import models as c
-from operations.launcher import TritonServer
+from operations.supervisor import TritonServer
 from contract import protocol as v1
 
 from tests.test_triton_faults import kill_tree, readiness

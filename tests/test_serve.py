@@ -16,7 +16,9 @@ from client.speech import SpeechClient, SpeechError
 from perf.servers import free_ports, stop, wait_for_http
 from perf.workloads import workload
 from contract.protocol import PROTOCOL_PATH, SERVER_DRAINING, SYNTHESIS_FAILED
-from operations.launcher import SHM_PREFIX, alive, stub_running
+from operations.process_tree import alive
+from operations.shared_memory import SHM_PREFIX
+from tests.processes import stub_running
 
 pytestmark = pytest.mark.triton
 STOP_ROUNDS = 2  # of 20 paragraphs at once, before the SIGTERM

@@ -17,7 +17,7 @@ import pytest
 from client.speech import connection
 from contract import models as c
 from contract import protocol as v1
-from operations.launcher import TritonServer
+from operations.supervisor import TritonServer
 from perf.servers import free_ports, start_gateway, stop
 from perf.workloads import workload
 from tests.audio import snr_db

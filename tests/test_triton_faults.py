@@ -18,7 +18,8 @@ from tests.recorder import Recorder
 from perf.servers import free_ports, start_gateway, stop, triton_metrics
 from perf.workloads import workload
 from contract import models as c
-from operations.launcher import TritonServer, stub_regions
+from operations.shared_memory import stub_regions
+from operations.supervisor import TritonServer
 from operations.triton_client import inference_count
 from contract import protocol as v1
 

@@ -4,7 +4,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from operations.launcher import TritonServer
+from operations.supervisor import TritonServer
 
 
 @contextlib.contextmanager
