@@ -18,8 +18,10 @@ from typing import IO
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
-from operations.launcher import PROJECT_ROOT, TritonServer
+
 from contract import protocol as v1
+from operations.environment import PROJECT_ROOT
+from operations.supervisor import TritonServer
 
 
 def free_ports(n: int) -> list[int]:

@@ -15,10 +15,10 @@ import signal
 import threading
 
 from contract.voices import VoiceError
-from operations.launcher import TritonServer, add_chat_flag, add_gpu_argument
-
 from gateway import settings as s
 from gateway.server import serve_forever
+from operations.arguments import add_chat_flag, add_gpu_argument
+from operations.supervisor import TritonServer
 
 log = logging.getLogger("speechstream.serve")
 

@@ -44,12 +44,13 @@ from pathlib import Path
 import numpy as np
 
 from contract import models as c
-from operations.launcher import AR_VENV, PROJECT_ROOT, TritonServer, add_gpu_argument
+from operations.arguments import add_gpu_argument
+from operations.environment import AR_VENV, PROJECT_ROOT
+from operations.loopback import free_ports, triton_metrics
+from operations.supervisor import TritonServer
 from operations.triton_client import stream
-
 from perf.host_load import ClientStalls, other_load
 from perf.report import pyplot
-from operations.loopback import free_ports, triton_metrics
 
 TEXT = "The birch canoe slid on the smooth planks."
 # A stream whose first audio comes after this share of its time (request → end) came late.

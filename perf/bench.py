@@ -42,16 +42,24 @@ from urllib.parse import urlparse
 
 import psutil
 
-from perf.clients import Connect, GatewayClient, PiperHttpClient, WyomingClient, poisson_arrivals, run_arrivals, run_level
+from operations.environment import PROJECT_ROOT
+from operations.loopback import Servers, cpu_seconds, stop, triton_metrics
+from perf.clients import (
+    Connect,
+    GatewayClient,
+    PiperHttpClient,
+    WyomingClient,
+    poisson_arrivals,
+    run_arrivals,
+    run_level,
+)
 from perf.formats import measure_formats
 from perf.goals import OURS, goals
 from perf.limit import compute_limit, ttfp_floor
 from perf.metrics import Stream, summarize
 from perf.peers import start_piper_http, start_wyoming_piper
 from perf.report import write_report
-from operations.loopback import Servers, cpu_seconds, stop, triton_metrics
 from perf.workloads import workload
-from operations.launcher import PROJECT_ROOT
 
 LEVELS = (1, 2, 4, 8, 16, 32)
 QUICK_LEVELS = (1, 2)

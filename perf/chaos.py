@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from websockets.exceptions import WebSocketException
 
 from client import SpeechClient, SpeechError
-from operations.launcher import TritonServer
+from operations.supervisor import TritonServer
 
 # (name, the model whose stub it hits or None for tritonserver, the signal, seconds stopped)
 FAULTS = (

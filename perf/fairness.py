@@ -28,11 +28,11 @@ from pathlib import Path
 
 import psutil
 
+from operations.loopback import Servers
 from perf import floods
 from perf.clients import GatewayClient
 from perf.metrics import Stream, percentile
 from perf.report import pyplot
-from operations.loopback import Servers
 from perf.workloads import harvard_sentences
 
 RESULTS = Path(__file__).parent / "results"

@@ -11,6 +11,7 @@ import json
 import socket
 
 from websockets.frames import Frame, Opcode
+
 from contract import protocol as v1
 
 HANDSHAKE = (f"GET {v1.PROTOCOL_PATH} HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

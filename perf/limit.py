@@ -38,8 +38,8 @@ def _utterance(acoustic, vocoder, sentences, params) -> tuple[float, float, floa
 def _worker(texts: dict[str, str], seconds: float, barrier: Barrier, results: multiprocessing.Queue) -> None:
     """Per workload: wait for every core to be ready, synthesize for `seconds`, report
     (workload, audio s, elapsed s, CPU s, acoustic CPU s, per-utterance RTFs)."""
-    from python_backends.piper.engines import AcousticEngine, VocoderEngine
     from contract.text import split_sentences
+    from python_backends.piper.engines import AcousticEngine, VocoderEngine
     from python_backends.piper.voice import load_voice
 
     voice = load_voice()
@@ -100,11 +100,11 @@ def _timed(steps: dict[str, list[float]], step: str, call, *args):
 
 
 def _ttfp_floor_worker(text: str, runs: int, results: multiprocessing.Queue) -> None:
-    from python_backends.chunking import head_frames
-    from python_backends.piper.engines import AcousticEngine, VocoderEngine
     from contract.models import CHUNK_PARAMS
-    from python_backends.inputs import read_chunk_params
     from contract.text import split_sentences
+    from python_backends.chunking import head_frames
+    from python_backends.inputs import read_chunk_params
+    from python_backends.piper.engines import AcousticEngine, VocoderEngine
     from python_backends.piper.voice import load_voice
 
     voice = load_voice()

@@ -12,9 +12,9 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from perf.playback import stalls
 from contract.models import PLAYER_LEAD_S
 from contract.protocol import SERVER_BUSY
+from perf.playback import stalls
 
 
 @dataclass

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from operations.environment import PROJECT_ROOT
 from operations.loopback import free_ports, wait_for_http
-from operations.launcher import PROJECT_ROOT
 from python_backends.piper.voice import embedded_voice_files
 
 PEERS_VENV = PROJECT_ROOT / ".venv-peers"

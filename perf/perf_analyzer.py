@@ -32,8 +32,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from perf.metrics import percentile
 from contract import models as c
+from perf.metrics import percentile
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME
 
 INPUT_DATA = Path(__file__).parent / "tts_input.json"

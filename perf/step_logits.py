@@ -104,7 +104,7 @@ def main() -> None:
     if args.measure:
         print(json.dumps(measure(args.device, args.batches)))
         return
-    from operations.launcher import AR_VENV, PROJECT_ROOT
+    from operations.environment import AR_VENV, PROJECT_ROOT
 
     command = [str(AR_VENV / "bin" / "python"), "-m", "perf.step_logits", "--measure", "--device", args.device,
                "--batches", *map(str, args.batches)]

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from perf.workloads import WORKLOADS, workload
 from contract import models as c
-from operations.triton_client import stream
 from contract.voices import EMBEDDED
+from operations.triton_client import stream
+from perf.workloads import WORKLOADS, workload
 
 SAMPLE_RATE = EMBEDDED.sample_rate
 

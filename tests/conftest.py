@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from operations.launcher import TritonServer
 from operations.loopback import free_ports
+from operations.supervisor import TritonServer
 from tests.servers import Gateways, running
 from tests.voices import build_german_voice, build_trio_voice
 

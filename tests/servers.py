@@ -11,8 +11,8 @@ from pathlib import Path
 from subprocess import Popen
 
 from contract import protocol as v1
-from operations.launcher import TritonServer
 from operations.loopback import start_gateway, stop
+from operations.supervisor import TritonServer
 
 
 @contextlib.contextmanager

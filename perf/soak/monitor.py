@@ -13,8 +13,9 @@ from pathlib import Path
 import psutil
 
 from contract.models import TTS_ACTIVE_METRIC
-from operations.launcher import SHM, shm_mapped_by
 from operations.loopback import Servers, triton_metrics
+from operations.shared_memory import SHM
+from tests.processes import shm_mapped_by
 
 PENDING_METRIC = "nv_inference_pending_request_count"
 SETTLE_S = 20.0  # after the load, the server must return to idle within this
@@ -94,4 +95,4 @@ def log_errors(path: Path, offset: int) -> int:
     with path.open("rb") as f:
         f.seek(offset)
         lines = f.read().decode(errors="replace").splitlines()
-    return sum(" ERROR " in l or l.startswith("Traceback") or (l[:1] == "E" and l[1:5].isdigit()) for l in lines)
+    return sum(" ERROR " in line or line.startswith("Traceback") or (line[:1] == "E" and line[1:5].isdigit()) for line in lines)

@@ -14,7 +14,7 @@ from perf.soak.tally import CANCELLED, COMPLETED, Failure
 
 @dataclass
 class Utterance:
-    """One context's events (routed by client.speech), checked against protocol v1, and
+    """One context's events (routed by client.Router), checked against protocol v1, and
     its player."""
 
     context_id: str

@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 
 from contract import protocol as v1
-from operations.launcher import TritonServer
 from operations.loopback import free_ports, start_gateway, stop
+from operations.supervisor import TritonServer
 from perf.workloads import workload
 from tests.dns_server import dns_server
 from tests.recorder import Recorder, holding_connection

@@ -28,8 +28,8 @@ import yaml
 
 from client import SpeechClient, connection
 from contract import protocol as v1
-from operations.launcher import TritonServer
 from operations.loopback import free_ports, start_gateway, stop, wait_for_http
+from operations.supervisor import TritonServer
 from perf.workloads import harvard_sentences, workload
 from tests.dns_server import dns_server
 from tests.integration.test_discovery import (

@@ -10,15 +10,10 @@ import urllib.request
 
 import pytest
 
-from operations.launcher import (
-    GPU_CONFIG,
-    SHM,
-    backend_directory,
-    remove_unmapped,
-    server_environment,
-    shm_mapped_by,
-)
+from operations.environment import GPU_CONFIG, backend_directory, server_environment
 from operations.loopback import free_ports
+from operations.shared_memory import SHM, remove_unmapped
+from tests.processes import shm_mapped_by
 
 
 def test_backend_directory_holds_the_python_backend_and_this_pythons_stub():

@@ -10,7 +10,6 @@ import pytest
 from client import connection
 from contract import models as c
 from contract import protocol as v1
-from operations.launcher import TritonServer
 from operations.loopback import (
     free_ports,
     gateway_metric,
@@ -18,6 +17,7 @@ from operations.loopback import (
     stop,
     triton_metrics,
 )
+from operations.supervisor import TritonServer
 from perf.workloads import workload
 from tests.integration.test_triton_faults import kill_tree, readiness
 from tests.recorder import Recorder

@@ -14,9 +14,11 @@ import pytest
 
 from client import SpeechClient, SpeechError
 from contract.protocol import PROTOCOL_PATH, SERVER_DRAINING, SYNTHESIS_FAILED
-from operations.launcher import SHM_PREFIX, alive, stub_running
 from operations.loopback import free_ports, stop, wait_for_http
+from operations.process_tree import alive
+from operations.shared_memory import SHM_PREFIX
 from perf.workloads import workload
+from tests.processes import stub_running
 
 STOP_ROUNDS = 2  # of 20 paragraphs at once, before the SIGTERM
 

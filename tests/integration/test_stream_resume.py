@@ -17,8 +17,8 @@ import pytest
 from client import connection
 from contract import models as c
 from contract import protocol as v1
-from operations.launcher import TritonServer
 from operations.loopback import free_ports, start_gateway, stop
+from operations.supervisor import TritonServer
 from perf.workloads import workload
 from tests.audio import snr_db
 from tests.recorder import Recorder

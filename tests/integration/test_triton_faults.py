@@ -16,8 +16,9 @@ import pytest
 from client import connection
 from contract import models as c
 from contract import protocol as v1
-from operations.launcher import TritonServer, stub_regions
 from operations.loopback import free_ports, start_gateway, stop, triton_metrics
+from operations.shared_memory import stub_regions
+from operations.supervisor import TritonServer
 from operations.triton_client import inference_count
 from perf.workloads import workload
 from tests.recorder import Recorder

@@ -14,8 +14,9 @@ import psutil
 import pytest
 
 from contract import models as c
-from operations.launcher import TritonServer, model_of
 from operations.loopback import free_ports
+from operations.process_tree import model_of
+from operations.supervisor import TritonServer
 from operations.triton_client import Stream
 from perf.metrics import Stream as Timing
 from perf.workloads import workload

@@ -1,4 +1,4 @@
-"""client/speech.py without a server: the router on scripted messages, and the clients
+"""The client library (client/) without a server: the router on scripted messages, and the clients
 over fake sockets that replay them."""
 
 import asyncio

@@ -18,8 +18,9 @@ import pytest
 from contract import models as c
 from contract.text import Sentence
 from operations import triton_client
-from operations.launcher import TritonServer, model_of
 from operations.loopback import free_ports, triton_metrics
+from operations.process_tree import model_of
+from operations.supervisor import TritonServer
 from operations.triton_client import Stream
 from perf.metrics import Stream as Timing
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME

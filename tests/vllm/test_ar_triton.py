@@ -21,12 +21,15 @@ import pytest
 
 from client import connection
 from contract import models as c
-from operations.launcher import SHM, TritonServer, session_of, shm_mapped_by
 from operations.loopback import free_ports, start_gateway, stop, triton_metrics
+from operations.process_tree import session_of
+from operations.shared_memory import SHM
+from operations.supervisor import TritonServer
 from operations.triton_client import Stream, StreamError, infer, stream
 from perf import perf_analyzer as pa
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME, frame_budget
 from tests.audio import snr_db
+from tests.processes import shm_mapped_by
 from tests.recorder import Recorder
 from tests.servers import running
 from tests.voices import build_orpheus_model

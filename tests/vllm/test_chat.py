@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from client import SpeechClient, connection
 from contract import models as c
 from contract import protocol as v1
-from operations.launcher import TritonServer
 from operations.loopback import free_ports, start_gateway, stop, triton_metrics
+from operations.supervisor import TritonServer
 from tests.pages import FINISHED, REPORT, http_of
 from tests.recorder import Recorder
 from tests.servers import running

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from contract import models as c
-from operations.launcher import TritonServer
 from operations.loopback import free_ports
+from operations.supervisor import TritonServer
 from operations.triton_client import stream
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME
 from tests.voices import AR_PYTHON, ROOT, build_orpheus_model
