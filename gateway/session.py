@@ -32,6 +32,7 @@ from contract.text import Sentence
 
 from gateway import chat as ch
 from gateway import protocol as p
+from gateway.actions import Action, Close, Job, Send, Stop, StopThinking, Synthesize, Think
 from gateway.audio import FrameEncoder, pre_skip
 from gateway.segmenter import Segmenter, batches
 from gateway.settings import Settings
@@ -99,59 +100,6 @@ class Observer(Protocol):
     def chat_round(self) -> None: ...
     def held_audio(self, seconds: float, released: bool) -> None: ...
 
-
-@dataclass(frozen=True)
-class Job:
-    """One `tts` request: a context's next sentences, spoken with its voice and parameters."""
-
-    id: int
-    context_id: str
-    sentences: tuple[Sentence, ...]
-    voice: str
-    voice_params: tuple[tuple[str, float | int], ...]
-    start_ms: float  # where its audio starts in the context's audio, for timestamps
-
-
-@dataclass(frozen=True)
-class Send:
-    data: str | bytes
-
-
-@dataclass(frozen=True)
-class Synthesize:
-    job: Job
-
-
-@dataclass(frozen=True)
-class Stop:
-    job_id: int
-
-
-@dataclass(frozen=True)
-class Close:
-    code: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Think:
-    """One Thinker request of a chat turn: the reply to `messages`, verifying `draft` first."""
-
-    id: int
-    turn_id: str
-    messages: tuple[dict[str, str], ...]
-    draft: tuple[int, ...]
-    top_k: int
-    max_tokens: int
-    temperature: float
-
-
-@dataclass(frozen=True)
-class StopThinking:
-    think_id: int
-
-
-Action = Send | Synthesize | Stop | Close | Think | StopThinking
 
 HISTORY_CHARS = 8_000  # the conversation a turn's prompt carries, newest first
 

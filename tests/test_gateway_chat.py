@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from gateway import chat as ch
+from gateway.actions import Send, Stop, StopThinking, Synthesize, Think
 from gateway.protocol import Speculation
-from gateway.session import Limits, Send, Session, Stop, StopThinking, Synthesize, Think
+from gateway.session import Limits, Session
 from contract import protocol as v1
 from tests.test_gateway_session import Clock, Recorder, frames, messages
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from gateway import protocol as p
+from gateway.actions import Close, Job, Send, Stop, Synthesize
 from gateway.segmenter import REQUEST_CHARS
-from gateway.session import Close, Job, Limits, Send, Session, Stop, Synthesize
+from gateway.session import Limits, Session
 from contract import models as c
 from contract.voices import EMBEDDED
 from contract import protocol as v1

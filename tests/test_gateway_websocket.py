@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 
+from gateway.actions import Synthesize
 from gateway.service import Gateway
-from gateway.session import Synthesize
 from gateway.settings import Settings
 from gateway.websocket import Connection, ConnectionClosed, JobUnwanted
 from contract.voices import EMBEDDED
