@@ -29,9 +29,10 @@ from gateway.access import (
     request_id,
     unauthorized,
 )
+from gateway.pace import Pace
 from gateway.protocol import OPENAI_VOICES
 from gateway.segmenter import batches
-from gateway.service import GATEWAY, Gateway, Pace
+from gateway.service import GATEWAY, Gateway
 from gateway.settings import Settings
 from gateway.speech_api import (
     OPENAI_MODELS,
