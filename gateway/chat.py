@@ -1,7 +1,7 @@
 """Protocol v1's chat mode, the pure parts: a turn's speculation rounds, the draft they
-leave, the first sentence to hold, and the outcome of the final verification. The
-session (gateway/session.py) turns them into actions; tests/unit/test_gateway_chat.py tests
-them without Triton.
+leave, the first sentence to hold, and the outcome of the final verification. A
+connection's turns (gateway/turns.py) turn them into actions; tests/unit/test_gateway_chat.py
+tests them without Triton.
 
 A turn's transcript arrives word by word (`user` messages). While it does, a round asks
 the Thinker to verify the turn's draft against the new partial question and to draft on
@@ -18,7 +18,6 @@ import enum
 from dataclasses import dataclass, field
 
 from contract.text import Sentence
-
 from gateway.protocol import Speculation
 from gateway.segmenter import Segmenter
 

@@ -17,7 +17,6 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from contract import models as c
-
 from gateway.backends import Backend, Backends
 
 READ_INTERVAL_S = 0.25

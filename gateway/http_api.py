@@ -17,9 +17,9 @@ from pathlib import Path
 from aiohttp import web
 
 from contract import models as c
-from contract.voices import VoiceInfo
+from contract import protocol as v1
 from contract.text import split_sentences
-
+from contract.voices import VoiceInfo
 from gateway.access import (
     KeyFailures,
     cors_headers,
@@ -29,9 +29,11 @@ from gateway.access import (
     request_id,
     unauthorized,
 )
+from gateway.pace import Pace
 from gateway.protocol import OPENAI_VOICES
+from gateway.resumption import TtsChunk
 from gateway.segmenter import batches
-from gateway.service import GATEWAY, Gateway, Pace
+from gateway.service import GATEWAY, Gateway
 from gateway.settings import Settings
 from gateway.speech_api import (
     OPENAI_MODELS,
@@ -41,9 +43,7 @@ from gateway.speech_api import (
     parse_speech_request,
     streams_by_default,
 )
-from gateway.resumption import TtsChunk
 from gateway.synthesis import SynthesisFailed, Synthesizer
-from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 

@@ -13,6 +13,7 @@ from typing import Any
 from contract import models as c
 from contract import protocol as v1
 
+
 class ProtocolError(Exception):
     """A message the server refuses; sent to the client as an `error` frame."""
 

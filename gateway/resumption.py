@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 RETRY_S = 0.25  # the wait before issuing again, times the attempts of this outage...
 RETRY_MAX_S = 1.0  # ...up to this
 

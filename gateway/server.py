@@ -22,8 +22,9 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable
 
 from aiohttp import WSCloseCode, web
-from contract.voices import VoiceError
 
+from contract import protocol as v1
+from contract.voices import VoiceError
 from gateway import discovery, fleet, http_api
 from gateway import settings as s
 from gateway.backends import HEALTH_INTERVAL_S
@@ -31,7 +32,6 @@ from gateway.listener import listen
 from gateway.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.settings import Settings
 from gateway.websocket import stream
-from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 # How long shutdown waits for handlers still running once the WebSockets are closed (an

@@ -10,22 +10,22 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from aiohttp import web
-from contract.voices import find_voices
 
+from contract import protocol as v1
+from contract.voices import find_voices
 from gateway import discovery
 from gateway.access import KeyFailures, log_refusal
 from gateway.admission import AdmissionQueue, keeping_ahead
 from gateway.backends import Backends
 from gateway.metrics import Metrics
+from gateway.pace import Pace
 from gateway.protocol import ProtocolError
 from gateway.session import Limits, Session
 from gateway.settings import Settings
 from gateway.synthesis import Synthesizer
 from gateway.thinking import Thinker
-from contract import protocol as v1
 
 # A hint for a client refused a stream: its own streams end in seconds, not milliseconds.
 STREAM_RETRY_MS = 1000
@@ -82,7 +82,7 @@ class Gateway:
         """How far each stream being spoken is ahead of its listener, in seconds of audio:
         contexts on all connections and streamed HTTP speech bodies."""
         now = time.monotonic()
-        bodies = [lead for p in self.http_paces if (lead := p.lead_s(now)) is not None]
+        bodies = [lead for pace in self.http_paces if (lead := pace.lead_s(now)) is not None]
         return [lead for s in self.sessions for lead in s.leads()] + bodies
 
     def speaking_contexts(self) -> int:
@@ -153,20 +153,6 @@ class Gateway:
             self.http_streams[client] -= 1
             if not self.http_streams[client]:
                 del self.http_streams[client]
-
-
-@dataclass(eq=False)
-class Pace:
-    """A streamed HTTP speech body against a listener playing it from its first audio."""
-
-    heard_at: float | None = None  # when its first audio went out (time.monotonic)
-    audio_s: float = 0.0  # the audio sent since
-    streamed: bool = True  # False: a whole body, which no listener plays as it comes
-
-    def lead_s(self, now: float) -> float | None:
-        if not self.streamed:
-            return None
-        return 0.0 if self.heard_at is None else self.audio_s - (now - self.heard_at)
 
 
 def admits(streams: Counter[str], client: str, limit: float) -> bool:

@@ -2,9 +2,11 @@
 
 The session takes what happens — a client frame, a chunk of synthesized audio, the end
 or failure of a synthesis job, the connection falling idle — and answers with actions
-for its I/O shell (gateway/websocket.py) to carry out, in order: send this, start
-synthesizing that, stop that job, close the connection. No awaits, no sockets, no
-Triton here, so every rule is tested without a server (tests/unit/test_gateway_session.py).
+for its I/O shell (gateway/websocket.py) to carry out, in order (gateway/actions.py):
+send this, start synthesizing that, stop that job, close the connection. No awaits, no
+sockets, no Triton here, so every rule is tested without a server
+(tests/unit/test_gateway_session.py). Chat mode's turns are run by gateway/turns.py; their
+replies are spoken on contexts of the session's.
 
 Each context cuts its text into sentences (segmenter.Segmenter), queues them with the
 flush and close marks between them, and has at most one synthesis job in flight: the
@@ -27,17 +29,20 @@ from typing import Protocol
 import numpy as np
 
 from contract import models as c
-from contract.voices import EMBEDDED_ONLY, VoiceInfo
+from contract import protocol as v1
 from contract.text import Sentence
-
-from gateway import chat as ch
-from gateway import protocol as p
+from contract.voices import EMBEDDED_ONLY, VoiceInfo
+from gateway.actions import Action, Close, Job, Send, Stop, Synthesize
 from gateway.audio import FrameEncoder, pre_skip
+from gateway.chat import Held
+from gateway.protocol import TEXT_TYPES, Config, ContextMessage, ProtocolError, UserMessage, encode, parse_message
+from gateway.protocol import error as error_message  # the frame; Session.error sends it
 from gateway.segmenter import Segmenter, batches
 from gateway.settings import Settings
-from contract import protocol as v1
+from gateway.turns import ChatObserver, Turns
 
 log = logging.getLogger("speechstream.gateway")
+
 
 class Mark(enum.Enum):
     FLUSH = "flush"  # deliver every sample so far; the context goes on
@@ -62,7 +67,7 @@ class Limits:
 class Admission(Protocol):
     """The gateway's word on a new stream (a context opening)."""
 
-    def refusal(self) -> p.ProtocolError | None:
+    def refusal(self) -> ProtocolError | None:
         """Why the stream may not start now, or None."""
         ...
 
@@ -79,7 +84,7 @@ class Admission(Protocol):
 class AdmitAll:
     """An Admission for a session on its own: every stream starts at once."""
 
-    def refusal(self) -> p.ProtocolError | None:
+    def refusal(self) -> ProtocolError | None:
         return None
 
     def wait(self, context_id: str) -> int | None:
@@ -89,71 +94,12 @@ class AdmitAll:
         pass
 
 
-class Observer(Protocol):
+class Observer(ChatObserver, Protocol):
     """Where a session reports what the gateway's metrics count."""
 
     def error(self, code: str) -> None: ...
     def first_audio(self, seconds: float) -> None: ...
     def audio(self, seconds: float) -> None: ...
-    def chat_turn(self, outcome: str) -> None: ...
-    def chat_round(self) -> None: ...
-    def held_audio(self, seconds: float, released: bool) -> None: ...
-
-
-@dataclass(frozen=True)
-class Job:
-    """One `tts` request: a context's next sentences, spoken with its voice and parameters."""
-
-    id: int
-    context_id: str
-    sentences: tuple[Sentence, ...]
-    voice: str
-    voice_params: tuple[tuple[str, float | int], ...]
-    start_ms: float  # where its audio starts in the context's audio, for timestamps
-
-
-@dataclass(frozen=True)
-class Send:
-    data: str | bytes
-
-
-@dataclass(frozen=True)
-class Synthesize:
-    job: Job
-
-
-@dataclass(frozen=True)
-class Stop:
-    job_id: int
-
-
-@dataclass(frozen=True)
-class Close:
-    code: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Think:
-    """One Thinker request of a chat turn: the reply to `messages`, verifying `draft` first."""
-
-    id: int
-    turn_id: str
-    messages: tuple[dict[str, str], ...]
-    draft: tuple[int, ...]
-    top_k: int
-    max_tokens: int
-    temperature: float
-
-
-@dataclass(frozen=True)
-class StopThinking:
-    think_id: int
-
-
-Action = Send | Synthesize | Stop | Close | Think | StopThinking
-
-HISTORY_CHARS = 8_000  # the conversation a turn's prompt carries, newest first
 
 
 @dataclass(eq=False)
@@ -207,15 +153,18 @@ class Session:
         self.clock = clock
         self.id = session_id or uuid.uuid4().hex[:12]
         self.voices = voices  # the default first
-        self.config = p.Config(next(iter(voices)))
+        self.config = Config(next(iter(voices)))
         self.contexts: dict[str, Context] = {}
         self._streams = 0  # stream numbers given out; also: a context was opened
         self._jobs = 0
         self.chat = chat  # a Thinker serves chat mode
-        self.turns: dict[str, ch.Turn] = {}  # chat turns until their reply is decided
-        self.history: list[dict[str, str]] = []  # the conversation: user turns and the replies spoken
-        self._held: dict[int, ch.Turn] = {}  # held audio's jobs, and their turns
-        self._thinks = 0
+        # Chat turns, until their reply is written (each reply is a context of its turn's id).
+        self.turns = Turns(self, observer, voices, limits.chat_speculation_chars)
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        """The chat conversation: user turns and the replies spoken."""
+        return self.turns.history
 
     @property
     def busy(self) -> bool:
@@ -237,7 +186,9 @@ class Session:
 
     def is_current(self, job_id: int) -> bool:
         """Whether job `job_id` is still wanted (not cancelled, its context not failed)."""
-        return job_id in self._held or any(context.job is not None and context.job.id == job_id for context in self.contexts.values())
+        if self.turns.held(job_id) is not None:
+            return True
+        return any(context.job is not None and context.job.id == job_id for context in self.contexts.values())
 
     # Client frames
 
@@ -245,53 +196,53 @@ class Session:
         """The actions answering one client frame; a refused one gets an `error`."""
         try:
             return self._handle(self._parse(frame))
-        except p.ProtocolError as e:
-            return [self._error(e.code, e.message, e.context_id, e.retry_after_ms)]
+        except ProtocolError as e:
+            return [self.error(e.code, e.message, e.context_id, e.retry_after_ms)]
         except Exception:
             log.exception("session %s: unexpected error handling a message", self.id)
-            return [self._error(v1.INTERNAL_ERROR, "the server failed to handle this message")]
+            return [self.error(v1.INTERNAL_ERROR, "the server failed to handle this message")]
 
-    def _parse(self, frame: str | bytes) -> p.Config | p.ContextMessage | p.UserMessage:
+    def _parse(self, frame: str | bytes) -> Config | ContextMessage | UserMessage:
         size = len(frame) if isinstance(frame, bytes) else len(frame.encode("utf-8", "surrogatepass"))
         if size > self.limits.max_message_bytes:
-            raise p.ProtocolError(
+            raise ProtocolError(
                 v1.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.limits.max_message_bytes}"
             )
-        return p.parse_message(frame, tuple(self.voices), self.limits.max_text_chars)
+        return parse_message(frame, tuple(self.voices), self.limits.max_text_chars)
 
-    def _handle(self, message: p.Config | p.ContextMessage | p.UserMessage) -> list[Action]:
-        if isinstance(message, p.Config):
-            if self._streams or self.turns:
-                raise p.ProtocolError(v1.CONFIG_TOO_LATE, "config must come before the first speak, text or user")
+    def _handle(self, message: Config | ContextMessage | UserMessage) -> list[Action]:
+        if isinstance(message, Config):
+            if self._streams or self.turns.ids:
+                raise ProtocolError(v1.CONFIG_TOO_LATE, "config must come before the first speak, text or user")
             self.config = message
             return [self._ready()]
-        if isinstance(message, p.UserMessage):
+        if isinstance(message, UserMessage):
             return self._user(message)
         if message.type == "cancel" and message.context_id in self.turns:
-            return self._cancel_turn(self.turns[message.context_id])
+            return self.turns.cancel(message.context_id)
         context = self.contexts.get(message.context_id)
-        if message.type in p.TEXT_TYPES:
+        if message.type in TEXT_TYPES:
             return self._text(context, message)
         if context is None:
-            raise p.ProtocolError(v1.UNKNOWN_CONTEXT, f"no open context '{message.context_id}'", message.context_id)
+            raise ProtocolError(v1.UNKNOWN_CONTEXT, f"no open context '{message.context_id}'", message.context_id)
         if message.type == "cancel":
             return self._cancel(context)
         if context.closed:
-            raise p.ProtocolError(v1.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
+            raise ProtocolError(v1.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
         return self._submit(context, *context.segmenter.flush(), Mark.FLUSH if message.type == "flush" else Mark.CLOSE)
 
-    def _text(self, context: Context | None, message: p.ContextMessage) -> list[Action]:
+    def _text(self, context: Context | None, message: ContextMessage) -> list[Action]:
         if context is not None and message.type == "speak":
-            raise p.ProtocolError(v1.CONTEXT_EXISTS, f"context '{context.id}' is already open", context.id)
+            raise ProtocolError(v1.CONTEXT_EXISTS, f"context '{context.id}' is already open", context.id)
         if context is not None and context.closed:
-            raise p.ProtocolError(v1.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
+            raise ProtocolError(v1.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
         if context is not None and (message.voice or message.voice_params):
-            raise p.ProtocolError(
+            raise ProtocolError(
                 v1.INVALID_FIELD, f"context '{context.id}' is open: its voice and parameters are set when it opens", context.id
             )
         waiting = 0 if context is None else context.waiting_chars
         if waiting + len(message.text) > self.limits.max_text_chars:
-            raise p.ProtocolError(
+            raise ProtocolError(
                 v1.TEXT_TOO_LONG,
                 f"{waiting} characters are already waiting for synthesis; the limit is {self.limits.max_text_chars}",
                 message.context_id,
@@ -304,18 +255,18 @@ class Session:
             return actions + self._submit(context, *sentences, *context.segmenter.flush(), Mark.CLOSE)
         return actions + self._submit(context, *sentences)
 
-    def _open(self, message: p.ContextMessage) -> tuple[Context, list[Action]]:
+    def _open(self, message: ContextMessage) -> tuple[Context, list[Action]]:
         """A new context with the message's voice and parameters over the config's, and
         its first words: `audio_start`, or `queued` where the client asked to wait for
         capacity rather than be refused it."""
         context_id = message.context_id
         if len(self.contexts) >= self.limits.max_contexts:
-            raise p.ProtocolError(v1.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts", context_id)
+            raise ProtocolError(v1.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts", context_id)
         cfg = self.config
         voice = self.voices[message.voice or cfg.voice]
         params = tuple((dict(cfg.voice_params) | dict(message.voice_params)).items())
         if problem := voice.speaker_problem(dict(params).get(c.SPEAKER, 0)):
-            raise p.ProtocolError(v1.INVALID_FIELD, problem, context_id)
+            raise ProtocolError(v1.INVALID_FIELD, problem, context_id)
         position = None
         if refusal := self.admission.refusal():
             refusal.context_id = context_id
@@ -349,7 +300,7 @@ class Session:
     def _cancel(self, context: Context) -> list[Action]:
         self._remove(context)
         stop = [Stop(context.job.id)] if context.job is not None else []
-        return stop + [Send(p.encode("cancelled", context_id=context.id))]
+        return stop + [Send(encode("cancelled", context_id=context.id))]
 
     def _submit(self, context: Context, *items: Sentence | Mark) -> list[Action]:
         if not context.busy and any(isinstance(item, Sentence) for item in items):
@@ -371,9 +322,8 @@ class Session:
                 run.append(context.queue.popleft())
             batch = next(batches(run))
             context.queue.extendleft(reversed(run[len(batch) :]))
-            self._jobs += 1
             start_ms = context.encoder.position_ms
-            context.job = Job(self._jobs, context.id, tuple(batch), context.voice, context.voice_params, start_ms)
+            context.job = Job(self.new_job(), context.id, tuple(batch), context.voice, context.voice_params, start_ms)
             actions.append(Synthesize(context.job))
         return actions
 
@@ -382,11 +332,11 @@ class Session:
         `done` and the context ends."""
         actions = self._frames(context, context.encoder.finish(), last=mark is Mark.CLOSE)
         if mark is Mark.FLUSH:
-            return actions + [Send(p.encode("flushed", context_id=context.id))]
+            return actions + [Send(encode("flushed", context_id=context.id))]
         encoder = context.encoder
         ms = round((encoder.samples - encoder.padding) * 1000 / encoder.rate)  # without the padding
         del self.contexts[context.id]
-        return actions + [Send(p.encode("done", context_id=context.id, audio_ms=ms))]
+        return actions + [Send(encode("done", context_id=context.id, audio_ms=ms))]
 
     # Synthesis events
 
@@ -395,8 +345,8 @@ class Session:
     ) -> list[Action]:
         """A chunk of job `job_id`'s audio at the voice's rate; words (word, start, end
         sample of the job's audio) come with the first chunk of each sentence."""
-        if (turn := self._held.get(job_id)) is not None:
-            turn.held.chunks.append((pcm, sentence_index, words))
+        if (held := self.turns.held(job_id)) is not None:
+            held.chunks.append((pcm, sentence_index, words))
             return []
         context = self._context_of(job_id)
         if context is None:
@@ -408,8 +358,8 @@ class Session:
 
     def finished(self, job_id: int) -> list[Action]:
         """Job `job_id` delivered all its audio: the context goes on to its next item."""
-        if (turn := self._held.get(job_id)) is not None:
-            turn.held.finished = True
+        if (held := self.turns.held(job_id)) is not None:
+            held.finished = True
             return []
         context = self._context_of(job_id)
         if context is None:
@@ -421,238 +371,94 @@ class Session:
         """Job `job_id`'s server or stage went away (`code`, `message`): what it had not
         delivered is being issued again for up to `within_s`. The client is told, and where
         in the context's audio the stream will go on (held audio is only late)."""
-        context = None if job_id in self._held else self._context_of(job_id)
+        context = None if self.turns.held(job_id) is not None else self._context_of(job_id)
         if context is None:
             return []
-        return [Send(p.encode("resuming", context_id=context.id, code=code, message=message,
-                              audio_ms=round(context.encoder.position_ms), within_ms=round(within_s * 1000)))]
+        return [Send(encode("resuming", context_id=context.id, code=code, message=message,
+                            audio_ms=round(context.encoder.position_ms), within_ms=round(within_s * 1000)))]
 
     def failed(self, job_id: int, code: str, message: str) -> list[Action]:
         """Job `job_id` failed: its context ends with an `error` (held audio is only dropped)."""
-        if (turn := self._held.pop(job_id, None)) is not None:
-            turn.held = None
+        if self.turns.held_failed(job_id):
             return []
         context = self._context_of(job_id)
         if context is None:
             return []
         del self.contexts[context.id]
-        return [self._error(code, message, context.id)]
+        return [self.error(code, message, context.id)]
 
     def _context_of(self, job_id: int) -> Context | None:
         return next((x for x in self.contexts.values() if x.job is not None and x.job.id == job_id), None)
 
-    # Chat mode (gateway/chat.py holds its rules)
+    # Chat mode (gateway/turns.py runs the turns by gateway/chat.py's rules)
 
-    def _user(self, message: p.UserMessage) -> list[Action]:
+    def _user(self, message: UserMessage) -> list[Action]:
         if not self.chat:
-            raise p.ProtocolError(v1.CHAT_UNAVAILABLE, "this server runs no chat model", message.turn_id)
+            raise ProtocolError(v1.CHAT_UNAVAILABLE, "this server runs no chat model", message.turn_id)
         if message.turn_id in self.contexts:
-            raise p.ProtocolError(v1.CONTEXT_EXISTS, f"turn '{message.turn_id}' has ended: its reply is a context", message.turn_id)
-        turn = self.turns.get(message.turn_id)
-        if turn is None:
-            if len(self.turns.keys() | self.contexts.keys()) >= self.limits.max_contexts:
-                raise p.ProtocolError(v1.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts and turns", message.turn_id)
-            turn = self.turns[message.turn_id] = ch.Turn(message.turn_id)
-        if message.text != turn.transcript:
-            turn.transcript, turn.changed = message.text, True
-        if message.final:
-            return self._final(turn)
-        if not self._speculates(turn) or not turn.wants_round() or self.admission.refusal():
-            return []  # under load, speculation yields: it takes no capacity a listener needs
-        return [self._think(turn, final=False)]
-
-    def _speculates(self, turn: ch.Turn) -> bool:
-        """Whether the turn drafts while the question arrives: speculation is on, and the
-        conversation is short enough that verifying a draft costs less than it can save."""
-        limit = self.limits.chat_speculation_chars
-        chars = sum(len(m["content"]) for m in self._messages(turn.transcript))
-        return self._chat_config.speculation is not p.Speculation.OFF and (not limit or chars <= limit)
-
-    @property
-    def _chat_config(self) -> p.ChatConfig:
-        return self.config.chat or p.ChatConfig()
-
-    def _messages(self, transcript: str) -> tuple[dict[str, str], ...]:
-        history, chars = [], 0
-        for message in reversed(self.history):
-            chars += len(message["content"])
-            if chars > HISTORY_CHARS:
-                break
-            history.insert(0, message)
-        system = [{"role": "system", "content": self._chat_config.system}] if self._chat_config.system else []
-        return (*system, *history, {"role": "user", "content": transcript})
-
-    def _think(self, turn: ch.Turn, final: bool) -> Think:
-        """The turn's next Thinker request: a speculative round, or the final one."""
-        cfg = self._chat_config
-        self._thinks += 1
-        draft = tuple(turn.draft[: cfg.max_tokens - 1]) if self._speculates(turn) else ()
-        max_tokens = cfg.max_tokens if final else min(cfg.max_tokens, len(draft) + ch.DRAFT_TOKENS)
-        turn.round, turn.changed = ch.Round(self._thinks, final, max_tokens), False
-        turn.rounds += not final
-        return Think(self._thinks, turn.id, self._messages(turn.transcript), draft, cfg.k, max_tokens, cfg.temperature)
-
-    def _final(self, turn: ch.Turn) -> list[Action]:
-        """The question ended: its reply becomes a context, and one request verifies the draft and writes the rest."""
-        if not turn.transcript.strip():
-            return self._drop_turn(turn) + [self._error(v1.INVALID_FIELD, "the final transcript is empty", turn.id)]
-        stop: list[Action] = []
-        if turn.round is not None:  # what the round in flight drafted so far is a draft as good as any: verified anyway
-            stop.append(StopThinking(turn.round.id))
-            if turn.round.ids:
-                turn.adopt(turn.round)
-        turn.round, turn.final = None, True
-        try:
-            context, opened = self._open(p.ContextMessage("text", turn.id))
-        except p.ProtocolError as e:  # refused (busy, draining): the turn ends, and what it ran stops
-            return stop + self._drop_turn(turn) + [self._error(e.code, e.message, turn.id, e.retry_after_ms)]
-        context.closed = True  # the reply alone speaks on it
-        return stop + opened + [self._think(turn, final=True)]
+            raise ProtocolError(v1.CONTEXT_EXISTS, f"turn '{message.turn_id}' has ended: its reply is a context", message.turn_id)
+        if message.turn_id not in self.turns and len(self.turns.ids | self.contexts.keys()) >= self.limits.max_contexts:
+            raise ProtocolError(v1.TOO_MANY_CONTEXTS, f"at most {self.limits.max_contexts} open contexts and turns", message.turn_id)
+        return self.turns.user(message)
 
     def thought(self, think_id: int, ids: list[int], text: str, accepted: int | None) -> list[Action]:
         """A piece of Thinker request `think_id`'s reply."""
-        turn = self._turn_thinking(think_id)
-        if turn is None:
-            return []
-        first = not turn.round.ids and turn.round.accepted is None
-        turn.round.add(ids, text, accepted, turn.marks)
-        if not turn.round.final:
-            if self._first_sentence(turn.round.text, complete=False) is None:
-                return []
-            # The draft holds its first sentence: what speculation needs. Drafting on would only cost time.
-            return [StopThinking(turn.round.id)] + self._end_round(turn, complete=False)
-        actions = self._decide(turn) if first else []
-        return actions + self._reply_text(turn, text)
+        return self.turns.thought(think_id, ids, text, accepted)
 
-    def _first_sentence(self, text: str, complete: bool) -> Sentence | None:
-        return ch.first_sentence(text, complete, self.voices[self.config.voice].language_family)
+    def thought_done(self, think_id: int) -> list[Action]:
+        """Thinker request `think_id` ended."""
+        return self.turns.thought_done(think_id)
 
-    def _decide(self, turn: ch.Turn) -> list[Action]:
-        """The final request verified the draft: say how, and release or drop the held audio."""
-        round_ = turn.round
-        speculation = self._chat_config.speculation if self._speculates(turn) else p.Speculation.OFF
-        outcome = ch.outcome(speculation, round_.accepted, turn.held)
-        self.observer.chat_turn(outcome.value)
-        actions: list[Action] = [Send(p.encode(
-            "reply", turn_id=turn.id, outcome=outcome.value, rounds=turn.rounds, draft_tokens=len(turn.draft),
-            accepted_tokens=round_.accepted or 0,
-        ))]
-        if outcome is ch.Outcome.HELD:
-            return actions + self._release(turn)
-        return actions + self._drop_held(turn)
+    def thought_failed(self, think_id: int, code: str, message: str) -> list[Action]:
+        """Thinker request `think_id` failed."""
+        return self.turns.thought_failed(think_id, code, message)
 
-    def _release(self, turn: ch.Turn) -> list[Action]:
-        """The held first sentence is the reply's: its audio goes out now, and the reply's text after it follows."""
-        held, context = turn.held, self.contexts[turn.id]
-        del self._held[held.job_id]
-        self.observer.held_audio(self._held_seconds(held), released=True)
-        turn.spoken_from = held.sentence.end
-        context.segmenter.append(turn.draft_text[: held.sentence.end])
+    # What chat turns ask of the session (turns.Replies): a turn's reply is a context of its id
+
+    def refused(self) -> bool:
+        return self.admission.refusal() is not None
+
+    def new_job(self) -> int:
+        self._jobs += 1
+        return self._jobs
+
+    def open_reply(self, turn_id: str) -> list[Action]:
+        context, opened = self._open(ContextMessage("text", turn_id))
+        context.closed = True  # the reply alone speaks on it
+        return opened
+
+    def speak_held(self, turn_id: str, held: Held, text: str) -> list[Action]:
+        """The held audio goes out now, as the reply's context's first job's."""
+        context = self.contexts[turn_id]
+        context.segmenter.append(text)
         context.segmenter.flush()  # spans stay those of the reply's text
         context.ready_at = self.clock()
-        context.job = Job(held.job_id, turn.id, (held.sentence,), context.voice, context.voice_params, 0.0)
+        context.job = Job(held.job_id, turn_id, (held.sentence,), context.voice, context.voice_params, 0.0)
         actions: list[Action] = []
         for pcm, index, words in held.chunks:
             actions += self.audio(held.job_id, pcm, index, words)
         return actions + (self.finished(held.job_id) if held.finished else [])
 
-    def _reply_text(self, turn: ch.Turn, text: str) -> list[Action]:
-        """A delta of the decided reply: to the client, and into the context's speech past the held sentence."""
-        context = self.contexts.get(turn.id)
-        if not text or context is None:
+    def speak_reply(self, turn_id: str, text: str) -> list[Action] | None:
+        if (context := self.contexts.get(turn_id)) is None:
+            return None
+        return self._submit(context, *(context.segmenter.append(text) if text else []))
+
+    def end_reply(self, turn_id: str) -> list[Action]:
+        if (context := self.contexts.get(turn_id)) is None:
             return []
-        said = len(turn.round.text) - len(text)  # the reply's characters before this delta
-        skip = max(0, turn.spoken_from - said)
-        sentences = context.segmenter.append(text[skip:]) if skip < len(text) else []
-        return [Send(p.encode("reply_text", turn_id=turn.id, text=text))] + self._submit(context, *sentences)
+        return self._submit(context, *context.segmenter.flush(), Mark.CLOSE)
 
-    def thought_done(self, think_id: int) -> list[Action]:
-        """Thinker request `think_id` ended: the reply is whole, or the round's draft is the turn's now."""
-        turn = self._turn_thinking(think_id)
-        if turn is None:
+    def cancel_reply(self, turn_id: str) -> list[Action]:
+        if (context := self.contexts.get(turn_id)) is not None:
+            return self._cancel(context)
+        return [Send(encode("cancelled", context_id=turn_id))]
+
+    def fail_reply(self, turn_id: str) -> list[Action]:
+        if (context := self.contexts.get(turn_id)) is None:
             return []
-        if turn.round.final:
-            return self._end_reply(turn)
-        return self._end_round(turn, complete=len(turn.round.ids) < turn.round.max_tokens)
-
-    def _end_round(self, turn: ch.Turn, complete: bool) -> list[Action]:
-        """A speculative round is over (`complete`: its draft ended the reply): its draft
-        is the turn's, its first sentence held, and the next round starts if new words came."""
-        turn.adopt(turn.round)
-        turn.round = None
-        self.observer.chat_round()
-        # A draft of words already revised is verified by the next round, not held: its TTS would compete with that round.
-        actions = [] if turn.changed else self._hold(turn, complete)
-        if turn.wants_round() and not self.admission.refusal():
-            actions.append(self._think(turn, final=False))
-        return actions
-
-    def _end_reply(self, turn: ch.Turn) -> list[Action]:
-        del self.turns[turn.id]
-        actions: list[Action] = []
-        if (context := self.contexts.get(turn.id)) is not None:
-            actions += self._submit(context, *context.segmenter.flush(), Mark.CLOSE)
-        self.history += [{"role": "user", "content": turn.transcript}, {"role": "assistant", "content": turn.round.text}]
-        return actions
-
-    def _hold(self, turn: ch.Turn, complete: bool) -> list[Action]:
-        """Synthesize the draft's first sentence out of sight, unless it is held already."""
-        sentence = self._first_sentence(turn.draft_text, complete)
-        held = turn.held
-        if held is not None and sentence == held.sentence:
-            return []
-        actions = self._drop_held(turn)
-        tokens = None if sentence is None else ch.tokens_covering(turn.marks, sentence.end)
-        if sentence is None or tokens is None or self.admission.refusal():
-            return actions
-        self._jobs += 1
-        job = Job(self._jobs, turn.id, (sentence,), self.config.voice, self.config.voice_params, 0.0)
-        turn.held = ch.Held(sentence, tokens, job.id)
-        self._held[job.id] = turn
-        return actions + [Synthesize(job)]
-
-    def _drop_held(self, turn: ch.Turn) -> list[Action]:
-        if turn.held is None:
-            return []
-        self._held.pop(turn.held.job_id, None)
-        self.observer.held_audio(self._held_seconds(turn.held), released=False)
-        job_id, turn.held = turn.held.job_id, None
-        return [Stop(job_id)]
-
-    def _held_seconds(self, held: ch.Held) -> float:
-        """The held audio synthesized so far."""
-        return sum(len(pcm) for pcm, _, _ in held.chunks) / self.voices[self.config.voice].sample_rate
-
-    def _drop_turn(self, turn: ch.Turn) -> list[Action]:
-        """The turn goes: its Thinker request and its held audio stop."""
-        self.turns.pop(turn.id, None)
-        stop = [StopThinking(turn.round.id)] if turn.round is not None else []
-        turn.round = None
-        return stop + self._drop_held(turn)
-
-    def _cancel_turn(self, turn: ch.Turn) -> list[Action]:
-        actions = self._drop_turn(turn)
-        if (context := self.contexts.get(turn.id)) is not None:
-            return actions + self._cancel(context)
-        return actions + [Send(p.encode("cancelled", context_id=turn.id))]
-
-    def thought_failed(self, think_id: int, code: str, message: str) -> list[Action]:
-        """Thinker request `think_id` failed: a final one ends its turn with an `error`; a speculative one is only given up."""
-        turn = self._turn_thinking(think_id)
-        if turn is None:
-            return []
-        if not turn.round.final:
-            log.info("session %s: a speculative round of turn %s failed: %s", self.id, turn.id, message)
-            turn.round = None
-            return []
-        actions = self._drop_turn(turn)
-        if (context := self.contexts.get(turn.id)) is not None:
-            actions += [Stop(context.job.id)] if context.job is not None else []
-            self._remove(context)
-        return actions + [self._error(code, message, turn.id)]
-
-    def _turn_thinking(self, think_id: int) -> ch.Turn | None:
-        return next((t for t in self.turns.values() if t.round is not None and t.round.id == think_id), None)
+        self._remove(context)
+        return [Stop(context.job.id)] if context.job is not None else []
 
     # The connection
 
@@ -662,15 +468,14 @@ class Session:
         if self.busy:
             return []
         log.info("session %s: idle for %g s, closing", self.id, seconds)
-        return [self._error(v1.IDLE_TIMEOUT, f"no message for {seconds:g} s"), Close(1000, "idle timeout")]
+        return [self.error(v1.IDLE_TIMEOUT, f"no message for {seconds:g} s"), Close(1000, "idle timeout")]
 
     def abort(self) -> list[Action]:
         """The connection is gone: stop every job and Thinker request, give up every place in the queue."""
         jobs = [context.job.id for context in self.contexts.values() if context.job is not None]
         for context in list(self.contexts.values()):
             self._remove(context)
-        stops = [a for turn in list(self.turns.values()) for a in self._drop_turn(turn)]
-        return stops + [Stop(job_id) for job_id in jobs]
+        return self.turns.abort() + [Stop(job_id) for job_id in jobs]
 
     def _remove(self, context: Context) -> None:
         del self.contexts[context.id]
@@ -681,7 +486,7 @@ class Session:
 
     def _ready(self) -> Send:
         cfg = self.config
-        return Send(p.encode(
+        return Send(encode(
             "ready", session_id=self.id, format=cfg.format, sample_rate=cfg.sample_rate,
             channels=1, frame_ms=cfg.frame_ms, pre_skip=pre_skip(cfg.format, cfg.sample_rate), voices=list(self.voices),
             # Voices without word timings (the AR family): their contexts get no `timestamps`.
@@ -689,19 +494,20 @@ class Session:
         ))
 
     def _audio_start(self, context: Context) -> Send:
-        return Send(p.encode(
+        return Send(encode(
             "audio_start", context_id=context.id, stream=context.stream, voice=context.voice,
             speaker=dict(context.voice_params).get(c.SPEAKER, 0), sample_rate=context.encoder.rate,
         ))
 
     def _queued(self, context: Context, position: int) -> Send:
-        return Send(p.encode("queued", context_id=context.id, position=position))
+        return Send(encode("queued", context_id=context.id, position=position))
 
-    def _error(
+    def error(
         self, code: str, message: str, context_id: str | None = None, retry_after_ms: int | None = None
     ) -> Send:
+        """An `error` message, counted."""
         self.observer.error(code)
-        return Send(p.error(code, message, context_id, retry_after_ms))
+        return Send(error_message(code, message, context_id, retry_after_ms))
 
     def _frames(self, context: Context, payloads: list[bytes], last: bool = False) -> list[Action]:
         encoder = context.encoder
@@ -727,7 +533,7 @@ class Session:
             return round(job.start_ms + sample * 1000 / context.encoder.source_rate)
 
         sentence = job.sentences[sentence_index]
-        return p.encode(
+        return encode(
             "timestamps", context_id=job.context_id, words=[w for w, _, _ in words],
             start_ms=[ms(a) for _, a, _ in words], end_ms=[ms(b) for _, _, b in words],
             text_span=[sentence.start, sentence.end],

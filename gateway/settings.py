@@ -11,8 +11,8 @@ import argparse
 import os
 from dataclasses import dataclass, field, fields
 
-from contract.voices import AR_MODEL_ENV, CHAT_MODEL_ENV, EMBEDDED_CHAT, VOICES_ENV
 from contract.models import MAX_TEXT_CHARS
+from contract.voices import AR_MODEL_ENV, CHAT_MODEL_ENV, EMBEDDED_CHAT, VOICES_ENV
 
 
 def _setting(default, help: str, env: str | None = None, secret: bool = False):

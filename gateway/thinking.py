@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from contract import models as c
-
 from gateway.backends import Backends
 from gateway.synthesis import infer_input, on_backend, responses
 

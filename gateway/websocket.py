@@ -18,13 +18,14 @@ from http import HTTPStatus
 
 from aiohttp import WSMsgType, web
 
+from contract import protocol as v1
 from gateway.access import Refusal, log_refusal, refused_origin, unauthorized
+from gateway.actions import Action, Close, Job, Send, Stop, StopThinking, Synthesize, Think
 from gateway.admission import Waiter
 from gateway.protocol import ProtocolError
 from gateway.service import GATEWAY, WEBSOCKETS, Gateway
-from gateway.session import Action, Close, Job, Send, Session, Stop, StopThinking, Synthesize, Think
+from gateway.session import Session
 from gateway.synthesis import Resuming, SynthesisFailed
-from contract import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 

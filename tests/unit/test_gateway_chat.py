@@ -9,8 +9,9 @@ import pytest
 
 from contract import protocol as v1
 from gateway import chat as ch
+from gateway.actions import Stop, StopThinking, Synthesize, Think
 from gateway.protocol import Speculation
-from gateway.session import Limits, Session, Stop, StopThinking, Synthesize, Think
+from gateway.session import Limits, Session
 from tests.unit.test_gateway_session import Clock, Recorder, frames, messages
 
 END = 2  # the chat model's end token in these tests

@@ -10,8 +10,9 @@ from contract import models as c
 from contract import protocol as v1
 from contract.voices import EMBEDDED
 from gateway import protocol as p
+from gateway.actions import Close, Job, Send, Stop, Synthesize
 from gateway.segmenter import REQUEST_CHARS
-from gateway.session import Close, Job, Limits, Send, Session, Stop, Synthesize
+from gateway.session import Limits, Session
 
 RATE = EMBEDDED.sample_rate
 

@@ -14,8 +14,8 @@ import pytest
 
 from contract import protocol as v1
 from contract.voices import EMBEDDED
+from gateway.actions import Synthesize
 from gateway.service import Gateway
-from gateway.session import Synthesize
 from gateway.settings import Settings
 from gateway.websocket import Connection, ConnectionClosed, JobUnwanted
 

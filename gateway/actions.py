@@ -1,0 +1,63 @@
+"""What the sans-I/O session asks its I/O shell (gateway/websocket.py) to do, in order:
+send a frame, start or stop a synthesis job, start or stop a Thinker request, close the
+connection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contract.text import Sentence
+
+
+@dataclass(frozen=True)
+class Job:
+    """One `tts` request: a context's next sentences, spoken with its voice and parameters."""
+
+    id: int
+    context_id: str
+    sentences: tuple[Sentence, ...]
+    voice: str
+    voice_params: tuple[tuple[str, float | int], ...]
+    start_ms: float  # where its audio starts in the context's audio, for timestamps
+
+
+@dataclass(frozen=True)
+class Send:
+    data: str | bytes
+
+
+@dataclass(frozen=True)
+class Synthesize:
+    job: Job
+
+
+@dataclass(frozen=True)
+class Stop:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class Close:
+    code: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Think:
+    """One Thinker request of a chat turn: the reply to `messages`, verifying `draft` first."""
+
+    id: int
+    turn_id: str
+    messages: tuple[dict[str, str], ...]
+    draft: tuple[int, ...]
+    top_k: int
+    max_tokens: int
+    temperature: float
+
+
+@dataclass(frozen=True)
+class StopThinking:
+    think_id: int
+
+
+Action = Send | Synthesize | Stop | Close | Think | StopThinking

@@ -1,0 +1,313 @@
+"""A connection's chat turns, sans I/O: their Thinker rounds, the audio held for a
+draft's first sentence, and the conversation so far, as actions for the I/O shell.
+
+gateway/chat.py holds the rules of one turn; this module runs a connection's turns by
+them. A turn's reply is spoken on a context of the turn's id, which the session opens
+and feeds when asked (Replies): the session alone speaks protocol v1's contexts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import KeysView, Mapping
+from typing import Protocol
+
+from contract import protocol as v1
+from contract.text import Sentence
+from contract.voices import VoiceInfo
+from gateway import chat as ch
+from gateway.actions import Action, Job, Send, Stop, StopThinking, Synthesize, Think
+from gateway.protocol import ChatConfig, Config, ProtocolError, Speculation, UserMessage, encode
+
+log = logging.getLogger("speechstream.gateway")
+
+HISTORY_CHARS = 8_000  # the conversation a turn's prompt carries, newest first
+
+
+class Replies(Protocol):
+    """The session as its chat turns see it: the config they follow, the capacity their
+    speculation yields to, and the contexts their replies are spoken on (a reply's
+    context has its turn's id)."""
+
+    id: str
+    config: Config
+
+    def refused(self) -> bool:
+        """Whether a new stream would be refused now."""
+        ...
+
+    def new_job(self) -> int:
+        """A job id, unique among the session's jobs."""
+        ...
+
+    def error(self, code: str, message: str, context_id: str | None = None,
+              retry_after_ms: int | None = None) -> Send:
+        """An `error` message, counted."""
+        ...
+
+    def open_reply(self, turn_id: str) -> list[Action]:
+        """Open the reply's context, closed to the client's text; ProtocolError if refused."""
+        ...
+
+    def speak_held(self, turn_id: str, held: ch.Held, text: str) -> list[Action]:
+        """The held sentence (`text`, the reply's up to its end) is the first the context speaks."""
+        ...
+
+    def speak_reply(self, turn_id: str, text: str) -> list[Action] | None:
+        """More of the reply's text to speak; None once its context is gone."""
+        ...
+
+    def end_reply(self, turn_id: str) -> list[Action]:
+        """The reply is whole: its context, if open, speaks the rest and ends."""
+        ...
+
+    def cancel_reply(self, turn_id: str) -> list[Action]:
+        """The client cancelled the turn: its context, if open, and a `cancelled`."""
+        ...
+
+    def fail_reply(self, turn_id: str) -> list[Action]:
+        """The reply failed: its context, if open, ends without a word."""
+        ...
+
+
+class ChatObserver(Protocol):
+    """Where chat turns report what the gateway's metrics count."""
+
+    def chat_turn(self, outcome: str) -> None: ...
+    def chat_round(self) -> None: ...
+    def held_audio(self, seconds: float, released: bool) -> None: ...
+
+
+class Turns:
+    """One connection's chat turns, from their first `user` message until their reply is written."""
+
+    def __init__(self, session: Replies, observer: ChatObserver, voices: Mapping[str, VoiceInfo],
+                 speculation_chars: int) -> None:
+        self.session = session
+        self.observer = observer
+        self.voices = voices
+        self.speculation_chars = speculation_chars  # 0: no bound
+        self.history: list[dict[str, str]] = []  # the conversation: user turns and the replies spoken
+        self._turns: dict[str, ch.Turn] = {}
+        self._held: dict[int, ch.Turn] = {}  # held audio's jobs, and their turns
+        self._thinks = 0
+
+    def __contains__(self, turn_id: str) -> bool:
+        return turn_id in self._turns
+
+    @property
+    def ids(self) -> KeysView[str]:
+        return self._turns.keys()
+
+    def held(self, job_id: int) -> ch.Held | None:
+        """The held audio job `job_id` synthesizes, if it is held audio."""
+        turn = self._held.get(job_id)
+        return None if turn is None else turn.held
+
+    def held_failed(self, job_id: int) -> bool:
+        """Whether job `job_id` was held audio; if so, it is dropped."""
+        if (turn := self._held.pop(job_id, None)) is None:
+            return False
+        turn.held = None
+        return True
+
+    def abort(self) -> list[Action]:
+        """Every turn goes, and what it runs stops."""
+        return [a for turn in list(self._turns.values()) for a in self._drop_turn(turn)]
+
+    # The question
+
+    def user(self, message: UserMessage) -> list[Action]:
+        """A turn's transcript so far (the session checked it may start)."""
+        turn = self._turns.get(message.turn_id)
+        if turn is None:
+            turn = self._turns[message.turn_id] = ch.Turn(message.turn_id)
+        if message.text != turn.transcript:
+            turn.transcript, turn.changed = message.text, True
+        if message.final:
+            return self._final(turn)
+        if not self._speculates(turn) or not turn.wants_round() or self.session.refused():
+            return []  # under load, speculation yields: it takes no capacity a listener needs
+        return [self._think(turn, final=False)]
+
+    def cancel(self, turn_id: str) -> list[Action]:
+        return self._drop_turn(self._turns[turn_id]) + self.session.cancel_reply(turn_id)
+
+    def _speculates(self, turn: ch.Turn) -> bool:
+        """Whether the turn drafts while the question arrives: speculation is on, and the
+        conversation is short enough that verifying a draft costs less than it can save."""
+        limit = self.speculation_chars
+        chars = sum(len(m["content"]) for m in self._messages(turn.transcript))
+        return self._chat_config.speculation is not Speculation.OFF and (not limit or chars <= limit)
+
+    @property
+    def _chat_config(self) -> ChatConfig:
+        return self.session.config.chat or ChatConfig()
+
+    def _messages(self, transcript: str) -> tuple[dict[str, str], ...]:
+        history, chars = [], 0
+        for message in reversed(self.history):
+            chars += len(message["content"])
+            if chars > HISTORY_CHARS:
+                break
+            history.insert(0, message)
+        system = [{"role": "system", "content": self._chat_config.system}] if self._chat_config.system else []
+        return (*system, *history, {"role": "user", "content": transcript})
+
+    def _think(self, turn: ch.Turn, final: bool) -> Think:
+        """The turn's next Thinker request: a speculative round, or the final one."""
+        cfg = self._chat_config
+        self._thinks += 1
+        draft = tuple(turn.draft[: cfg.max_tokens - 1]) if self._speculates(turn) else ()
+        max_tokens = cfg.max_tokens if final else min(cfg.max_tokens, len(draft) + ch.DRAFT_TOKENS)
+        turn.round, turn.changed = ch.Round(self._thinks, final, max_tokens), False
+        turn.rounds += not final
+        return Think(self._thinks, turn.id, self._messages(turn.transcript), draft, cfg.k, max_tokens, cfg.temperature)
+
+    def _final(self, turn: ch.Turn) -> list[Action]:
+        """The question ended: its reply becomes a context, and one request verifies the draft and writes the rest."""
+        if not turn.transcript.strip():
+            return self._drop_turn(turn) + [self.session.error(v1.INVALID_FIELD, "the final transcript is empty", turn.id)]
+        stop: list[Action] = []
+        if turn.round is not None:  # what the round in flight drafted so far is a draft as good as any: verified anyway
+            stop.append(StopThinking(turn.round.id))
+            if turn.round.ids:
+                turn.adopt(turn.round)
+        turn.round, turn.final = None, True
+        try:
+            opened = self.session.open_reply(turn.id)
+        except ProtocolError as e:  # refused (busy, draining): the turn ends, and what it ran stops
+            return stop + self._drop_turn(turn) + [self.session.error(e.code, e.message, turn.id, e.retry_after_ms)]
+        return stop + opened + [self._think(turn, final=True)]
+
+    # The Thinker's reply
+
+    def thought(self, think_id: int, ids: list[int], text: str, accepted: int | None) -> list[Action]:
+        """A piece of Thinker request `think_id`'s reply."""
+        turn = self._turn_thinking(think_id)
+        if turn is None:
+            return []
+        first = not turn.round.ids and turn.round.accepted is None
+        turn.round.add(ids, text, accepted, turn.marks)
+        if not turn.round.final:
+            if self._first_sentence(turn.round.text, complete=False) is None:
+                return []
+            # The draft holds its first sentence: what speculation needs. Drafting on would only cost time.
+            return [StopThinking(turn.round.id)] + self._end_round(turn, complete=False)
+        actions = self._decide(turn) if first else []
+        return actions + self._reply_text(turn, text)
+
+    def _first_sentence(self, text: str, complete: bool) -> Sentence | None:
+        return ch.first_sentence(text, complete, self.voices[self.session.config.voice].language_family)
+
+    def _decide(self, turn: ch.Turn) -> list[Action]:
+        """The final request verified the draft: say how, and release or drop the held audio."""
+        round_ = turn.round
+        speculation = self._chat_config.speculation if self._speculates(turn) else Speculation.OFF
+        outcome = ch.outcome(speculation, round_.accepted, turn.held)
+        self.observer.chat_turn(outcome.value)
+        actions: list[Action] = [Send(encode(
+            "reply", turn_id=turn.id, outcome=outcome.value, rounds=turn.rounds, draft_tokens=len(turn.draft),
+            accepted_tokens=round_.accepted or 0,
+        ))]
+        if outcome is ch.Outcome.HELD:
+            return actions + self._release(turn)
+        return actions + self._drop_held(turn)
+
+    def _release(self, turn: ch.Turn) -> list[Action]:
+        """The held first sentence is the reply's: its audio goes out now, and the reply's text after it follows."""
+        held = turn.held
+        del self._held[held.job_id]
+        self.observer.held_audio(self._held_seconds(held), released=True)
+        turn.spoken_from = held.sentence.end
+        return self.session.speak_held(turn.id, held, turn.draft_text[: held.sentence.end])
+
+    def _reply_text(self, turn: ch.Turn, text: str) -> list[Action]:
+        """A delta of the decided reply: to the client, and into the context's speech past the held sentence."""
+        if not text:
+            return []
+        said = len(turn.round.text) - len(text)  # the reply's characters before this delta
+        skip = max(0, turn.spoken_from - said)
+        speech = self.session.speak_reply(turn.id, text[skip:])
+        if speech is None:
+            return []
+        return [Send(encode("reply_text", turn_id=turn.id, text=text))] + speech
+
+    def thought_done(self, think_id: int) -> list[Action]:
+        """Thinker request `think_id` ended: the reply is whole, or the round's draft is the turn's now."""
+        turn = self._turn_thinking(think_id)
+        if turn is None:
+            return []
+        if turn.round.final:
+            return self._end_reply(turn)
+        return self._end_round(turn, complete=len(turn.round.ids) < turn.round.max_tokens)
+
+    def _end_round(self, turn: ch.Turn, complete: bool) -> list[Action]:
+        """A speculative round is over (`complete`: its draft ended the reply): its draft
+        is the turn's, its first sentence held, and the next round starts if new words came."""
+        turn.adopt(turn.round)
+        turn.round = None
+        self.observer.chat_round()
+        # A draft of words already revised is verified by the next round, not held: its TTS would compete with that round.
+        actions = [] if turn.changed else self._hold(turn, complete)
+        if turn.wants_round() and not self.session.refused():
+            actions.append(self._think(turn, final=False))
+        return actions
+
+    def _end_reply(self, turn: ch.Turn) -> list[Action]:
+        del self._turns[turn.id]
+        actions = self.session.end_reply(turn.id)
+        self.history += [{"role": "user", "content": turn.transcript}, {"role": "assistant", "content": turn.round.text}]
+        return actions
+
+    def thought_failed(self, think_id: int, code: str, message: str) -> list[Action]:
+        """Thinker request `think_id` failed: a final one ends its turn with an `error`; a speculative one is only given up."""
+        turn = self._turn_thinking(think_id)
+        if turn is None:
+            return []
+        if not turn.round.final:
+            log.info("session %s: a speculative round of turn %s failed: %s", self.session.id, turn.id, message)
+            turn.round = None
+            return []
+        actions = self._drop_turn(turn) + self.session.fail_reply(turn.id)
+        return actions + [self.session.error(code, message, turn.id)]
+
+    def _turn_thinking(self, think_id: int) -> ch.Turn | None:
+        return next((t for t in self._turns.values() if t.round is not None and t.round.id == think_id), None)
+
+    # Held audio
+
+    def _hold(self, turn: ch.Turn, complete: bool) -> list[Action]:
+        """Synthesize the draft's first sentence out of sight, unless it is held already."""
+        sentence = self._first_sentence(turn.draft_text, complete)
+        held = turn.held
+        if held is not None and sentence == held.sentence:
+            return []
+        actions = self._drop_held(turn)
+        tokens = None if sentence is None else ch.tokens_covering(turn.marks, sentence.end)
+        if sentence is None or tokens is None or self.session.refused():
+            return actions
+        config = self.session.config
+        job = Job(self.session.new_job(), turn.id, (sentence,), config.voice, config.voice_params, 0.0)
+        turn.held = ch.Held(sentence, tokens, job.id)
+        self._held[job.id] = turn
+        return actions + [Synthesize(job)]
+
+    def _drop_held(self, turn: ch.Turn) -> list[Action]:
+        if turn.held is None:
+            return []
+        self._held.pop(turn.held.job_id, None)
+        self.observer.held_audio(self._held_seconds(turn.held), released=False)
+        job_id, turn.held = turn.held.job_id, None
+        return [Stop(job_id)]
+
+    def _held_seconds(self, held: ch.Held) -> float:
+        """The held audio synthesized so far."""
+        return sum(len(pcm) for pcm, _, _ in held.chunks) / self.voices[self.session.config.voice].sample_rate
+
+    def _drop_turn(self, turn: ch.Turn) -> list[Action]:
+        """The turn goes: its Thinker request and its held audio stop."""
+        self._turns.pop(turn.id, None)
+        stop = [StopThinking(turn.round.id)] if turn.round is not None else []
+        turn.round = None
+        return stop + self._drop_held(turn)
