@@ -317,7 +317,7 @@ def capacity_levels(args: argparse.Namespace, limit: dict[str, dict], floor: dic
 def machine() -> dict:
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next(l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.startswith("Model name"))
+        model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name"))
     except (OSError, StopIteration):
         model = "unknown CPU"
     return {"model": model, "cores": os.cpu_count(), "loadavg_before": os.getloadavg()}
@@ -341,7 +341,7 @@ def measure_limit(texts: dict[str, str], seconds: float, when: str) -> dict[str,
 def best_limit(runs: list[dict[str, dict]]) -> dict[str, dict]:
     """Per workload, the run with the higher rate: a ceiling is lowered, never raised, by
     whatever else the shared machine was running at the time."""
-    return {name: max((run[name] for run in runs), key=lambda l: l["audio_s_per_s"]) for name in runs[0]}
+    return {name: max((run[name] for run in runs), key=lambda limit: limit["audio_s_per_s"]) for name in runs[0]}
 
 
 def run(args: argparse.Namespace) -> dict:

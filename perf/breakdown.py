@@ -121,7 +121,7 @@ def costs_part(results: dict, workload: str) -> str | None:
     if not (costs := stage_costs(results, workload)):
         return None
     rows = [f"| {name} | {ms:.1f} | {'–' if limit is None else f'{limit:.1f}'} |" for name, ms, limit in costs]
-    rows.append(f"| all | {sum(ms for _, ms, _ in costs):.1f} | {sum(l for *_, l in costs if l is not None):.1f} |")
+    rows.append(f"| all | {sum(ms for _, ms, _ in costs):.1f} | {sum(limit for *_, limit in costs if limit is not None):.1f} |")
     return (f"### {workload}: CPU ms per audio second at our saturated level, against the compute limit\n\n"
             "| process | ours | limit |\n|---|---|---|\n" + "\n".join(rows))
 

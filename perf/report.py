@@ -119,7 +119,7 @@ def limit_line(name: str, limit: dict, runs: list[dict]) -> str:
 
 def markdown(results: dict) -> str:
     m, o = results["machine"], results["options"]
-    limits = "\n".join(limit_line(name, l, results.get("limit_runs", [])) for name, l in results["limit"].items())
+    limits = "\n".join(limit_line(name, limit, results.get("limit_runs", [])) for name, limit in results["limit"].items())
     checks = "\n".join(f"- {'met' if g['met'] else '**missed**'}: {g['goal']} = {g['value']} (goal {g['target']})" for g in results["goals"])
     return (
         f"# Benchmark\n\n{results['date']} · {m['model']} · {m['cores']} cores · commit `{results['commit']}`"
