@@ -32,22 +32,22 @@ CHANNEL_ARGS = [
 @dataclass(eq=False)
 class Backend:
     url: str
-    client: grpcclient.InferenceServerClient = field(repr=False)
+    triton: grpcclient.InferenceServerClient = field(repr=False)  # its gRPC client
     up: bool = False  # until a health poll says it is ready
     outstanding: int = 0  # tts requests in flight on it now
     probe_error: str | None = NOT_PROBED  # why it cannot synthesize; None: the last probe passed
     why_down: str = "not polled yet"
     # Real-time streams it sustains, as each BLS model last said (0: not measured yet).
-    capacity: dict[str, float] = field(default_factory=dict)
+    capacity_by_model: dict[str, float] = field(default_factory=dict)
     draining: bool = False  # gone from DNS: no new request; closed once `outstanding` is 0
     elsewhere: int = 0  # streams it serves for other gateways, as its metrics said last (fleet.py)
     uncounted: str | None = None  # why its metrics could not be read last; None: they were
 
     @property
-    def streams_sustained(self) -> float:
+    def capacity(self) -> float:
         """Real-time streams it sustains: the least that its models have measured (the
         families share its cores), 0 while none has."""
-        return min((x for x in self.capacity.values() if x > 0), default=0.0)
+        return min((x for x in self.capacity_by_model.values() if x > 0), default=0.0)
 
     @property
     def ready(self) -> bool:
@@ -147,18 +147,18 @@ class Backends:
         if drained:
             self.all = [b for b in self.all if b not in drained]
             log.info("Triton %s drained: channel closed", ", ".join(b.url for b in drained))
-            await asyncio.gather(*(b.client.close() for b in drained))
+            await asyncio.gather(*(b.triton.close() for b in drained))
 
     def _counted(self) -> list[Backend]:
         """The servers admission counts: up, not draining, and measured (one that has not
         measured yet says nothing of what it sustains, and is left out, with its streams)."""
-        return [b for b in self.all if b.up and not b.draining and b.streams_sustained]
+        return [b for b in self.all if b.up and not b.draining and b.capacity]
 
     @property
     def capacity(self) -> float | None:
         """Real-time streams the servers counted sustain together; None while none has
         measured its own."""
-        return sum(b.streams_sustained for b in self._counted()) or None
+        return sum(b.capacity for b in self._counted()) or None
 
     @property
     def elsewhere(self) -> int:
@@ -181,7 +181,7 @@ class Backends:
 
         async def ready(backend: Backend) -> None:
             try:
-                up = await backend.client.is_server_ready(client_timeout=1)
+                up = await backend.triton.is_server_ready(client_timeout=1)
             except Exception as e:  # unreachable, refusing or hung: down, whatever the cause
                 backend.mark(False, str(e).splitlines()[0] if str(e) else type(e).__name__)
                 return
@@ -191,5 +191,5 @@ class Backends:
 
     async def close(self) -> None:
         """Close every server's gRPC channel (streams on it end)."""
-        await asyncio.gather(*(b.client.close() for b in self.all))
+        await asyncio.gather(*(b.triton.close() for b in self.all))
 

@@ -33,7 +33,7 @@ class Outcome(enum.Enum):
 
 
 @dataclass
-class Round:
+class Thought:
     """One Thinker request of a turn, as its pieces arrive."""
 
     id: int
@@ -45,7 +45,7 @@ class Round:
     marks: list[tuple[int, int]] = field(default_factory=list)  # (tokens, characters) at each piece's end
 
     def add(self, ids: list[int], text: str, accepted: int | None, earlier: list[tuple[int, int]]) -> None:
-        """A piece; the first of a verifying round keeps `accepted` of the draft, whose
+        """A piece; the first of a verifying thought keeps `accepted` of the draft, whose
         `earlier` marks still hold up to there."""
         if accepted is not None:
             self.accepted = accepted
@@ -75,15 +75,15 @@ class Turn:
     draft: list[int] = field(default_factory=list)
     draft_text: str = ""
     marks: list[tuple[int, int]] = field(default_factory=list)
-    round: Round | None = None  # the Thinker request in flight
-    changed: bool = False  # the transcript changed since the round in flight began
+    thought: Thought | None = None  # the Thinker request in flight
+    changed: bool = False  # the transcript changed since the thought in flight began
     held: Held | None = None
     spoken_from: int = 0  # where the reply's text goes on after the held sentence
 
     def wants_round(self) -> bool:
-        return not self.final and self.round is None and self.changed and self.rounds < MAX_ROUNDS
+        return not self.final and self.thought is None and self.changed and self.rounds < MAX_ROUNDS
 
-    def adopt(self, finished: Round) -> None:
+    def adopt(self, finished: Thought) -> None:
         """A speculative round ended: its text is the draft now."""
         self.draft, self.draft_text, self.marks = finished.ids, finished.text, finished.marks
 

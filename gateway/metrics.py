@@ -104,7 +104,7 @@ class BackendGauges(Collector):
         ("speechstream_triton_outstanding", "Contexts speaking through a Triton server", lambda b: b.outstanding),
         ("speechstream_triton_capacity_streams",
          "Real-time streams a Triton server sustains, as it measures them (0: not yet); admission's reference",
-         lambda b: b.streams_sustained),
+         lambda b: b.capacity),
         ("speechstream_triton_streams_elsewhere",
          "Streams a Triton server serves for other gateways, as its metrics said last; admission counts them",
          lambda b: b.elsewhere),

@@ -46,7 +46,7 @@ class Resumption:
         self.sentence = 0  # the sentence whose audio is being delivered
         self.before = 0  # the samples delivered before it
         self.samples = 0  # its own samples delivered
-        self.deadline: float | None = None  # set during an outage: past it, the failure stands
+        self.gives_up_at: float | None = None  # set during an outage: past it, the failure stands
         self.attempts = 0  # issues again in this outage
 
     @property
@@ -68,7 +68,7 @@ class Resumption:
             if not len(pcm):
                 return None
         self.samples += len(pcm)
-        self.deadline, self.attempts, self.mid_stream = None, 0, True
+        self.gives_up_at, self.attempts, self.mid_stream = None, 0, True
         return TtsChunk(pcm, index, [(w, self.origin + a, self.origin + b) for w, a, b in words])
 
     def failed(self, gone: bool, now: float, within_s: float, served: bool = True) -> float | None:
@@ -78,12 +78,12 @@ class Resumption:
         new stream that found no server, or the outage has outlasted `within_s`). During an
         outage every failure is retried: a server coming back refuses requests until its
         models are loaded."""
-        if self.deadline is None:
+        if self.gives_up_at is None:
             if not gone or within_s <= 0 or not (self.mid_stream or served):
                 return None
-            self.deadline = now + within_s
-        elif now >= self.deadline:
+            self.gives_up_at = now + within_s
+        elif now >= self.gives_up_at:
             return None
         self.attempts += 1
         self.first, self.origin, self.skip = self.sentence, self.before, self.samples
-        return min(RETRY_S * self.attempts, RETRY_MAX_S, self.deadline - now)
+        return min(RETRY_S * self.attempts, RETRY_MAX_S, self.gives_up_at - now)

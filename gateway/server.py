@@ -28,7 +28,7 @@ from contract.voices import VoiceError
 from gateway import discovery, fleet, http_api
 from gateway import settings as s
 from gateway.backends import HEALTH_INTERVAL_S
-from gateway.listener import listen
+from gateway.guard import listen
 from gateway.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.settings import Settings
 from gateway.websocket import stream

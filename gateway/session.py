@@ -105,7 +105,7 @@ class Observer(ChatObserver, Protocol):
 @dataclass(eq=False)
 class Context:
     id: str
-    stream: int
+    stream_number: int
     voice: str
     voice_params: tuple[tuple[str, float | int], ...]  # the config's, with the opening message's over them
     encoder: FrameEncoder
@@ -155,7 +155,7 @@ class Session:
         self.voices = voices  # the default first
         self.config = Config(next(iter(voices)))
         self.contexts: dict[str, Context] = {}
-        self._streams = 0  # stream numbers given out; also: a context was opened
+        self._last_stream_number = 0  # the last stream number given out; also: a context was opened
         self._jobs = 0
         self.chat = chat  # a Thinker serves chat mode
         # Chat turns, until their reply is written (each reply is a context of its turn's id).
@@ -212,7 +212,7 @@ class Session:
 
     def _handle(self, message: Config | ContextMessage | UserMessage) -> list[Action]:
         if isinstance(message, Config):
-            if self._streams or self.turns.ids:
+            if self._last_stream_number or self.turns.ids:
                 raise ProtocolError(v1.CONFIG_TOO_LATE, "config must come before the first speak, text or user")
             self.config = message
             return [self._ready()]
@@ -275,10 +275,10 @@ class Session:
             if (position := self.admission.wait(context_id)) is None:
                 refusal.message += "; the admission queue is full too"
                 raise refusal
-        self._streams = self._streams % 0xFFFF + 1
+        self._last_stream_number = self._last_stream_number % 0xFFFF + 1
         encoder = FrameEncoder(voice.sample_rate, cfg.sample_rate, cfg.frame_ms, cfg.format)
         segmenter = Segmenter(language=voice.language_family)
-        context = Context(context_id, self._streams, voice.name, params, encoder, segmenter, queued=position is not None)
+        context = Context(context_id, self._last_stream_number, voice.name, params, encoder, segmenter, queued=position is not None)
         self.contexts[context_id] = context
         if context.queued:
             return context, [self._queued(context, position)]
@@ -495,7 +495,7 @@ class Session:
 
     def _audio_start(self, context: Context) -> Send:
         return Send(encode(
-            "audio_start", context_id=context.id, stream=context.stream, voice=context.voice,
+            "audio_start", context_id=context.id, stream=context.stream_number, voice=context.voice,
             speaker=dict(context.voice_params).get(c.SPEAKER, 0), sample_rate=context.encoder.rate,
         ))
 
@@ -516,7 +516,7 @@ class Session:
         for i, payload in enumerate(payloads):
             end = last and i == len(payloads) - 1
             offset = first + i * encoder.frame_samples
-            actions.append(Send(v1.audio_frame(context.stream, context.seq, offset, payload, end)))
+            actions.append(Send(v1.audio_frame(context.stream_number, context.seq, offset, payload, end)))
             context.seq += 1
         if payloads and context.ready_at is not None:
             self.observer.first_audio(self.clock() - context.ready_at)

@@ -116,7 +116,7 @@ async def responses(backend: Backend, request: dict, progress_s: float) -> Async
         yield request
         await sent.wait()
 
-    call = backend.client.stream_infer(requests())
+    call = backend.triton.stream_infer(requests())
     replies = aiter(call)
     finished = False
     try:
@@ -150,7 +150,7 @@ async def _stream(
     async with aclosing(responses(backend, request, progress_s)) as results:
         async for result in results:
             if (capacity := result.as_numpy(c.CAPACITY)) is not None:
-                backend.capacity[request["model_name"]] = float(capacity[0])
+                backend.capacity_by_model[request["model_name"]] = float(capacity[0])
             if (pcm := result.as_numpy(c.PCM)) is not None:
                 if start is not None:
                     first_response(time.monotonic() - start)

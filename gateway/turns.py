@@ -160,7 +160,7 @@ class Turns:
         self._thinks += 1
         draft = tuple(turn.draft[: cfg.max_tokens - 1]) if self._speculates(turn) else ()
         max_tokens = cfg.max_tokens if final else min(cfg.max_tokens, len(draft) + ch.DRAFT_TOKENS)
-        turn.round, turn.changed = ch.Round(self._thinks, final, max_tokens), False
+        turn.thought, turn.changed = ch.Thought(self._thinks, final, max_tokens), False
         turn.rounds += not final
         return Think(self._thinks, turn.id, self._messages(turn.transcript), draft, cfg.k, max_tokens, cfg.temperature)
 
@@ -169,11 +169,11 @@ class Turns:
         if not turn.transcript.strip():
             return self._drop_turn(turn) + [self.session.error(v1.INVALID_FIELD, "the final transcript is empty", turn.id)]
         stop: list[Action] = []
-        if turn.round is not None:  # what the round in flight drafted so far is a draft as good as any: verified anyway
-            stop.append(StopThinking(turn.round.id))
-            if turn.round.ids:
-                turn.adopt(turn.round)
-        turn.round, turn.final = None, True
+        if turn.thought is not None:  # what the round in flight drafted so far is a draft as good as any: verified anyway
+            stop.append(StopThinking(turn.thought.id))
+            if turn.thought.ids:
+                turn.adopt(turn.thought)
+        turn.thought, turn.final = None, True
         try:
             opened = self.session.open_reply(turn.id)
         except ProtocolError as e:  # refused (busy, draining): the turn ends, and what it ran stops
@@ -187,13 +187,13 @@ class Turns:
         turn = self._turn_thinking(think_id)
         if turn is None:
             return []
-        first = not turn.round.ids and turn.round.accepted is None
-        turn.round.add(ids, text, accepted, turn.marks)
-        if not turn.round.final:
-            if self._first_sentence(turn.round.text, complete=False) is None:
+        first = not turn.thought.ids and turn.thought.accepted is None
+        turn.thought.add(ids, text, accepted, turn.marks)
+        if not turn.thought.final:
+            if self._first_sentence(turn.thought.text, complete=False) is None:
                 return []
             # The draft holds its first sentence: what speculation needs. Drafting on would only cost time.
-            return [StopThinking(turn.round.id)] + self._end_round(turn, complete=False)
+            return [StopThinking(turn.thought.id)] + self._end_round(turn, complete=False)
         actions = self._decide(turn) if first else []
         return actions + self._reply_text(turn, text)
 
@@ -202,13 +202,13 @@ class Turns:
 
     def _decide(self, turn: ch.Turn) -> list[Action]:
         """The final request verified the draft: say how, and release or drop the held audio."""
-        round_ = turn.round
+        thought = turn.thought
         speculation = self._chat_config.speculation if self._speculates(turn) else Speculation.OFF
-        outcome = ch.outcome(speculation, round_.accepted, turn.held)
+        outcome = ch.outcome(speculation, thought.accepted, turn.held)
         self.observer.chat_turn(outcome.value)
         actions: list[Action] = [Send(encode(
             "reply", turn_id=turn.id, outcome=outcome.value, rounds=turn.rounds, draft_tokens=len(turn.draft),
-            accepted_tokens=round_.accepted or 0,
+            accepted_tokens=thought.accepted or 0,
         ))]
         if outcome is ch.Outcome.HELD:
             return actions + self._release(turn)
@@ -226,7 +226,7 @@ class Turns:
         """A delta of the decided reply: to the client, and into the context's speech past the held sentence."""
         if not text:
             return []
-        said = len(turn.round.text) - len(text)  # the reply's characters before this delta
+        said = len(turn.thought.text) - len(text)  # the reply's characters before this delta
         skip = max(0, turn.spoken_from - said)
         speech = self.session.speak_reply(turn.id, text[skip:])
         if speech is None:
@@ -238,15 +238,15 @@ class Turns:
         turn = self._turn_thinking(think_id)
         if turn is None:
             return []
-        if turn.round.final:
+        if turn.thought.final:
             return self._end_reply(turn)
-        return self._end_round(turn, complete=len(turn.round.ids) < turn.round.max_tokens)
+        return self._end_round(turn, complete=len(turn.thought.ids) < turn.thought.max_tokens)
 
     def _end_round(self, turn: ch.Turn, complete: bool) -> list[Action]:
         """A speculative round is over (`complete`: its draft ended the reply): its draft
         is the turn's, its first sentence held, and the next round starts if new words came."""
-        turn.adopt(turn.round)
-        turn.round = None
+        turn.adopt(turn.thought)
+        turn.thought = None
         self.observer.chat_round()
         # A draft of words already revised is verified by the next round, not held: its TTS would compete with that round.
         actions = [] if turn.changed else self._hold(turn, complete)
@@ -257,7 +257,7 @@ class Turns:
     def _end_reply(self, turn: ch.Turn) -> list[Action]:
         del self._turns[turn.id]
         actions = self.session.end_reply(turn.id)
-        self.history += [{"role": "user", "content": turn.transcript}, {"role": "assistant", "content": turn.round.text}]
+        self.history += [{"role": "user", "content": turn.transcript}, {"role": "assistant", "content": turn.thought.text}]
         return actions
 
     def thought_failed(self, think_id: int, code: str, message: str) -> list[Action]:
@@ -265,15 +265,15 @@ class Turns:
         turn = self._turn_thinking(think_id)
         if turn is None:
             return []
-        if not turn.round.final:
+        if not turn.thought.final:
             log.info("session %s: a speculative round of turn %s failed: %s", self.session.id, turn.id, message)
-            turn.round = None
+            turn.thought = None
             return []
         actions = self._drop_turn(turn) + self.session.fail_reply(turn.id)
         return actions + [self.session.error(code, message, turn.id)]
 
     def _turn_thinking(self, think_id: int) -> ch.Turn | None:
-        return next((t for t in self._turns.values() if t.round is not None and t.round.id == think_id), None)
+        return next((t for t in self._turns.values() if t.thought is not None and t.thought.id == think_id), None)
 
     # Held audio
 
@@ -308,6 +308,6 @@ class Turns:
     def _drop_turn(self, turn: ch.Turn) -> list[Action]:
         """The turn goes: its Thinker request and its held audio stop."""
         self._turns.pop(turn.id, None)
-        stop = [StopThinking(turn.round.id)] if turn.round is not None else []
-        turn.round = None
+        stop = [StopThinking(turn.thought.id)] if turn.thought is not None else []
+        turn.thought = None
         return stop + self._drop_held(turn)

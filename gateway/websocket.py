@@ -90,7 +90,7 @@ class Connection:
                                chat=gateway.thinker is not None)
         self.jobs: dict[int, asyncio.Task] = {}
         self.thinking: dict[int, asyncio.Task] = {}  # chat mode's Thinker requests in flight
-        self.queue_turns: set[asyncio.Task] = set()  # carrying out what the admission queue's turns said
+        self.queue_tasks: set[asyncio.Task] = set()  # carrying out what the admission queue's turns said
         self.in_order = asyncio.Lock()  # so that those go out in the order of the turns
 
     def refusal(self) -> ProtocolError | None:
@@ -116,8 +116,8 @@ class Connection:
                     await self.act(actions)
 
         task = asyncio.create_task(act())
-        self.queue_turns.add(task)
-        task.add_done_callback(self.queue_turns.discard)
+        self.queue_tasks.add(task)
+        task.add_done_callback(self.queue_tasks.discard)
 
     async def run(self) -> None:
         try:

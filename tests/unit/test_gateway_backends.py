@@ -9,7 +9,7 @@ from gateway.settings import Settings
 
 
 def backend(url, up=True, outstanding=0):
-    return Backend(url, client=None, up=up, outstanding=outstanding)
+    return Backend(url, triton=None, up=up, outstanding=outstanding)
 
 
 def test_the_least_loaded_backend_that_is_up_is_chosen():
@@ -35,7 +35,7 @@ def test_ties_go_to_the_first_so_one_backend_fills_evenly_with_another():
 
 
 def test_a_backend_that_comes_back_is_ready_only_once_probed_again():
-    backend = Backend("triton:8001", client=None)
+    backend = Backend("triton:8001", triton=None)
     assert not backend.ready and backend.state.startswith("down: ")
     backend.mark(True)
     assert not backend.ready and backend.state == "cannot synthesize: not probed yet"
@@ -64,10 +64,10 @@ def test_a_server_that_has_not_measured_is_left_out_of_the_capacity_not_a_reason
     backends = Backends(())
     backends.all = [a, b, gone]
     assert backends.capacity is None  # none has measured: nothing to admit by
-    a.capacity = {c.TTS_MODEL: 6.0}
+    a.capacity_by_model = {c.TTS_MODEL: 6.0}
     b.elsewhere = 3  # what it serves for other gateways is left out with it
     assert backends.capacity == 6.0 and backends.elsewhere == 0
-    b.capacity, gone.capacity = {c.TTS_MODEL: 4.5}, {c.TTS_MODEL: 100.0}
+    b.capacity_by_model, gone.capacity_by_model = {c.TTS_MODEL: 4.5}, {c.TTS_MODEL: 100.0}
     assert backends.capacity == 10.5 and backends.elsewhere == 3  # what is down does not count
     b.draining = True  # leaving: it takes no new stream
     assert backends.capacity == 6.0
@@ -79,10 +79,10 @@ def test_a_model_that_has_not_measured_does_not_switch_admission_off():
     server = backend("a")
     backends = Backends(())
     backends.all = [server]
-    server.capacity[c.TTS_MODEL] = 6.0
-    server.capacity[c.TTS_AR_MODEL] = 0.0  # what tts_ar says before it has measured
+    server.capacity_by_model[c.TTS_MODEL] = 6.0
+    server.capacity_by_model[c.TTS_AR_MODEL] = 0.0  # what tts_ar says before it has measured
     assert backends.capacity == 6.0
-    server.capacity[c.TTS_AR_MODEL] = 2.5  # both families share the cores: the least counts
+    server.capacity_by_model[c.TTS_AR_MODEL] = 2.5  # both families share the cores: the least counts
     assert backends.capacity == 2.5
 
 
@@ -93,7 +93,7 @@ def test_streams_past_the_admission_load_of_the_capacity_are_refused_as_busy():
     gateway.backends.all = [server]
     gateway.http_streams.update({"10.0.0.1": 1, "10.0.0.2": 2})
     assert gateway.stream_refusal("10.0.0.3") is None  # capacity not measured: admit
-    server.capacity = {c.TTS_MODEL: 8.0}
+    server.capacity_by_model = {c.TTS_MODEL: 8.0}
     assert gateway.stream_refusal("10.0.0.3") is None  # 3 open < 0.5 × 8
     gateway.http_streams["10.0.0.3"] += 1
     refusal = gateway.stream_refusal("10.0.0.3")
@@ -120,7 +120,7 @@ def test_streams_other_gateways_serve_take_their_share_of_the_capacity():
     """G gateways once each admitted up to the capacity of all the servers: G times too much."""
     gateway = Gateway(Settings(triton_urls=(), admission_load=0.5, max_streams_per_client=0))
     server = backend("a")
-    server.capacity = {c.TTS_MODEL: 8.0}  # 4 streams admitted in all
+    server.capacity_by_model = {c.TTS_MODEL: 8.0}  # 4 streams admitted in all
     gateway.backends.all = [server]
     gateway.http_streams.update({"10.0.0.1": 1})
     server.serving(3)  # the server serves 3, none of them this gateway's requests yet

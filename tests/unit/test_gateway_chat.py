@@ -57,7 +57,7 @@ def answer(s, think: Think, pieces, accepted=None):
 DRAFT = [([10, 11, 12], "Paris is"), ([13], " big."), ([14], " It")]  # "Paris is big. It"
 
 
-def test_a_partial_question_starts_one_round_at_a_time_and_nothing_reaches_the_client():
+def test_a_partial_question_starts_one_thoughtat_a_time_and_nothing_reaches_the_client():
     s = chat_session()
     first = user(s, "What is")
     assert len(thinks(first)) == 1 and not messages(first)
@@ -76,18 +76,18 @@ def test_a_partial_question_starts_one_round_at_a_time_and_nothing_reaches_the_c
     assert s.audio(held[0].id, np.ones(2205, np.float32), 0, []) == []  # held audio stays held
 
 
-def test_the_final_input_takes_what_the_round_in_flight_drafted_so_far_as_its_draft():
+def test_the_final_input_takes_what_the_thoughtin_flight_drafted_so_far_as_its_draft():
     s = chat_session()
-    round_ = thinks(user(s, "What is the capital of France"))[0]
-    s.thought(round_.id, [10, 11, 12], "Paris is", None)
+    thought = thinks(user(s, "What is the capital of France"))[0]
+    s.thought(thought.id, [10, 11, 12], "Paris is", None)
     final = user(s, "What is the capital of France?", final=True)
-    assert StopThinking(round_.id) in final and thinks(final)[0].draft == (10, 11, 12)
+    assert StopThinking(thought.id) in final and thinks(final)[0].draft == (10, 11, 12)
 
 
 def test_the_final_input_releases_held_audio_when_the_verification_keeps_its_tokens():
     s = chat_session()
-    round_ = thinks(user(s, "What is the capital of France"))[0]
-    job = [a.job for a in answer(s, round_, DRAFT) if isinstance(a, Synthesize)][0]
+    thought = thinks(user(s, "What is the capital of France"))[0]
+    job = [a.job for a in answer(s, thought, DRAFT) if isinstance(a, Synthesize)][0]
     s.audio(job.id, np.full(4410, 0.1, np.float32), 0, [])
     s.finished(job.id)
     final = user(s, "What is the capital of France?", final=True)
@@ -187,15 +187,15 @@ def test_a_reply_refused_at_capacity_ends_its_turn_and_stops_what_it_ran():
     busy = Busy()
     s = chat_session(admission=busy)
     busy.refusal = lambda: None  # capacity while the question is spoken
-    round_ = thinks(user(s, "What is"))[0]
+    thought = thinks(user(s, "What is"))[0]
     busy.refusal = Busy.refusal.__get__(busy)  # and none left when it ends
     out = user(s, "What is it?", final=True)
-    assert StopThinking(round_.id) in out and not thinks(out)
+    assert StopThinking(thought.id) in out and not thinks(out)
     assert messages(out)[-1]["code"] == v1.SERVER_BUSY and messages(out)[-1]["context_id"] == "t1"
     assert "t1" not in s.turns and "t1" not in s.contexts
 
 
-def test_cancel_before_the_final_input_stops_the_round_and_the_held_audio():
+def test_cancel_before_the_final_input_stops_the_thoughtand_the_held_audio():
     s = chat_session()
     r1 = thinks(user(s, "What is"))[0]
     after = answer(s, r1, DRAFT)
