@@ -6,10 +6,10 @@ import { Connection } from "./connection.js";
 
 const $ = (id) => document.getElementById(id);
 
-// What the page measured, counted since the last Speak or question. `received`: the
-// server sent the whole context and the page has decoded it; `done`: it has also been
-// played. `level` is the meter's 0..1 (-60..0 dBFS); `state` is idle, speaking, busy,
-// playing, done or error. In voice chat, ttfaMs counts from the end of the question, and
+// What the page measured. `received`: the server sent the whole context and the page has
+// decoded it; `done`: it has also been played. Samples are counted since the last Speak,
+// question or Stop; `level` is the meter's 0..1 (-60..0 dBFS); `state` is idle, speaking,
+// busy, playing, done or error. In voice chat, ttfaMs counts from the end of the question, and
 // `reply` is the speculation's outcome. `spans`: each sentence's text_span in the text, as
 // heard; `resumes`: the times the context went on with another gateway.
 const fresh = () => ({
@@ -19,15 +19,15 @@ const fresh = () => ({
 
 // The level meter: the last 200 levels (about 4 s), newest on the right, redrawn whole.
 class Meter {
-  #canvas;
+  #context;
   #levels = new Array(200).fill(0);
 
   constructor(canvas) {
-    this.#canvas = canvas.getContext("2d");
+    this.#context = canvas.getContext("2d");
   }
 
   draw(level) {
-    const meter = this.#canvas, levels = this.#levels;
+    const meter = this.#context, levels = this.#levels;
     levels.push(level);
     levels.shift();
     const { width, height } = meter.canvas;
