@@ -3,27 +3,29 @@
 A stage has a fixed number of instances. If every stream sent its calls as soon as it
 could, a stream seconds ahead of its listener would queue in front of a new stream's
 first chunk, or of one about to stall. So calls wait here instead, for a free slot
-(one per instance), and the free slot goes to the call with the earliest deadline:
-the time its stream's listener will need the audio. Triton 2.51's BLS cannot give a
-request a priority, so the order is kept here rather than in Triton's queue.
+(one per core by default, `tts`'s `slots`: on a CPU both stages share the cores, so
+their calls share the slots), and the free slot goes to the call with the earliest
+deadline: the time its stream's listener will need the audio. Triton 2.51's BLS cannot
+give a request a priority, so the order is kept here rather than in Triton's queue.
 
 A free slot is never left idle while a call waits, even one far from its deadline (a
 sentence synthesized ahead): calls are not preempted, so such a call may hold a slot
 while a new stream's first chunk waits for it, but a slot kept free for urgent calls
-left a core of two idle whenever every stream was ahead, and the calls put off piled up
-near their deadlines (at 16 clients back to back, 17.5-17.8 audio-s/s against 19.5-21.1
-without it, and more stalls: docs/design.md).
+leaves a core idle whenever every stream is ahead, and the calls put off then pile up
+near their deadlines: less throughput and more stalls (docs/design.md, Deadline
+scheduling).
 
 Deadlines alone are unfair above capacity: streams that fell behind have the earliest
 deadlines, so one client with many streams would starve a newcomer. So a free slot goes
 first to the client (an opaque name the gateway gives each request: its address) with
 the fewest calls running, and only then to the earliest deadline among its calls.
 
-That alone still makes a newcomer wait for a greedy client's call to end. So while several clients have been active lately (within RECENT_S), each
-may hold only its share of the slots (slots // clients, at least one), and the client
-that comes back finds its share free; a client alone may hold them all. Anonymous calls
-(no client named: the gateway's readiness probe, direct Triton users) count only while
-they run or wait, so a probe every few seconds does not halve a lone client's slots.
+That alone still makes a newcomer wait for a greedy client's call to end. So while
+several clients have been active lately (within RECENT_S), each may hold only its share
+of the slots (slots // clients, at least one), and the client that comes back finds its
+share free; a client alone may hold them all. Anonymous calls (no client named: the
+gateway's readiness probe, direct Triton users) count only while they run or wait, so a
+probe every few seconds does not halve a lone client's slots.
 
 Pure asyncio, no Triton: the tts model owns one scheduler for both stages.
 """
