@@ -16,7 +16,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from contract import models as c
-from python_backends.scheduler import Failover, Lost
+from python_backends.failover import Failover, Lost
 
 # The first of contract.models.STUB_FAULTS names the instance whose stub is dead or stopped.
 UNHEALTHY = re.compile(r"Stub process '(?P<instance>[^']+)' is not healthy")
@@ -56,7 +56,7 @@ class Bls:
         """The one output of a call to a stateless model (vocoder, Code2Wav) on a window of
         `frames`. A call lost with its instance (its stub dead, stopped or hung) is issued
         again with the same inputs, and Triton gives it to an instance that is free
-        (scheduler.Failover); the model being deterministic, the answer is the same. The
+        (failover.Failover); the model being deterministic, the answer is the same. The
         model's own errors (a bad input), and a call lost at every attempt, raise StageError."""
 
         def retried(why: Lost, attempt: int) -> None:

@@ -12,9 +12,8 @@ from dataclasses import dataclass, replace
 
 from contract.models import VOCODER_BUCKETS
 
-
 # A stream this far ahead of its listener (s of audio in hand) takes chunks GROWTH times
-# the largest: a 256-frame call computes in about 150 ms on one core here.
+# the largest (grown_size).
 GROW_AHEAD_S = 1.0
 GROWTH = 2
 
@@ -85,8 +84,9 @@ def burst_first_frames(others_starting: int, slots: int, largest: int) -> int:
     """The least frames a stream's first chunk holds while other streams start with it:
     their first chunks are due now, so they all go before this stream's next chunk, and
     its listener plays the first meanwhile. Once they fill a round of the slots, the
-    largest chunk's; otherwise no floor. With 18 and 73 listeners started together on
-    2 cores, median stalls went from 32 to 0 and from 45 to 10 (docs/design.md)."""
+    largest chunk's, so that its audio lasts until that round is done; otherwise no
+    floor, since a larger first chunk takes longer to make (docs/design.md, First chunk
+    from load)."""
     return largest if others_starting >= slots else 0
 
 
@@ -96,9 +96,9 @@ def first_chunk_frames(initial: int, asked: bool, loaded: bool) -> int:
     audio), and 8 × `initial` once they would queue (`loaded`: its client's streams
     outnumber its share of the slots, and some other stream is too close to its listener
     to wait): the first chunk's audio is then the player's only cushion until the next
-    call gets a slot, and fewer, longer chunks spend fewer context frames. Measured at 8
-    back-to-back clients against 4 × `initial`: half the stalls, 6-10 % more throughput,
-    about 40 % longer TTFP."""
+    call gets a slot, and fewer, longer chunks spend fewer context frames; so a loaded
+    stream trades some time to first audio for fewer stalls and more throughput
+    (docs/design.md, First chunk from load)."""
     return initial if asked or not loaded else 8 * initial
 
 

@@ -3,35 +3,31 @@
 A stage has a fixed number of instances. If every stream sent its calls as soon as it
 could, a stream seconds ahead of its listener would queue in front of a new stream's
 first chunk, or of one about to stall. So calls wait here instead, for a free slot
-(one per instance), and the free slot goes to the call with the earliest deadline:
-the time its stream's listener will need the audio. Triton 2.51's BLS cannot give a
-request a priority, so the order is kept here rather than in Triton's queue.
+(one per core by default, `tts`'s `slots`: on a CPU both stages share the cores, so
+their calls share the slots), and the free slot goes to the call with the earliest
+deadline: the time its stream's listener will need the audio. Triton 2.51's BLS cannot
+give a request a priority, so the order is kept here rather than in Triton's queue.
 
 A free slot is never left idle while a call waits, even one far from its deadline (a
 sentence synthesized ahead): calls are not preempted, so such a call may hold a slot
 while a new stream's first chunk waits for it, but a slot kept free for urgent calls
-left a core of two idle whenever every stream was ahead, and the calls put off piled up
-near their deadlines (at 16 clients back to back, 17.5-17.8 audio-s/s against 19.5-21.1
-without it, and more stalls: docs/design.md).
+leaves a core idle whenever every stream is ahead, and the calls put off then pile up
+near their deadlines: less throughput and more stalls (docs/design.md, Deadline
+scheduling).
 
 Deadlines alone are unfair above capacity: streams that fell behind have the earliest
 deadlines, so one client with many streams would starve a newcomer. So a free slot goes
 first to the client (an opaque name the gateway gives each request: its address) with
 the fewest calls running, and only then to the earliest deadline among its calls.
 
-That alone still makes a newcomer wait for a greedy client's call to end. So while several clients have been active lately (within RECENT_S), each
-may hold only its share of the slots (slots // clients, at least one), and the client
-that comes back finds its share free; a client alone may hold them all. Anonymous calls
-(no client named: the gateway's readiness probe, direct Triton users) count only while
-they run or wait, so a probe every few seconds does not halve a lone client's slots.
+That alone still makes a newcomer wait for a greedy client's call to end. So while
+several clients have been active lately (within RECENT_S), each may hold only its share
+of the slots (slots // clients, at least one), and the client that comes back finds its
+share free; a client alone may hold them all. Anonymous calls (no client named: the
+gateway's readiness probe, direct Triton users) count only while they run or wait, so a
+probe every few seconds does not halve a lone client's slots.
 
 Pure asyncio, no Triton: the tts model owns one scheduler for both stages.
-
-A call to a stateless stage (the vocoder, Code2Wav) can be lost with its instance: a stub
-killed or stopped fails it, one hung never answers. `Failover` issues such a call again,
-with the same window, up to ATTEMPTS times in all, each with a deadline from the calls
-that answered lately (CallTimes), so that a lost window costs the stream a little time,
-not the stream.
 """
 
 from __future__ import annotations
@@ -40,7 +36,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -52,19 +48,6 @@ T = TypeVar("T")
 
 # A client that called within this long still has its share of the slots kept for it.
 RECENT_S = 5.0
-
-# A stateless call is issued at most this many times in all before its stream fails.
-ATTEMPTS = 3
-# A call's deadline: this multiple of the p99 time per frame of the calls that answered
-# lately (CALL_HISTORY of them), times its window's frames, and at least FLOOR_S; COLD_S
-# until MIN_CALLS have answered. A stub stopped or killed fails its call after about 1 s
-# (Triton's health check), so the deadline only catches a stub that hangs while Triton
-# still finds it healthy: it must not take a call slowed by a busy host for a lost one.
-DEADLINE_MULTIPLE = 4.0
-FLOOR_S = 2.0
-COLD_S = 10.0
-MIN_CALLS = 20
-CALL_HISTORY = 256
 
 
 class Scheduler(Protocol):
@@ -273,74 +256,3 @@ class PlaybackClock:
         start = self.started if self.started is not None else self.now() + PLAYER_LEAD_S
         return start + sample / self.rate
 
-
-class Lost(Exception):
-    """A stateless call whose answer will not come, or not in time: its instance's stub
-    died or stopped, or it passed its deadline. Issued again, it may find another."""
-
-
-class CallTimes:
-    """How long a stage's calls take lately, per frame of their windows: the deadline a
-    call of a given size gets before it counts as lost."""
-
-    def __init__(self) -> None:
-        self._per_frame: deque[float] = deque(maxlen=CALL_HISTORY)
-
-    def record(self, frames: int, seconds: float) -> None:
-        self._per_frame.append(seconds / max(1, frames))
-
-    def deadline_s(self, frames: int) -> float:
-        if len(self._per_frame) < MIN_CALLS:
-            return COLD_S
-        times = sorted(self._per_frame)
-        p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
-        return max(FLOOR_S, DEADLINE_MULTIPLE * p99 * frames)
-
-
-class Failover:
-    """Calls to one stateless stage, each issued again where it is lost (`issue` raises
-    Lost, or passes its deadline), up to ATTEMPTS times in all. A call that passed its
-    deadline is not taken back (Triton cannot), only no longer waited for: its late
-    answer is dropped when it comes, and `late` counts those still out."""
-
-    def __init__(self, attempts: int = ATTEMPTS, now: Callable[[], float] = time.monotonic) -> None:
-        self.times = CallTimes()
-        self.attempts = attempts
-        self.late: set[asyncio.Future] = set()
-        self._now = now
-
-    async def call(self, issue: Callable[[], Awaitable[T]], frames: int, retried: Callable[[Lost, int], None]) -> T:
-        """`issue()`'s result, for a window of `frames`; `retried(why, attempt)` is told
-        before each further attempt. The last attempt's Lost is raised."""
-        for attempt in range(2, self.attempts + 1):
-            try:
-                return await self._within_deadline(issue, frames)
-            except Lost as lost:
-                retried(lost, attempt)
-        return await self._within_deadline(issue, frames)
-
-    async def _within_deadline(self, issue: Callable[[], Awaitable[T]], frames: int) -> T:
-        deadline_s = self.times.deadline_s(frames)
-        started = self._now()
-        call = asyncio.ensure_future(issue())
-        try:
-            done, _ = await asyncio.wait({call}, timeout=deadline_s)
-        except asyncio.CancelledError:
-            self._drop_when_done(call)  # the caller gave up; the call still runs
-            raise
-        if not done:
-            self._drop_when_done(call)
-            raise Lost(f"no answer within {deadline_s:.1f} s")
-        result = call.result()
-        self.times.record(frames, self._now() - started)
-        return result
-
-    def _drop_when_done(self, call: asyncio.Future) -> None:
-        self.late.add(call)
-
-        def dropped(done: asyncio.Future) -> None:
-            self.late.discard(done)
-            if not done.cancelled():
-                done.exception()  # retrieved: a late failure is no one's to raise
-
-        call.add_done_callback(dropped)

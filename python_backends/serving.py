@@ -1,7 +1,7 @@
-"""What every model shim shares: declaring tensors from the contract, reading requests,
-and serving a decoupled model (`DecoupledModel`), its responses sent in order, its
-errors sent as the client should read them. Imported only inside Triton's Python
-backend (needs its `pb_utils`)."""
+"""What every Triton-facing model shares: declaring tensors from the contract, reading
+requests, serving a decoupled model (`DecoupledModel`), its responses sent in order, its
+errors sent as the client should read them, or a batched one (`BatchedModel`). Imported
+only inside Triton's Python backend (needs its `pb_utils`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import multiprocessing
 import queue
 import sys
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable
 from contextlib import aclosing
 from typing import Any
 
@@ -60,20 +60,6 @@ def request_parameter(request, name: str, default: str = "") -> str:
     return str(json.loads(request.parameters() or "{}").get(name, default))
 
 
-def run_by_key(keys: Sequence[Hashable], run: Callable[[Hashable, list[int]], Any]) -> list:
-    """What a batched model answers each request of a batch with: `run(key, indices)`
-    once per distinct key (requests that can share one call), its rows (of a numpy array
-    or torch tensor) handed back to those requests in order; None for the requests of a
-    key `run` answered None for."""
-    rows: list = [None] * len(keys)
-    for key in dict.fromkeys(keys):
-        same = [i for i, k in enumerate(keys) if k == key]
-        if (out := run(key, same)) is not None:
-            for row, i in enumerate(same):
-                rows[i] = out[row : row + 1]
-    return rows
-
-
 def response(outputs: dict[str, np.ndarray]):
     return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
 
@@ -109,7 +95,7 @@ def counter(name: str, description: str):
 class DecoupledModel:
     """A decoupled Triton Python model: one stream of responses per request.
 
-    A shim subclasses it, names its `model` from the contract and writes `respond`, an
+    A model subclasses it, names its `model` from the contract and writes `respond`, an
     async generator of output dicts for one request. Each request is served as a task;
     each output goes out as a response, and nothing more is asked of `respond` once
     Triton cancels the request. A request ends with the final flag, or with an error:
@@ -143,6 +129,44 @@ class DecoupledModel:
         except Exception as e:
             log_error(f"{self.model}: request failed: {e!r}")
             self.deliver(sender, error_message=f"{self.model} failed: {e}")
+
+
+class BatchedModel:
+    """A batched Triton Python model (not decoupled; Triton's dynamic batcher joins its
+    requests): one response per request. The batcher joins requests that cannot share
+    one engine call (windows of other lengths, or voices), so a batch is run once per
+    key, the windows of a key stacked in one call.
+
+    A subclass names its `model` from the contract and writes `window` (a request's
+    input, with the key of the requests that may share its call), `run` (one call on the
+    windows of a key: an array or tensor with a row for each, in order; None where it
+    cannot serve that key) and `answer` (a request's response, from its key and its row,
+    None where `run` answered None)."""
+
+    model: str
+
+    @classmethod
+    def auto_complete_config(cls, config):
+        return declare(config, cls.model)
+
+    def execute(self, requests) -> list:
+        keyed = [self.window(request) for request in requests]
+        rows: list = [None] * len(keyed)
+        for key in dict.fromkeys(key for key, _ in keyed):
+            same = [i for i, (k, _) in enumerate(keyed) if k == key]
+            if (out := self.run(key, [keyed[i][1] for i in same])) is not None:
+                for row, i in enumerate(same):
+                    rows[i] = out[row : row + 1]
+        return [self.answer(key, row) for (key, _), row in zip(keyed, rows)]
+
+    def window(self, request) -> tuple[Hashable, Any]:
+        raise NotImplementedError
+
+    def run(self, key: Hashable, windows: list) -> Any:
+        raise NotImplementedError
+
+    def answer(self, key: Hashable, row: Any):
+        raise NotImplementedError
 
 
 class ResponseLoop:

@@ -16,10 +16,10 @@ from typing import Protocol
 
 import numpy as np
 
-from python_backends.chunking import Chunk, ChunkParams
-from python_backends.delivery import AudioChunk
 from contract.text import Sentence
 from python_backends.ar.connector import FrameChunker
+from python_backends.chunking import Chunk, ChunkParams
+from python_backends.delivery import AudioChunk
 
 
 class Stages(Protocol):

@@ -38,9 +38,9 @@ from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
 from python_backends.ar import step_logits
 from python_backends.ar.guidance import PairGate, Role, Row, diverged_at, plan
+from python_backends.ar.inputs import TalkerParams
 from python_backends.ar.layouts import ENDING, Allowed, CodecTokens, FrameAssembler, Layout, allowed
 from python_backends.ar.orpheus import OrpheusTokens
-from python_backends.ar.inputs import TalkerParams
 from python_backends.ar.step_logits import StepPlan
 from python_backends.vllm_stats import EngineStats, StatsLogger
 

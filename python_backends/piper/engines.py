@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from python_backends.piper import voice as v
-from python_backends.chunking import flow_pieces
-from python_backends.piper.phonemes import BOS, EOS, PAD, Espeak, phoneme_ids
-from python_backends.piper.inputs import VoiceParams
-from python_backends.piper.pipeline import LatentPiece
 from contract.text import Sentence, normalize
+from python_backends.chunking import flow_pieces
+from python_backends.piper import voice as v
+from python_backends.piper.inputs import VoiceParams
+from python_backends.piper.phonemes import BOS, EOS, PAD, Espeak, phoneme_ids
+from python_backends.piper.pipeline import LatentPiece
 from python_backends.piper.timing import stretch_durations, word_timings
 
 # The flow is convolutional: frames computed with this many frames of context on each

@@ -25,6 +25,7 @@ from contract.voices import EMBEDDED, EMBEDDED_ONLY, VoiceInfo
 from python_backends.chunking import ChunkParams
 from python_backends.inputs import decode, read_chunk_params, read_params, read_sentences
 
+
 @dataclass(frozen=True)
 class VoiceParams:
     """Piper's three scales (None: the voice's own), an optional seed for the noise, and

@@ -1,6 +1,6 @@
 """The Thinker's engine: a chat model on vLLM's async engine that writes replies, and
 verifies a draft reply against a new prompt before going on from what survives
-(python_backends.thinker.speculation). No Triton here; python_backends.thinker.model
+(python_backends.thinker.speculation). No Triton here; python_backends.thinker.thinker_model
 wraps it.
 
 One reply is at most two vLLM requests. With a draft, the first runs the prompt and the

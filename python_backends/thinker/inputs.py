@@ -9,7 +9,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from contract.models import (
-    DRAFT, MAX_MESSAGES_CHARS, MAX_TOKENS, MESSAGES, TEMPERATURE, THINKER_PARAMS, TOP_K, InvalidRequest,
+    DRAFT,
+    MAX_MESSAGES_CHARS,
+    MAX_TOKENS,
+    MESSAGES,
+    TEMPERATURE,
+    THINKER_PARAMS,
+    TOP_K,
+    InvalidRequest,
 )
 from python_backends.inputs import decode, read_params
 

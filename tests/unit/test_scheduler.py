@@ -6,21 +6,9 @@ import numpy as np
 import pytest
 
 from python_backends.chunking import ChunkParams
+from python_backends.failover import COLD_S, DEADLINE_MULTIPLE, FLOOR_S, MIN_CALLS, CallTimes, Failover, Lost
 from python_backends.piper.pipeline import LatentSentence, stream_pcm
-from python_backends.scheduler import (
-    COLD_S,
-    DEADLINE_MULTIPLE,
-    FLOOR_S,
-    MIN_CALLS,
-    PLAYER_LEAD_S,
-    RECENT_S,
-    CallTimes,
-    DeadlineScheduler,
-    Failover,
-    Lost,
-    PlaybackClock,
-    Streams,
-)
+from python_backends.scheduler import PLAYER_LEAD_S, RECENT_S, DeadlineScheduler, PlaybackClock, Streams
 from tests.engine_stages import whole_latent
 
 

@@ -1,40 +1,10 @@
-"""Triton shim for `acoustic`, the Piper family's Talker: one sentence → its latent
-frames, in two responses when HEAD_FRAMES asks for its first frames early."""
+"""Triton shim for `acoustic`, the Piper family's Talker
+(python_backends.piper.acoustic_model.AcousticModel)."""
 
 import os
 import sys
 
-sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))  # the stub ignores PYTHONPATH
+# The stub ignores PYTHONPATH: the launcher names the project here.
+sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))
 
-from concurrent.futures import ThreadPoolExecutor
-
-from contract import models as c
-from contract.voices import configured_voices
-from python_backends.inputs import read_params, read_text
-from python_backends.piper.engines import AcousticEngine
-from python_backends.piper.inputs import read_voice, read_voice_params
-from python_backends.piper.pipeline import acoustic_outputs
-from python_backends.piper.voice import load_voice
-from python_backends.serving import DecoupledModel, parameters, request_inputs
-
-
-class TritonPythonModel(DecoupledModel):
-    model = c.ACOUSTIC_MODEL
-
-    def initialize(self, args):
-        self.voices = configured_voices()
-        self.engines = {name: AcousticEngine(load_voice(info)) for name, info in self.voices.items()}
-        # Sentences of all streams share these workers in arrival order, so a new
-        # stream's first sentence waits for at most one job (a prior or a flow) per worker.
-        self.workers = ThreadPoolExecutor(int(parameters(args).get("workers", "2")), thread_name_prefix="acoustic")
-
-    async def respond(self, request):
-        inputs = request_inputs(request, self.model)
-        text, voice = read_text(inputs, c.MAX_SENTENCE_CHARS), read_voice(inputs, self.voices)
-        engine = self.engines[voice.name]
-        params = read_voice_params(inputs, voice).over(engine.default_params())
-        async for piece in engine.pieces(text, params, read_params(inputs, (c.HEAD_PARAM,))[c.HEAD_FRAMES], self.workers):
-            yield acoustic_outputs(piece)
-
-    def finalize(self):
-        self.workers.shutdown(cancel_futures=True)
+from python_backends.piper.acoustic_model import AcousticModel as TritonPythonModel  # noqa: E402, F401

@@ -1,6 +1,7 @@
 """Triton shim for `talker`, the autoregressive family's Talker
 (python_backends.ar.talker_model.TalkerModel)."""
 
+import locale
 import os
 import sys
 
@@ -10,8 +11,6 @@ sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_AR_PYTHONPATH", "").spl
 # sys.executable, which is the PATH's python in the stub: make it the AR environment's.
 sys.executable = os.environ["SPEECHSTREAM_AR_PYTHON"]
 
-import locale
-
 locale.setlocale(locale.LC_CTYPE, "C.UTF-8")  # the stub starts with an ASCII locale; torch reads UTF-8 files
 
-from python_backends.ar.talker_model import TalkerModel as TritonPythonModel  # noqa: F401
+from python_backends.ar.talker_model import TalkerModel as TritonPythonModel  # noqa: E402, F401

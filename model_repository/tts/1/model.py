@@ -1,8 +1,9 @@
-"""Triton shim for `tts`, the Piper family's BLS model (python_backends.piper.bls.TtsModel)."""
+"""Triton shim for `tts`, the Piper family's BLS model (python_backends.piper.tts_model.TtsModel)."""
 
 import os
 import sys
 
-sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))  # the stub ignores PYTHONPATH
+# The stub ignores PYTHONPATH: the launcher names the project here.
+sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))
 
-from python_backends.piper.bls import TtsModel as TritonPythonModel  # noqa: E402, F401
+from python_backends.piper.tts_model import TtsModel as TritonPythonModel  # noqa: E402, F401
