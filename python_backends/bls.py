@@ -30,7 +30,7 @@ class Bls:
         self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="stream-wait")
         self._failover: dict[str, Failover] = collections.defaultdict(Failover)  # by stateless model
 
-    async def stream(self, model: str, inputs: list, outputs: list[str]) -> AsyncIterator:
+    async def decoupled(self, model: str, inputs: list, outputs: list[str]) -> AsyncIterator:
         """A decoupled request's responses, but the empty final one; a response that is
         an error raises StageError. The response iterator is read to its end even when
         the reading stops early (a failure, the reader cancelled): one dropped unread
@@ -52,7 +52,7 @@ class Bls:
             if not read_all:
                 await loop.run_in_executor(self._waiters, collections.deque, responses, 0)  # read to the end
 
-    async def infer(self, model: str, inputs: list, output: str, frames: int, stream: str) -> np.ndarray:
+    async def infer(self, model: str, inputs: list, output: str, frames: int, label: str) -> np.ndarray:
         """The one output of a call to a stateless model (vocoder, Code2Wav) on a window of
         `frames`. A call lost with its instance (its stub dead, stopped or hung) is issued
         again with the same inputs, and Triton gives it to an instance that is free
@@ -60,7 +60,7 @@ class Bls:
         model's own errors (a bad input), and a call lost at every attempt, raise StageError."""
 
         def retried(why: Lost, attempt: int) -> None:
-            pb_utils.Logger.log_warn(f"{model}: a window of stream {stream} was lost ({why}); "
+            pb_utils.Logger.log_warn(f"{model}: a window of request {label} was lost ({why}); "
                                      f"issuing it again, attempt {attempt} of {self._failover[model].attempts}")
 
         try:

@@ -15,12 +15,12 @@ import numpy as np
 from contract import models as c
 
 # The capacity measured is that of about the last this many seconds of work.
-CAPACITY_WINDOW_S = 30.0
+CAPACITY_DECAY_S = 30.0
 
 
 class CapacityMeter:
     """How many real-time streams `workers` sustain: `workers` times the audio made per
-    second of a worker's time, over about the last CAPACITY_WINDOW_S of work (older work
+    second of a worker's time, over about the last CAPACITY_DECAY_S of work (older work
     decays exponentially). It follows what the cores really give, other processes and
     contention included.
 
@@ -48,19 +48,19 @@ class CapacityMeter:
         self._audio_s += audio_s
 
     @property
-    def streams(self) -> float:
+    def capacity(self) -> float:
         """Real-time streams sustained; 0 until some work was measured."""
         self._decay()
         return self.workers * self._audio_s / self._busy_s if self._busy_s > 0 else 0.0
 
     def _decay(self) -> None:
         now = self._now()
-        factor = math.exp(-(now - self._at) / CAPACITY_WINDOW_S)
+        factor = math.exp(-(now - self._at) / CAPACITY_DECAY_S)
         self._busy_s, self._audio_s = self._busy_s * factor, self._audio_s * factor
         self._busy_s += min(self._running, self.workers) * (now - self._at)  # recent: not decayed
         self._at = now
 
 
-def capacity_outputs(streams: float) -> dict[str, np.ndarray]:
+def capacity_outputs(capacity: float) -> dict[str, np.ndarray]:
     """The response that tells the gateway the capacity (0: not measured yet)."""
-    return {c.CAPACITY: np.array([streams], dtype=np.float32)}
+    return {c.CAPACITY: np.array([capacity], dtype=np.float32)}

@@ -38,25 +38,25 @@ def chunk_outputs(chunk: AudioChunk) -> dict[str, np.ndarray]:
 
 
 async def ordered(
-    jobs: AsyncIterator[tuple[Any, Awaitable[T]]],
+    calls: AsyncIterator[tuple[Any, Awaitable[T]]],
     depth: int,
     is_cancelled: Callable[[], bool],
 ) -> AsyncIterator[tuple[Any, T]]:
-    """Run the awaitables of `jobs`, at most `depth` not yet taken by the consumer,
-    and yield ``(tag, result)`` in job order. `jobs` is pulled only when a slot is
-    free; once `is_cancelled()`, nothing more is started."""
+    """Run the awaitables of `calls`, at most `depth` not yet taken by the consumer,
+    and yield ``(tag, result)`` in call order. `calls` is pulled only when there is
+    room; once `is_cancelled()`, nothing more is started."""
     queue: asyncio.Queue = asyncio.Queue()
-    slots = asyncio.Semaphore(depth)
+    room = asyncio.Semaphore(depth)
 
     async def start() -> None:
         try:
-            async with aclosing(jobs):
+            async with aclosing(calls):
                 while True:
-                    await slots.acquire()
+                    await room.acquire()
                     if is_cancelled():
                         return
                     try:
-                        tag, work = await anext(jobs)
+                        tag, work = await anext(calls)
                     except StopAsyncIteration:
                         return
                     queue.put_nowait((tag, asyncio.ensure_future(work)))
@@ -72,7 +72,7 @@ async def ordered(
             if isinstance(work, Exception):
                 raise work
             result = await work
-            slots.release()
+            room.release()
             yield tag, result
     finally:
         starter.cancel()

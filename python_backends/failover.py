@@ -18,12 +18,12 @@ T = TypeVar("T")
 
 # A stateless call is issued at most this many times in all before its stream fails.
 ATTEMPTS = 3
-# A call's deadline: this multiple of the p99 time per frame of the calls that answered
+# A call's timeout: this multiple of the p99 time per frame of the calls that answered
 # lately (CALL_HISTORY of them), times its window's frames, and at least FLOOR_S; COLD_S
 # until MIN_CALLS have answered. A stub stopped or killed fails its call after about 1 s
-# (Triton's health check), so the deadline only catches a stub that hangs while Triton
+# (Triton's health check), so the timeout only catches a stub that hangs while Triton
 # still finds it healthy: it must not take a call slowed by a busy host for a lost one.
-DEADLINE_MULTIPLE = 4.0
+TIMEOUT_MULTIPLE = 4.0
 FLOOR_S = 2.0
 COLD_S = 10.0
 MIN_CALLS = 20
@@ -32,11 +32,11 @@ CALL_HISTORY = 256
 
 class Lost(Exception):
     """A stateless call whose answer will not come, or not in time: its instance's stub
-    died or stopped, or it passed its deadline. Issued again, it may find another."""
+    died or stopped, or it passed its timeout. Issued again, it may find another."""
 
 
 class CallTimes:
-    """How long a stage's calls take lately, per frame of their windows: the deadline a
+    """How long a stage's calls take lately, per frame of their windows: the timeout a
     call of a given size gets before it counts as lost."""
 
     def __init__(self) -> None:
@@ -45,18 +45,18 @@ class CallTimes:
     def record(self, frames: int, seconds: float) -> None:
         self._per_frame.append(seconds / max(1, frames))
 
-    def deadline_s(self, frames: int) -> float:
+    def timeout_s(self, frames: int) -> float:
         if len(self._per_frame) < MIN_CALLS:
             return COLD_S
         times = sorted(self._per_frame)
         p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
-        return max(FLOOR_S, DEADLINE_MULTIPLE * p99 * frames)
+        return max(FLOOR_S, TIMEOUT_MULTIPLE * p99 * frames)
 
 
 class Failover:
     """Calls to one stateless stage, each issued again where it is lost (`issue` raises
-    Lost, or passes its deadline), up to ATTEMPTS times in all. A call that passed its
-    deadline is not taken back (Triton cannot), only no longer waited for: its late
+    Lost, or passes its timeout), up to ATTEMPTS times in all. A call that passed its
+    timeout is not taken back (Triton cannot), only no longer waited for: its late
     answer is dropped when it comes, and `late` counts those still out."""
 
     def __init__(self, attempts: int = ATTEMPTS, now: Callable[[], float] = time.monotonic) -> None:
@@ -70,23 +70,23 @@ class Failover:
         before each further attempt. The last attempt's Lost is raised."""
         for attempt in range(2, self.attempts + 1):
             try:
-                return await self._within_deadline(issue, frames)
+                return await self._within_timeout(issue, frames)
             except Lost as lost:
                 retried(lost, attempt)
-        return await self._within_deadline(issue, frames)
+        return await self._within_timeout(issue, frames)
 
-    async def _within_deadline(self, issue: Callable[[], Awaitable[T]], frames: int) -> T:
-        deadline_s = self.times.deadline_s(frames)
+    async def _within_timeout(self, issue: Callable[[], Awaitable[T]], frames: int) -> T:
+        timeout_s = self.times.timeout_s(frames)
         started = self._now()
         call = asyncio.ensure_future(issue())
         try:
-            done, _ = await asyncio.wait({call}, timeout=deadline_s)
+            done, _ = await asyncio.wait({call}, timeout=timeout_s)
         except asyncio.CancelledError:
             self._drop_when_done(call)  # the caller gave up; the call still runs
             raise
         if not done:
             self._drop_when_done(call)
-            raise Lost(f"no answer within {deadline_s:.1f} s")
+            raise Lost(f"no answer within {timeout_s:.1f} s")
         result = call.result()
         self.times.record(frames, self._now() - started)
         return result

@@ -51,8 +51,8 @@ RECENT_S = 5.0
 
 
 class Scheduler(Protocol):
-    """What a stream needs of a scheduler: run a call when its turn comes; or, with
-    `borrow`, at once where its turn has not come (see DeadlineScheduler.run)."""
+    """What a stream needs of a scheduler: run a call when it is granted a slot; or, with
+    `borrow`, at once where it has not been granted one (see DeadlineScheduler.run)."""
 
     async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T: ...
 
@@ -62,7 +62,7 @@ class _Waiter:
     deadline: float
     arrival: int
     client: str
-    turn: asyncio.Future
+    granted: asyncio.Future  # set when the slot is handed over
 
 
 class DeadlineScheduler:
@@ -76,7 +76,7 @@ class DeadlineScheduler:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, not {slots}")
         self.slots = slots
-        self.capacity = CapacityMeter(min(slots, cores or slots), now=now)
+        self.meter = CapacityMeter(min(slots, cores or slots), now=now)
         self.busy = 0
         self.running: Counter[str] = Counter()  # calls running, by client
         self._last_call: dict[str, float] = {}  # when each client last asked for a slot
@@ -87,7 +87,7 @@ class DeadlineScheduler:
     @property
     def waiting(self) -> int:
         """Calls waiting for a slot."""
-        return sum(not w.turn.done() for w in self._waiting)
+        return sum(not w.granted.done() for w in self._waiting)
 
     def for_client(self, client: str) -> ClientScheduler:
         """This scheduler as one client's calls see it."""
@@ -138,20 +138,20 @@ class DeadlineScheduler:
         self._waiting.append(waiter)
         self._hand_over()
         try:
-            await waiter.turn  # the slot is handed over with the result
+            await waiter.granted  # the slot is handed over with the result
         except asyncio.CancelledError:
-            if waiter.turn.done() and not waiter.turn.cancelled():
+            if waiter.granted.done() and not waiter.granted.cancelled():
                 self._release(client)  # handed a slot, then cancelled before using it
             raise
 
     def _start(self, client: str) -> None:
         self.busy += 1
         self.running[client] += 1
-        self.capacity.running(self.busy)
+        self.meter.running(self.busy)
 
     def _release(self, client: str) -> None:
         self.busy -= 1
-        self.capacity.running(self.busy)
+        self.meter.running(self.busy)
         self.running[client] -= 1
         if not self.running[client]:
             del self.running[client]
@@ -160,7 +160,7 @@ class DeadlineScheduler:
     def _hand_over(self) -> None:
         """Give free slots to the waiters first in line among those that may start now:
         fewest calls running for their client, then earliest deadline."""
-        self._waiting = [w for w in self._waiting if not w.turn.done()]  # drop the cancelled
+        self._waiting = [w for w in self._waiting if not w.granted.done()]  # drop the cancelled
         while self.busy < self.slots:
             share = self.share()
             ready = [w for w in self._waiting if self._may_start(w.client, share)]
@@ -169,7 +169,7 @@ class DeadlineScheduler:
             first = min(ready, key=lambda w: (self.running[w.client], w.deadline, w.arrival))
             self._waiting.remove(first)
             self._start(first.client)
-            first.turn.set_result(None)
+            first.granted.set_result(None)
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,12 @@ from python_backends.bls import Bls, string_tensor, tensors
 @dataclass(frozen=True)
 class BlsStages:
     """Stages (python_backends.ar.pipeline) of one stream: its voice and sampling reach
-    the Talker of each sentence; `stream` names it in the logs."""
+    the Talker of each sentence; `label` names it in the logs."""
 
     bls: Bls
     voice: str
     params: TalkerParams
-    stream: str
+    label: str
 
     async def talk(self, text: str) -> AsyncIterator[np.ndarray]:
         """The Talker's frames; left early, the Talker is told to stop (STOP), since the
@@ -33,7 +33,7 @@ class BlsStages:
         name = string_tensor(c.STREAM_ID, uuid.uuid4().hex)
         inputs = [string_tensor(c.TEXT, text), string_tensor(c.VOICE, self.voice), name]
         inputs += tensors(self.params.tensors())
-        async with aclosing(self.bls.stream(c.TALKER_MODEL, inputs, [c.CODES])) as responses:
+        async with aclosing(self.bls.decoupled(c.TALKER_MODEL, inputs, [c.CODES])) as responses:
             read_all = False
             try:
                 async for r in responses:
@@ -42,10 +42,10 @@ class BlsStages:
             finally:
                 if not read_all:
                     stop = [name, pb_utils.Tensor(c.STOP, np.array([True]))]
-                    async with aclosing(self.bls.stream(c.TALKER_MODEL, stop, [c.CODES])) as ended:
+                    async with aclosing(self.bls.decoupled(c.TALKER_MODEL, stop, [c.CODES])) as ended:
                         async for _ in ended:
                             pass
 
     async def decode(self, window: np.ndarray) -> np.ndarray:
         codes = pb_utils.Tensor(c.CODES, np.ascontiguousarray(window[None], dtype=np.int32))
-        return (await self.bls.infer(c.CODE2WAV_MODEL, [codes], c.PCM, window.shape[0], self.stream))[0]
+        return (await self.bls.infer(c.CODE2WAV_MODEL, [codes], c.PCM, window.shape[0], self.label))[0]

@@ -41,7 +41,7 @@ def pad_windows(windows: torch.Tensor, frames: int, batch: int) -> torch.Tensor:
 def snac_books(windows: torch.Tensor) -> list[torch.Tensor]:
     """[B, F, 7] Orpheus frames → SNAC's three codebooks, [B, F], [B, 2F] and [B, 4F], on
     the windows' device: position p of a frame goes to codebook CODEBOOK_OF_POSITION[p],
-    slot SLOT_OF_POSITION[p] of that frame's codes there."""
+    slot INDEX_IN_CODEBOOK[p] of that frame's codes there."""
     b, f, _ = windows.shape
     return [windows.index_select(2, index).reshape(b, f * len(index)).long() for index in _book_positions(windows.device)]
 
@@ -53,7 +53,7 @@ def _book_positions(device: torch.device) -> tuple[torch.Tensor, ...]:
     call makes them."""
     return tuple(
         torch.tensor([p for _, p in sorted((s, p) for p, (k, s) in enumerate(
-            zip(orpheus.CODEBOOK_OF_POSITION, orpheus.SLOT_OF_POSITION)) if k == book)], device=device)
+            zip(orpheus.CODEBOOK_OF_POSITION, orpheus.INDEX_IN_CODEBOOK)) if k == book)], device=device)
         for book in range(3)
     )
 

@@ -28,7 +28,7 @@ START_OF_SPEECH, END_OF_SPEECH, START_OF_HUMAN, END_OF_HUMAN, START_OF_AI = 1, 2
 FIRST_CODE = 10
 # Which SNAC codebook, and which of its codes in the frame, each position holds.
 CODEBOOK_OF_POSITION = (0, 1, 2, 2, 1, 2, 2)
-SLOT_OF_POSITION = (0, 0, 0, 1, 1, 2, 3)
+INDEX_IN_CODEBOOK = (0, 0, 0, 1, 1, 2, 3)
 
 
 @dataclass(frozen=True)

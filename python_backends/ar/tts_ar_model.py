@@ -29,8 +29,8 @@ class TtsArModel(DecoupledModel):
     def initialize(self, args) -> None:
         p = parameters(args)
         self.max_text_chars = int(p.get("max_text_chars", c.MAX_TEXT_CHARS))
-        self.bls = Bls(waiters=int(p.get("max_streams", "256")))  # a Talker stream each
-        self.capacity = CapacityMeter(workers=1)  # one batched engine, busy while any stream is open
+        self.bls = Bls(waiters=int(p.get("max_streams", "256")))  # a Talker request each
+        self.meter = CapacityMeter(workers=1)  # one batched engine, busy while any stream is open
         self.open = 0  # streams open
         counters = [counter(name, about) for name, about in (
             (c.TTS_AR_FIRST_CHUNKS_METRIC, "tts_ar requests that got a first chunk"),
@@ -51,16 +51,16 @@ class TtsArModel(DecoupledModel):
         chunks = speak(tts.sentences, stages, tts.chunking,
                        orpheus.SAMPLES_PER_FRAME, request.is_cancelled, self._first_chunk)
         self.open += 1
-        self.capacity.running(self.open)
+        self.meter.running(self.open)
         try:
             async with aclosing(chunks):
                 async for chunk in chunks:
-                    self.capacity.made(chunk.pcm.size / c.AR_SAMPLE_RATE)
+                    self.meter.made(chunk.pcm.size / c.AR_SAMPLE_RATE)
                     yield chunk_outputs(chunk)
         finally:
             self.open -= 1
-            self.capacity.running(self.open)
-        yield capacity_outputs(self.capacity.streams)  # this stream's work measured too
+            self.meter.running(self.open)
+        yield capacity_outputs(self.meter.capacity)  # this stream's work measured too
 
     def finalize(self) -> None:
         self.bls.close()

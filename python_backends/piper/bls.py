@@ -21,13 +21,13 @@ from python_backends.piper.pipeline import LatentPiece
 @dataclass(frozen=True)
 class BlsStages:
     """Stages (python_backends.piper.pipeline) of one stream: its voice and parameters
-    reach the acoustic stage, its voice and speaker every vocoder window; `stream` names
+    reach the acoustic stage, its voice and speaker every vocoder window; `label` names
     it in the logs."""
 
     bls: Bls
     voice: str
     params: VoiceParams
-    stream: str
+    label: str
 
     async def acoustic_pieces(self, text: str, head: int) -> AsyncIterator[LatentPiece]:
         """One acoustic request for one sentence, its responses as pieces."""
@@ -35,7 +35,7 @@ class BlsStages:
         if head:
             inputs.append(pb_utils.Tensor(c.HEAD_FRAMES, np.array([head], dtype=np.int32)))
         outputs = [c.LATENT, c.DURATIONS, c.WORDS, c.WORD_FRAMES]
-        async with aclosing(self.bls.stream(c.ACOUSTIC_MODEL, inputs, outputs)) as responses:
+        async with aclosing(self.bls.decoupled(c.ACOUSTIC_MODEL, inputs, outputs)) as responses:
             async for r in responses:
                 yield latent_piece(r)
 
@@ -44,7 +44,7 @@ class BlsStages:
             pb_utils.Tensor(c.LATENT, window[None]), string_tensor(c.VOICE, self.voice, (1, 1)),
             pb_utils.Tensor(c.SPEAKER, np.array([[self.params.speaker]], dtype=np.int64)),
         ]
-        return (await self.bls.infer(c.VOCODER_MODEL, inputs, c.PCM, window.shape[1], self.stream))[0]
+        return (await self.bls.infer(c.VOCODER_MODEL, inputs, c.PCM, window.shape[1], self.label))[0]
 
 
 def latent_piece(response) -> LatentPiece:

@@ -210,7 +210,7 @@ async def sentence_latents(
     sentences before it are not planned yet, their text's likely duration (their
     characters and a space between each)."""
 
-    async def jobs():
+    async def calls():
         chars = 0
         for index, sentence in enumerate(sentences):
             if index:
@@ -220,7 +220,7 @@ async def sentence_latents(
             yield None, latent_sentence(index, pieces, scheduler, clock.deadline(before))
             chars += len(sentence.text) + 1
 
-    async for _, latent in ordered(jobs(), depth, is_cancelled):
+    async for _, latent in ordered(calls(), depth, is_cancelled):
         yield latent
 
 
@@ -260,7 +260,7 @@ async def stream_pcm(
     (chunking.grown_size); without, they keep the sizes `chunking` asks for (a client's
     own)."""
 
-    async def jobs():
+    async def calls():
         sizes = chunk_sizes(chunking.initial_frames, chunking.frames)
         first = True
         async with aclosing(sentences):
@@ -280,7 +280,7 @@ async def stream_pcm(
                     start = chunk.end
 
     offset = 0
-    async for (sentence, chunk), pcm in ordered(jobs(), depth, is_cancelled):
+    async for (sentence, chunk), pcm in ordered(calls(), depth, is_cancelled):
         words = ()
         if chunk.start == 0:
             f = SAMPLES_PER_FRAME

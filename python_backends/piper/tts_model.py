@@ -22,7 +22,7 @@ from python_backends.scheduler import DeadlineScheduler, PlaybackClock, Streams
 from python_backends.serving import DecoupledModel, gauge, parameters, request_inputs, request_parameter
 
 
-def stream_name(request, client: str) -> str:
+def request_label(request, client: str) -> str:
     """A request as the logs name it: its id, if its client gave one, and its client."""
     return f"{request.request_id() or id(request)} of {client or 'an anonymous client'}"
 
@@ -43,7 +43,7 @@ class TtsModel(DecoupledModel):
         # stages share the cores, so no more calls run than there are cores (by default:
         # see docs/configuration.md) and none of them is a stream's work far ahead of its need.
         cores = os.cpu_count() or 1
-        self.slots = DeadlineScheduler(int(p.get("slots", "0")) or cores, cores)
+        self.scheduler = DeadlineScheduler(int(p.get("slots", "0")) or cores, cores)
         self.pad_to_buckets = p.get("pad_to_buckets", "false") == "true"
         self.voices = configured_voices()
         self.metric_family, self.active = gauge(c.TTS_ACTIVE_METRIC, "tts requests being synthesized now")
@@ -58,21 +58,21 @@ class TtsModel(DecoupledModel):
             clock = PlaybackClock(rate)
             with self.streams.serving(client, clock):
                 # Past its share, a client's first chunk waits for a slot, unless every other stream can wait instead.
-                loaded = self.streams.over_share(client, self.slots.share()) and not self.streams.ahead_of(
+                loaded = self.streams.over_share(client, self.scheduler.share()) and not self.streams.ahead_of(
                     clock, GROW_AHEAD_S)
                 chunking, head = sized_for_load(tts.chunking, tts.chunking_asked, loaded)
-                stages = BlsStages(self.bls, tts.voice.name, tts.params, stream_name(request, client))
+                stages = BlsStages(self.bls, tts.voice.name, tts.params, request_label(request, client))
                 chunks = speak(
                     tts.sentences, stages, chunking=chunking, head=head,
-                    scheduler=self.slots.for_client(client), clock=clock,
+                    scheduler=self.scheduler.for_client(client), clock=clock,
                     is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets, grow=not tts.chunking_asked,
-                    first_floor=lambda: burst_first_frames(self.streams.silent - 1, self.slots.slots, chunking.frames),
+                    first_floor=lambda: burst_first_frames(self.streams.silent - 1, self.scheduler.slots, chunking.frames),
                 )
                 async with aclosing(chunks):
                     async for chunk in chunks:
-                        self.slots.capacity.made(chunk.pcm.size / rate)
+                        self.scheduler.meter.made(chunk.pcm.size / rate)
                         yield chunk_outputs(chunk)
-            yield capacity_outputs(self.slots.capacity.streams)  # this stream's work measured too
+            yield capacity_outputs(self.scheduler.meter.capacity)  # this stream's work measured too
         finally:
             self.active.increment(-1)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from python_backends.chunking import ChunkParams
-from python_backends.failover import COLD_S, DEADLINE_MULTIPLE, FLOOR_S, MIN_CALLS, CallTimes, Failover, Lost
+from python_backends.failover import COLD_S, FLOOR_S, MIN_CALLS, TIMEOUT_MULTIPLE, CallTimes, Failover, Lost
 from python_backends.piper.pipeline import LatentSentence, stream_pcm
 from python_backends.scheduler import PLAYER_LEAD_S, RECENT_S, DeadlineScheduler, PlaybackClock, Streams
 from tests.engine_stages import whole_latent
@@ -75,8 +75,8 @@ def test_the_scheduler_counts_the_time_its_calls_hold_a_slot():
     async def main():
         scheduler = DeadlineScheduler(1)
         await scheduler.run(0.0, lambda: asyncio.sleep(0.05))
-        scheduler.capacity.made(1.0)
-        return scheduler.capacity.streams
+        scheduler.meter.made(1.0)
+        return scheduler.meter.capacity
 
     assert 0 < run(main()) <= 1.0 / 0.05
 
@@ -95,8 +95,8 @@ def test_capacity_counts_the_cores_a_call_had_not_the_slots_there_are():
         await scheduler.run(0.0, work, "a")
 
     run(one_call())
-    scheduler.capacity.made(3.0)  # 3 s of audio in one core-second
-    assert scheduler.capacity.workers == 2 and scheduler.capacity.streams == pytest.approx(6.0, rel=0.01)
+    scheduler.meter.made(3.0)  # 3 s of audio in one core-second
+    assert scheduler.meter.workers == 2 and scheduler.meter.capacity == pytest.approx(6.0, rel=0.01)
 
 
 def test_a_client_is_loaded_past_its_fair_share_of_the_slots():
@@ -429,14 +429,14 @@ async def aenumerate(items):
 
 def test_a_calls_deadline_follows_recent_calls_per_frame_with_a_floor():
     times = CallTimes()
-    assert times.deadline_s(100) == COLD_S  # nothing measured yet
+    assert times.timeout_s(100) == COLD_S  # nothing measured yet
     for _ in range(MIN_CALLS):
         times.record(100, 0.2)  # 2 ms a frame
-    assert times.deadline_s(100) == FLOOR_S  # 4 x 0.2 s is below the floor
-    assert times.deadline_s(1000) == pytest.approx(DEADLINE_MULTIPLE * 0.002 * 1000)
+    assert times.timeout_s(100) == FLOOR_S  # 4 x 0.2 s is below the floor
+    assert times.timeout_s(1000) == pytest.approx(TIMEOUT_MULTIPLE * 0.002 * 1000)
     for _ in range(MIN_CALLS):
         times.record(100, 1.0)  # a busy host: calls five times slower
-    assert times.deadline_s(1000) == pytest.approx(DEADLINE_MULTIPLE * 0.01 * 1000)
+    assert times.timeout_s(1000) == pytest.approx(TIMEOUT_MULTIPLE * 0.01 * 1000)
 
 
 def test_a_lost_call_is_issued_again_and_told_once_per_attempt():
@@ -482,7 +482,7 @@ def test_a_call_lost_at_every_attempt_fails_with_the_last_loss_and_other_errors_
 def test_a_call_past_its_deadline_is_issued_again_and_its_late_answer_dropped():
     async def main():
         failover = Failover()
-        failover.times.deadline_s = lambda frames: 0.05
+        failover.times.timeout_s = lambda frames: 0.05
         answers = [asyncio.get_running_loop().create_future(), asyncio.get_running_loop().create_future()]
         answers[1].set_result("second")
 
