@@ -148,18 +148,3 @@ class FrameAssembler:
 
     def _none(self) -> np.ndarray:
         return np.empty((0, self.fmt.positions), dtype=np.int64)
-
-
-def lay_out(fmt: CodecTokens, frames: np.ndarray) -> list[int]:
-    """The tokens a Talker writes for `frames` ([F, K] codes, F ≥ 1), the end token
-    last: the inverse of FrameAssembler, for tests and for teaching a model the layout."""
-    frames = np.asarray(frames)
-    count, k = frames.shape
-    if fmt.layout is Layout.FLATTENED:
-        return [fmt.token(p, int(frames[f, p])) for f in range(count) for p in range(k)] + [fmt.end_token]
-    tokens = [
-        fmt.token(p, int(frames[step - p, p])) if 0 <= step - p < count else fmt.pad_token
-        for step in range(count + k - 1)
-        for p in range(k)
-    ]
-    return tokens + [fmt.end_token]

@@ -12,8 +12,23 @@ from python_backends.ar.layouts import (
     FrameAssembler,
     Layout,
     allowed,
-    lay_out,
 )
+
+
+def lay_out(fmt: CodecTokens, frames: np.ndarray) -> list[int]:
+    """The tokens a Talker writes for `frames` ([F, K] codes, F ≥ 1), the end token
+    last: the inverse of FrameAssembler, written apart from it so that each checks the other."""
+    frames = np.asarray(frames)
+    count, k = frames.shape
+    if fmt.layout is Layout.FLATTENED:
+        return [fmt.token(p, int(frames[f, p])) for f in range(count) for p in range(k)] + [fmt.end_token]
+    tokens = [
+        fmt.token(p, int(frames[step - p, p])) if 0 <= step - p < count else fmt.pad_token
+        for step in range(count + k - 1)
+        for p in range(k)
+    ]
+    return tokens + [fmt.end_token]
+
 
 # Orpheus: SNAC's 7 codes a frame as Llama's added tokens <custom_token_N> = 128256 + N,
 # position p's code c at N = 10 + p·4096 + c; <custom_token_2> (128258) ends the speech.
