@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from python_backends.chunking import ChunkParams
-from python_backends.failover import COLD_S, FLOOR_S, MIN_CALLS, TIMEOUT_MULTIPLE, CallTimes, Failover, Lost
 from python_backends.piper.pipeline import LatentSentence, stream_pcm
 from python_backends.scheduler import PLAYER_LEAD_S, RECENT_S, DeadlineScheduler, PlaybackClock, Streams
 from tests.engine_stages import whole_latent
@@ -425,78 +424,3 @@ async def aenumerate(items):
     async for item in items:
         yield index, item
         index += 1
-
-
-def test_a_calls_deadline_follows_recent_calls_per_frame_with_a_floor():
-    times = CallTimes()
-    assert times.timeout_s(100) == COLD_S  # nothing measured yet
-    for _ in range(MIN_CALLS):
-        times.record(100, 0.2)  # 2 ms a frame
-    assert times.timeout_s(100) == FLOOR_S  # 4 x 0.2 s is below the floor
-    assert times.timeout_s(1000) == pytest.approx(TIMEOUT_MULTIPLE * 0.002 * 1000)
-    for _ in range(MIN_CALLS):
-        times.record(100, 1.0)  # a busy host: calls five times slower
-    assert times.timeout_s(1000) == pytest.approx(TIMEOUT_MULTIPLE * 0.01 * 1000)
-
-
-def test_a_lost_call_is_issued_again_and_told_once_per_attempt():
-    async def main():
-        failover, issued, told = Failover(), [], []
-
-        async def issue():
-            issued.append(len(issued))
-            if len(issued) == 1:
-                raise Lost("Stub process 'vocoder_0_1' is not healthy.")
-            return "pcm"
-
-        result = await failover.call(issue, 10, lambda why, attempt: told.append((str(why), attempt)))
-        return result, issued, told
-
-    result, issued, told = run(main())
-    assert result == "pcm" and issued == [0, 1]
-    assert told == [("Stub process 'vocoder_0_1' is not healthy.", 2)]
-
-
-def test_a_call_lost_at_every_attempt_fails_with_the_last_loss_and_other_errors_at_once():
-    async def main():
-        failover, issued = Failover(attempts=3), []
-
-        async def lost():
-            issued.append(1)
-            raise Lost(f"lost {len(issued)}")
-
-        with pytest.raises(Lost, match="lost 3"):
-            await failover.call(lost, 10, lambda *_: None)
-
-        async def bad_input():
-            issued.append(1)
-            raise ValueError("unknown voice")
-
-        with pytest.raises(ValueError):
-            await failover.call(bad_input, 10, lambda *_: None)
-        return len(issued)
-
-    assert run(main()) == 3 + 1
-
-
-def test_a_call_past_its_deadline_is_issued_again_and_its_late_answer_dropped():
-    async def main():
-        failover = Failover()
-        failover.times.timeout_s = lambda frames: 0.05
-        answers = [asyncio.get_running_loop().create_future(), asyncio.get_running_loop().create_future()]
-        answers[1].set_result("second")
-
-        async def issue(answer=iter(answers)):
-            return await next(answer)
-
-        told = []
-        result = await failover.call(issue, 10, lambda why, attempt: told.append(str(why)))
-        late = len(failover.late)
-        answers[0].set_exception(RuntimeError("its stub continued"))  # the late answer: dropped, not raised
-        for _ in range(3):  # the call wakes, ends, then its callback runs
-            await asyncio.sleep(0)
-        return result, told, late, len(failover.late)
-
-    result, told, late, still_late = run(main())
-    assert result == "second" and told == ["no answer within 0.1 s"]
-    assert (late, still_late) == (1, 0)
