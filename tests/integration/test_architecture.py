@@ -36,6 +36,9 @@ PACKAGES = ("contract", "python_backends", "gateway", "client", "media", "operat
     ("contract/text.py", "from gateway import protocol"),  # and imports no process's package
     ("gateway/service.py", "from python_backends import chunking"),  # the gateway runs no stage code
     ("client/events.py", "from gateway import protocol"),  # the client is apart from the gateway
+    ("client/resume.py", "import websockets"),  # the client's core is sans I/O
+    ("operations/environment.py", "from operations import supervisor"),  # operations in layers
+    ("python_backends/failover.py", "import tritonclient"),  # a pure stage module
     ("python_backends/piper/pipeline.py", "from python_backends.ar import connector"),  # sibling families
     ("python_backends/delivery.py", "from python_backends.piper import pipeline"),  # common code under families
 ])
