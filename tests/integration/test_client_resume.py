@@ -13,7 +13,6 @@ import pytest
 
 from client import Event, Progress, Router, SpeechClient, frame_samples
 from contract import protocol as v1
-from operations.loopback import start_gateway, stop
 from perf.workloads import harvard_sentences
 
 RATE, FRAME = 8000, 160  # 20 ms frames
@@ -116,7 +115,7 @@ def assert_one_timeline(events: list[Event], ready: dict = READY) -> None:
     assert frames[-1].last and [f.last for f in frames].count(True) == 1
 
 
-def test_a_gateway_stopped_mid_paragraph_hands_its_listener_to_the_next_every_sentence_heard_once(triton, tmp_path):
+def test_a_gateway_stopped_mid_paragraph_hands_its_listener_to_the_next_every_sentence_heard_once(triton, gateways):
     """Two real gateways in front of one Triton; the first, told to stop (SIGTERM, `--drain
     1`), drains for a second and closes with 1001 mid-paragraph; the client goes on with
     the second. The listener's audio is the unfaulted audio of the same text (the same
@@ -124,10 +123,9 @@ def test_a_gateway_stopped_mid_paragraph_hands_its_listener_to_the_next_every_se
     text = " ".join(harvard_sentences()[:20])
     config = {"format": "pcm_s16le", "sample_rate": 24000, "seed": 11, "timestamps": True}
     flags = ("--probe-interval", "0", "--admission-load", "0")
-    with (tmp_path / "a.log").open("w") as log_a, (tmp_path / "b.log").open("w") as log_b:
-        a, port_a = start_gateway(triton.grpc_url, log_a, *flags, "--drain", "1")
-        b, port_b = start_gateway(triton.grpc_url, log_b, *flags)
-    urls = [f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}" for port in (port_a, port_b)]
+    a = gateways.start(triton.grpc_url, *flags, "--drain", "1", name="a")
+    b = gateways.start(triton.grpc_url, *flags, name="b")
+    urls = [a.url, b.url]
 
     async def unfaulted() -> list[Event]:
         async with await SpeechClient.connect(urls[1], **config) as client:
@@ -143,16 +141,12 @@ def test_a_gateway_stopped_mid_paragraph_hands_its_listener_to_the_next_every_se
             async for event in context.events():
                 (after if client.resumes else before).append(event)
                 if event.frame and event.frame.seq == 2:
-                    a.send_signal(signal.SIGTERM)
+                    a.process.send_signal(signal.SIGTERM)
             return before, after
 
-    try:
-        whole = asyncio.run(unfaulted())
-        before, after = asyncio.run(asyncio.wait_for(resumed(), 120))
-        assert a.wait(10) == 0
-    finally:
-        stop(a)
-        stop(b)
+    whole = asyncio.run(unfaulted())
+    before, after = asyncio.run(asyncio.wait_for(resumed(), 120))
+    assert a.process.wait(10) == 0
 
     ready = READY | {"sample_rate": 24000}
     heard = before + after
