@@ -30,7 +30,7 @@ def running(
         try:
             server.wait_ready(timeout_s)
         except Exception:
-            server.stop()
+            server.stop(timeout=stop_timeout_s)
             raise RuntimeError(f"tritonserver did not start; see {log.name}") from None
         server.grpc_url = f"127.0.0.1:{server.grpc_port}"
         server.log_path = log.name

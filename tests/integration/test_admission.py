@@ -13,7 +13,7 @@ import pytest
 
 from client import SpeechClient, SpeechError, connection
 from contract import protocol as v1
-from operations.loopback import gateway_metric, start_gateway, stop
+from operations.loopback import gateway_metric
 from perf.workloads import workload
 from tests.integration.test_discovery import open_context, wait_for
 from tests.recorder import Recorder, holding_connection
@@ -22,13 +22,9 @@ CONTEXTS = 16
 
 
 @pytest.fixture
-def admitting(triton, tmp_path):
+def admitting(triton, gateways):
     """A gateway admitting a tenth of the measured capacity (one or two streams here)."""
-    with (tmp_path / "gateway.log").open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, *admitting_flags(triton))
-        process.port, process.triton_url = port, triton.grpc_url
-        yield process
-        stop(process)
+    return gateways.start(triton.grpc_url, *admitting_flags(triton))
 
 
 def admitting_flags(triton) -> tuple[str, ...]:
@@ -59,17 +55,17 @@ def post_speech(port: int) -> tuple[int, dict, str | None]:
         return e.code, json.loads(e.read()), e.headers.get("Retry-After")
 
 
-def test_streams_past_the_measured_capacity_are_told_busy_and_later_ones_are_admitted(admitting):
-    url = f"ws://127.0.0.1:{admitting.port}{v1.PROTOCOL_PATH}"
+def test_streams_past_the_measured_capacity_are_told_busy_and_later_ones_are_admitted(triton, admitting):
+    url = admitting.url
     capacity = "speechstream_triton_capacity_streams"
-    assert gateway_metric(admitting.port, capacity, admitting.triton_url) == 0  # nothing spoken, nothing measured
+    assert gateway_metric(admitting.port, capacity, triton.grpc_url) == 0  # nothing spoken, nothing measured
 
     async def run():
         client = await SpeechClient.connect(url, format="pcm_s16le")
         try:
             async for _ in client.speak("Warm up, and let the server measure itself."):
                 pass
-            assert gateway_metric(admitting.port, capacity, admitting.triton_url) > 0
+            assert gateway_metric(admitting.port, capacity, triton.grpc_url) > 0
             contexts = [client.context() for _ in range(CONTEXTS)]
             for context in contexts:
                 await context.speak(workload("paragraph"))
@@ -93,7 +89,7 @@ def test_streams_past_the_measured_capacity_are_told_busy_and_later_ones_are_adm
 
 
 def test_at_capacity_streams_that_asked_to_queue_wait_their_turn_and_all_speak(admitting):
-    url = f"ws://127.0.0.1:{admitting.port}{v1.PROTOCOL_PATH}"
+    url = admitting.url
 
     async def run():
         client = await SpeechClient.connect(url, format="pcm_s16le", queue=True)
@@ -122,13 +118,9 @@ def test_at_capacity_streams_that_asked_to_queue_wait_their_turn_and_all_speak(a
 
 
 @pytest.fixture
-def second(triton, tmp_path):
+def second(triton, gateways):
     """Another gateway over the same Triton, admitting as `admitting` does."""
-    with (tmp_path / "second.log").open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, *admitting_flags(triton))
-        process.port = port
-        yield process
-        stop(process)
+    return gateways.start(triton.grpc_url, *admitting_flags(triton), name="second")
 
 
 async def warmed(port: int) -> Recorder:
@@ -144,23 +136,23 @@ async def warmed(port: int) -> Recorder:
     return client
 
 
-def test_two_gateways_over_one_triton_admit_together_what_it_sustains(admitting, second):
+def test_two_gateways_over_one_triton_admit_together_what_it_sustains(triton, admitting, second):
     """Each gateway once compared its own streams with the whole capacity: two admitted twice too much."""
     elsewhere = "speechstream_triton_streams_elsewhere"
 
     async def run():
         first, other = await warmed(admitting.port), await warmed(second.port)
         try:
-            await asyncio.to_thread(wait_for, lambda: gateway_metric(admitting.port, elsewhere, admitting.triton_url) == 0,
+            await asyncio.to_thread(wait_for, lambda: gateway_metric(admitting.port, elsewhere, triton.grpc_url) == 0,
                                     "the first gateway sees the second's warm-up ended")
             outcomes = [await open_context(first, f"a{i}") for i in range(4)]
             admitted = outcomes.count("admitted")
             # The other gateway has read, from Triton's metrics, the streams held through the first.
-            await asyncio.to_thread(wait_for, lambda: gateway_metric(second.port, elsewhere, admitting.triton_url) >= admitted,
+            await asyncio.to_thread(wait_for, lambda: gateway_metric(second.port, elsewhere, triton.grpc_url) >= admitted,
                                     "the second gateway sees the first's streams")
             while_full = await open_context(other, "b0")
             await first.ws.close()  # its streams end: the fleet has room again
-            await asyncio.to_thread(wait_for, lambda: gateway_metric(second.port, elsewhere, admitting.triton_url) == 0,
+            await asyncio.to_thread(wait_for, lambda: gateway_metric(second.port, elsewhere, triton.grpc_url) == 0,
                                     "the first gateway's streams gone")
             once_free = await open_context(other, "b1")
             return outcomes, while_full, once_free
@@ -174,35 +166,31 @@ def test_two_gateways_over_one_triton_admit_together_what_it_sustains(admitting,
     assert once_free == "admitted"
 
 
-def test_past_the_admitted_load_a_stream_is_taken_once_those_speaking_are_ahead_of_their_listeners(triton, tmp_path):
+def test_past_the_admitted_load_a_stream_is_taken_once_those_speaking_are_ahead_of_their_listeners(triton, gateways):
     """--admission-slack: a gateway that admits about no stream by its load (--admission-load
     0.01) takes another once the one speaking is a second of audio ahead of its listener,
     not while it waits for its first audio."""
     flags = ("--admission-load", "0.01", "--admission-slack", "1", "--admission-peak", "100", "--probe-interval", "0",
              "--fleet-metrics-port", str(triton.metrics_port))
-    with (tmp_path / "gateway.log").open("w") as log:
-        gateway, port = start_gateway(triton.grpc_url, log, *flags)
+    url = gateways.start(triton.grpc_url, *flags).url
 
-        async def run():
-            async with connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}") as ws:
-                client = Recorder(ws)
-                await client.until("ready")
-                await client.send(type="speak", context_id="warm", text="Warm up, and let the server measure itself.")
-                await client.until("done", "warm")
-                await client.send(type="speak", context_id="first", text=workload("long"))
-                await client.send(type="speak", context_id="too_soon", text="Am I admitted?")
-                too_soon = await client.until("error", "too_soon")
-                while not client.audio("first") or ahead_s(client.frames("first")) < 2:
-                    await client.read()
-                await client.send(type="speak", context_id="ahead", text="Am I admitted?")
-                ahead = await client.until("done", "ahead")
-                await client.send(type="cancel", context_id="first")
-                return too_soon, ahead
+    async def run():
+        async with connection(url) as ws:
+            client = Recorder(ws)
+            await client.until("ready")
+            await client.send(type="speak", context_id="warm", text="Warm up, and let the server measure itself.")
+            await client.until("done", "warm")
+            await client.send(type="speak", context_id="first", text=workload("long"))
+            await client.send(type="speak", context_id="too_soon", text="Am I admitted?")
+            too_soon = await client.until("error", "too_soon")
+            while not client.audio("first") or ahead_s(client.frames("first")) < 2:
+                await client.read()
+            await client.send(type="speak", context_id="ahead", text="Am I admitted?")
+            ahead = await client.until("done", "ahead")
+            await client.send(type="cancel", context_id="first")
+            return too_soon, ahead
 
-        try:
-            too_soon, ahead = asyncio.run(run())
-        finally:
-            stop(gateway)
+    too_soon, ahead = asyncio.run(run())
     assert too_soon["code"] == v1.SERVER_BUSY
     assert ahead["audio_ms"] > 500
 

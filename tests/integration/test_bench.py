@@ -1,47 +1,10 @@
-"""The benchmark's pure parts (numbers from arrival times, WAV and Wyoming parsing, goal
-checks, the report) without a network, and one short run of perf.bench against the
-session's gateway."""
-
+"""One short run of perf.bench against the session's gateway. (The benchmark's pure
+parts, without a network: tests/unit/test_bench.py.)"""
 
 import json
 
-import pytest
-
 from perf import bench
 from perf.clients import poisson_arrivals
-
-
-def run_row(system, level, ttfp_p50, ttfp_p99, throughput_, stalls=0, gateway_cpu=1.0, triton_cpu=40.0):
-    cpu, times = {"client": {"cores": 0.1}, "others": {"cores": 0.0}}, {}
-    if system == "speechstream":
-        cpu |= {"gateway": {"cpu_s": gateway_cpu, "cores": 0.1}, "triton": {"cpu_s": triton_cpu, "cores": 1.8}}
-        times = {"triton_first_response_ms_mean": 20.0, "gateway_ttfp_ms_mean": 30.0}
-    else:
-        cpu |= {"server": {"cpu_s": 30.0, "cores": 1.9}}
-    return {"server_times": times, "audio_s": 10 * throughput_, "system": system, "workload": "paragraph", "level": level, "streams": 24, "errors": 0,
-            "ttfp_ms": {"p50": ttfp_p50, "p90": ttfp_p99, "p99": ttfp_p99, "max": ttfp_p99},
-            "rtf": {"p50": 0.1, "p90": 0.2, "max": 0.3}, "throughput_audio_s_per_s": throughput_,
-            "stalls": stalls, "streams_stalled": min(stalls, 24), "stalled_ms": 10.0 * stalls, "cpu": cpu,
-            "ttfp_samples_ms": [ttfp_p50] * 24}
-
-
-@pytest.fixture
-def results():
-    return {
-        "date": "2026-01-01T00:00:00+00:00", "commit": "abc1234", "command": "python -m perf.bench",
-        "machine": {"model": "AMD EPYC", "cores": 2, "loadavg_before": (1.0, 1.0, 1.0), "loadavg_after": (2.0, 1.0, 1.0)},
-        "mode": "back to back", "options": {"rounds": 3, "min_streams": 24, "level_seconds": 60.0, "limit_seconds": 10, "listen": False},
-        "workloads": ["paragraph"], "levels": [1, 8, 32],
-        "limit": {"paragraph": {"cores": 2, "audio_s_per_s": 40.0, "audio_s_per_cpu_s": 20.0, "rtf_one_core_p50": 0.05, "seconds": 10}},
-        "limit_runs": [{"paragraph": {"audio_s_per_s": 40.0}}, {"paragraph": {"audio_s_per_s": 35.0}}],
-        "runs": [
-            run_row("speechstream", 1, 35.0, 60.0, 20.0),
-            run_row("speechstream", 8, 60.0, 140.0, 36.0),
-            run_row("speechstream", 32, 150.0, 400.0, 35.0, stalls=3, gateway_cpu=3.0),
-            run_row("piper-http", 1, 500.0, 600.0, 25.0),
-            run_row("piper-http", 8, 3000.0, 5000.0, 30.0),
-        ],
-    }
 
 
 def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):

@@ -5,7 +5,6 @@ stream over a name's addresses, an address added taking requests only once ready
 one removed draining: no new request, the one in flight ending whole, then forgotten."""
 
 import asyncio
-import contextlib
 import json
 import time
 import urllib.request
@@ -13,12 +12,12 @@ import urllib.request
 import pytest
 
 from contract import protocol as v1
-from operations.loopback import free_ports, start_gateway, stop
+from operations.loopback import free_ports
 from operations.supervisor import TritonServer
 from perf.workloads import workload
 from tests.dns_server import dns_server
 from tests.recorder import Recorder, holding_connection
-from tests.servers import running
+from tests.servers import Gateway, Gateways, running
 
 NAME = "triton.speech.svc.cluster.local"
 
@@ -44,28 +43,26 @@ def dns():
         yield served
 
 
-@contextlib.contextmanager
-def balancing(pods, dns, log_dir, *flags: str):
+def balancing(gateways: Gateways, pods, dns, *flags: str) -> Gateway:
     """A gateway balancing over NAME's A records (the test sets them; 127.0.0.1 first),
     as DNS says every 0.3 s; no probe: a server is ready once Triton says so over gRPC."""
     records, dns_port = dns
     records.names = {NAME: ["127.0.0.1"]}
-    with (log_dir / "gateway.log").open("w") as log:
-        process, port = start_gateway(
-            "", log, "--triton-service", f"{NAME}:{pods[0].grpc_port}", "--dns", f"127.0.0.1:{dns_port}",
-            "--resolve-interval", "0.3", "--probe-interval", "0", "--max-streams-per-client", "0", *flags,
-        )
-        process.port, process.records = port, records
-        try:
-            yield process
-        finally:
-            stop(process)
+    return gateways.start(
+        "", "--triton-service", f"{NAME}:{pods[0].grpc_port}", "--dns", f"127.0.0.1:{dns_port}",
+        "--resolve-interval", "0.3", "--probe-interval", "0", "--max-streams-per-client", "0", *flags,
+    )
 
 
 @pytest.fixture
-def gateway(pods, dns, tmp_path):
-    with balancing(pods, dns, tmp_path, "--admission-load", "0") as process:
-        yield process
+def gateway(pods, dns, gateways):
+    return balancing(gateways, pods, dns, "--admission-load", "0")
+
+
+@pytest.fixture
+def records(dns):
+    """The DNS server's records, which a test sets."""
+    return dns[0]
 
 
 def url(address: str, pods) -> str:
@@ -146,8 +143,8 @@ def whole(client: Recorder, context: str) -> bool:
     return bool(frames) and frames[-1].last and [f.seq for f in frames] == list(range(len(frames)))
 
 
-def test_requests_are_spread_over_the_addresses_of_one_name(pods, gateway):
-    gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
+def test_requests_are_spread_over_the_addresses_of_one_name(pods, gateway, records):
+    records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
     both = {url("127.0.0.1", pods), url("127.0.0.2", pods)}
     wait_for(lambda: readiness(gateway.port) == dict.fromkeys(both, "ready"), "both pods ready")
 
@@ -160,9 +157,9 @@ def test_requests_are_spread_over_the_addresses_of_one_name(pods, gateway):
     assert asyncio.run(run()) == dict.fromkeys(both, 2)
 
 
-def test_an_address_added_to_dns_takes_requests_only_once_ready(pods, gateway):
+def test_an_address_added_to_dns_takes_requests_only_once_ready(pods, gateway, records):
     first, dead, second = url("127.0.0.1", pods), url("127.0.0.3", pods), url("127.0.0.2", pods)
-    gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.3"]}  # nothing listens at .3
+    records.names = {NAME: ["127.0.0.1", "127.0.0.3"]}  # nothing listens at .3
     wait_for(lambda: readiness(gateway.port).get(dead, "").startswith("down: "), "127.0.0.3 found and down")
 
     async def spread(contexts):
@@ -174,20 +171,20 @@ def test_an_address_added_to_dns_takes_requests_only_once_ready(pods, gateway):
 
     assert asyncio.run(spread(["a0", "a1"])) == {first: 2, dead: 0}  # the idle server is not ready: passed over
     wait_for(lambda: outstanding(gateway.port) == {first: 0, dead: 0}, "the held requests cancelled")
-    gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
+    records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
     wait_for(lambda: readiness(gateway.port) == {first: "ready", second: "ready"}, ".2 ready, .3 forgotten")
     assert asyncio.run(spread(["b0", "b1"])) == {first: 1, second: 1}
 
 
-def test_an_address_removed_from_dns_takes_no_new_request_and_ends_the_one_in_flight(pods, gateway):
+def test_an_address_removed_from_dns_takes_no_new_request_and_ends_the_one_in_flight(pods, gateway, records):
     first, second = url("127.0.0.1", pods), url("127.0.0.2", pods)
-    gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
+    records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
     wait_for(lambda: readiness(gateway.port) == {first: "ready", second: "ready"}, "both pods ready")
 
     async def run():
         held = await hold(gateway.port, ["c0", "c1"])  # one request on each pod, held
         assert await asyncio.to_thread(outstanding, gateway.port) == {first: 1, second: 1}
-        gateway.records.names = {NAME: ["127.0.0.1"]}
+        records.names = {NAME: ["127.0.0.1"]}
         await asyncio.to_thread(wait_for, lambda: readiness(gateway.port)[second].startswith("draining: "), "draining")
         later = await hold(gateway.port, ["n0", "n1"])
         during = await asyncio.to_thread(outstanding, gateway.port)
@@ -201,27 +198,27 @@ def test_an_address_removed_from_dns_takes_no_new_request_and_ends_the_one_in_fl
     assert set(outstanding(gateway.port)) == {first}  # and its metrics gone with it
 
 
-def test_a_pod_that_has_not_measured_is_left_out_of_the_capacity_admitted(pods, dns, tmp_path):
+def test_a_pod_that_has_not_measured_is_left_out_of_the_capacity_admitted(pods, dns, records, gateways):
     """A pod not measured yet once switched admission off on every gateway until it had."""
     first, second = url("127.0.0.1", pods), url("127.0.0.2", pods)
     flags = "--admission-load", "0.1", "--admission-slack", "0", "--fleet-metrics-port", str(pods[0].metrics_port)
-    with balancing(pods, dns, tmp_path, *flags) as gateway:
-        gateway.records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
-        wait_for(lambda: readiness(gateway.port) == {first: "ready", second: "ready"}, "both pods ready")
+    gateway = balancing(gateways, pods, dns, *flags)
+    records.names = {NAME: ["127.0.0.1", "127.0.0.2"]}
+    wait_for(lambda: readiness(gateway.port) == {first: "ready", second: "ready"}, "both pods ready")
 
-        async def run():
-            ws = await holding_connection(f"ws://127.0.0.1:{gateway.port}{v1.PROTOCOL_PATH}")
-            client = Recorder(ws)
-            try:
-                await client.until("ready")
-                await client.send(type="speak", context_id="warm", text="Warm up.")  # to the first pod, which measures
-                await client.until("done", "warm")
-                capacity = await asyncio.to_thread(per_server, gateway.port, "speechstream_triton_capacity_streams")
-                return capacity, [await open_context(client, context) for context in ("c0", "c1", "c2", "c3")]
-            finally:
-                await ws.close()
+    async def run():
+        ws = await holding_connection(gateway.url)
+        client = Recorder(ws)
+        try:
+            await client.until("ready")
+            await client.send(type="speak", context_id="warm", text="Warm up.")  # to the first pod, which measures
+            await client.until("done", "warm")
+            capacity = await asyncio.to_thread(per_server, gateway.port, "speechstream_triton_capacity_streams")
+            return capacity, [await open_context(client, context) for context in ("c0", "c1", "c2", "c3")]
+        finally:
+            await ws.close()
 
-        capacity, outcomes = asyncio.run(run())
+    capacity, outcomes = asyncio.run(run())
     assert capacity[first] > 0 and capacity[second] == 0  # as far as this gateway has heard
     assert outcomes[0] == "admitted" and v1.SERVER_BUSY in outcomes  # admission on, by the first pod's capacity
 

@@ -28,7 +28,7 @@ import yaml
 
 from client import SpeechClient, connection
 from contract import protocol as v1
-from operations.loopback import free_ports, start_gateway, stop, wait_for_http
+from operations.loopback import free_ports, stop, wait_for_http
 from operations.supervisor import TritonServer
 from perf.workloads import harvard_sentences, workload
 from tests.dns_server import dns_server
@@ -44,7 +44,7 @@ from tests.integration.test_discovery import (
 )
 from tests.integration.test_kubernetes import MANIFESTS, kustomize, one
 from tests.recorder import Recorder, holding_connection
-from tests.servers import running
+from tests.servers import Gateways, running
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed (scripts/setup.sh --tests)"),
@@ -70,6 +70,7 @@ def fleet(tmp_path_factory):
         records, dns_port = stack.enter_context(dns_server())
         for i, triton in enumerate(tritons, 1):  # one after the other: started together, one may abort
             stack.enter_context(running(triton, dir_(root / f"triton{i}"), 300))
+        started = stack.enter_context(Gateways(root))  # the gateways stop before the Tritons
 
         def gateways_admitting(load: float, *names: str) -> dict:
             flags = ("--triton-service", f"{NAME}:{grpc}", "--dns", f"127.0.0.1:{dns_port}", "--resolve-interval", "0.3",
@@ -79,14 +80,7 @@ def fleet(tmp_path_factory):
                      # Admission by load alone: held streams read nothing, so all are ahead.
                      "--admission-slack", "0",
                      "--max-streams-per-client", "0", "--max-connections-per-client", "0", "--drain", str(DRAIN_S))
-            started = {}
-            for name in names:
-                log = stack.enter_context((root / f"gateway-{name}.log").open("w"))
-                process, port = start_gateway("", log, *flags)
-                stack.callback(stop, process)
-                process.port, process.log_path = port, log.name
-                started[name] = process
-            return started
+            return {name: started.start("", *flags, name=f"gateway-{name}") for name in names}
 
         # Each Triton measures its capacity on real work first: a paragraph each, through
         # a gateway (the probes' word alone says little).
@@ -96,7 +90,7 @@ def fleet(tmp_path_factory):
         wait_for(lambda: readiness(warming.port) == dict.fromkeys(urls, "ready"), "three ready", 60)
         asyncio.run(warm_up(warming.port, len(PODS)))
         measured = per_server(warming.port, "speechstream_triton_capacity_streams")
-        stop(warming)
+        stop(warming.process)
         assert all(measured[url] > 0 for url in urls), measured
         # The admission load at which two servers admit about STREAMS together.
         load = round(STREAMS / (2 * sum(measured.values()) / len(measured)), 3)
@@ -344,7 +338,7 @@ def test_a_gateway_told_to_stop_ends_its_streams_done_and_its_listener_resumes_o
     within the drain; a new one on it is refused `server_draining` and its /readyz says
     503, so a new connection goes to b; at the drain's end it closes with 1001 and the
     client library's longer context goes on on b to `done`."""
-    urls = [f"ws://127.0.0.1:{g.port}{v1.PROTOCOL_PATH}" for g in (fleet.a, fleet.b)]
+    urls = [fleet.a.url, fleet.b.url]
     text = " ".join(harvard_sentences()[:40])  # longer than the drain
     config = {"format": "pcm_s16le", "sample_rate": 24000}
 
@@ -357,10 +351,10 @@ def test_a_gateway_told_to_stop_ends_its_streams_done_and_its_listener_resumes_o
             before, after = [], []
             async for event in context.events():
                 (after if client.resumes else before).append(event)
-                if event.frame and event.frame.seq == 2 and fleet.a.poll() is None and not after:
+                if event.frame and event.frame.seq == 2 and fleet.a.process.poll() is None and not after:
                     await short.send(type="speak", context_id="s", text="A short one.")
                     await short.until("audio_start", "s")
-                    fleet.a.send_signal(signal.SIGTERM)
+                    fleet.a.process.send_signal(signal.SIGTERM)
                     short_end = await ended(short, "s")
                     refused = await open_context(short, "late")
                     status = await asyncio.to_thread(readyz_status, fleet.a.port)
@@ -370,7 +364,7 @@ def test_a_gateway_told_to_stop_ends_its_streams_done_and_its_listener_resumes_o
         return before, after, client.resumes, client.reconnect.used, short_end, refused, status, new, short
 
     before, after, resumes, used, short_end, refused, status, new, short_recorder = asyncio.run(asyncio.wait_for(run(), 120))
-    assert fleet.a.wait(DRAIN_S + 20) == 0  # it exited cleanly
+    assert fleet.a.process.wait(DRAIN_S + 20) == 0  # it exited cleanly
     assert short_end["type"] == "done" and whole(short_recorder, "s")
     assert short_recorder.ws.close_code == 1001  # going away: what the client library resumes on
     assert refused == v1.SERVER_DRAINING and status == 503

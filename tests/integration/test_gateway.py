@@ -22,7 +22,6 @@ from contract import models as c
 from contract import protocol as v1
 from contract.voices import EMBEDDED
 from gateway.audio import G711_CODECS
-from operations.loopback import start_gateway, stop
 from operations.triton_client import inference_count, stream
 from perf.workloads import workload
 from tests.integration.test_triton_faults import active_tts_requests
@@ -32,35 +31,27 @@ IDLE_S = 1.5
 BUFFERED_BYTES = 16 * 1024
 
 
-def gateway_with(triton, tmp_path_factory, *flags):
-    with (tmp_path_factory.mktemp("gateway") / "gateway.log").open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, *flags)
-        process.port, process.url = port, f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"
-        yield process
-        stop(process)
-
-
 @pytest.fixture(scope="module")
-def impatient(triton, tmp_path_factory):
-    yield from gateway_with(triton, tmp_path_factory, "--idle-timeout", str(IDLE_S))
+def impatient(triton, module_gateways):
+    return module_gateways.start(triton.grpc_url, "--idle-timeout", str(IDLE_S), name="impatient")
 
 
 SEND_TIMEOUT_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def drops_non_readers(triton, tmp_path_factory):
-    yield from gateway_with(
-        triton, tmp_path_factory, "--max-buffered-bytes", str(BUFFERED_BYTES), "--send-timeout", str(SEND_TIMEOUT_S),
-        "--probe-interval", "0",
+def drops_non_readers(triton, module_gateways):
+    return module_gateways.start(
+        triton.grpc_url, "--max-buffered-bytes", str(BUFFERED_BYTES), "--send-timeout", str(SEND_TIMEOUT_S),
+        "--probe-interval", "0", name="drops_non_readers",
     )
 
 
 @pytest.fixture(scope="module")
-def small_buffers(triton, tmp_path_factory):
-    yield from gateway_with(
+def small_buffers(triton, module_gateways):
+    return module_gateways.start(
         # No probes: the test counts inferences.
-        triton, tmp_path_factory, "--max-buffered-bytes", str(BUFFERED_BYTES), "--probe-interval", "0"
+        triton.grpc_url, "--max-buffered-bytes", str(BUFFERED_BYTES), "--probe-interval", "0", name="small_buffers"
     )
 
 
@@ -292,7 +283,7 @@ def test_a_client_that_stops_reading_pauses_its_synthesis(small_buffers, triton)
     async def run():
         sock = socket.create_connection(("127.0.0.1", small_buffers.port))
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        gateway = psutil.Process(small_buffers.pid)
+        gateway = psutil.Process(small_buffers.process.pid)
         async with connection(small_buffers.url, sock=sock) as ws:
             client = Recorder(ws)
             await client.until("ready")
@@ -345,74 +336,68 @@ def test_a_client_that_reads_nothing_is_dropped_and_nobody_else_notices(drops_no
     assert done["audio_ms"] > 0 and active == 0
 
 
-def test_sigterm_past_the_drain_closes_each_websocket_with_1001_and_the_gateway_exits_cleanly(triton, tmp_path):
+def test_sigterm_past_the_drain_closes_each_websocket_with_1001_and_the_gateway_exits_cleanly(triton, gateways):
     """Shutdown as aiohttp runs it, once the drain's bound has passed (`--drain 0` here): on SIGTERM
     the gateway closes a WebSocket mid-stream with 1001 (going away), the stream's Triton
     work stops, and the process exits 0 once its background tasks (health watch,
     admission queue) are awaited."""
-    log_path = tmp_path / "gateway.log"
-    with log_path.open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, "--probe-interval", "0", "--drain", "0")
-    try:
-        async def run():
-            async with connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}") as ws:
-                client = Recorder(ws)
-                await client.until("ready")
-                await client.send(type="speak", context_id="long", text=workload("long"))
-                while len(client.audio("long")) < 3:
-                    await asyncio.wait_for(client.read(), 30)
-                process.send_signal(signal.SIGTERM)
-                with pytest.raises(websockets.ConnectionClosed) as closed:
-                    while True:
-                        await asyncio.wait_for(client.read(), 10)
-                return closed.value.rcvd
+    gateway = gateways.start(triton.grpc_url, "--probe-interval", "0", "--drain", "0")
+    process = gateway.process
 
-        received = asyncio.run(run())
-        assert (received.code, received.reason) == (1001, "server shutting down")
-        assert process.wait(10) == 0
-    finally:
-        stop(process)
+    async def run():
+        async with connection(gateway.url) as ws:
+            client = Recorder(ws)
+            await client.until("ready")
+            await client.send(type="speak", context_id="long", text=workload("long"))
+            while len(client.audio("long")) < 3:
+                await asyncio.wait_for(client.read(), 30)
+            process.send_signal(signal.SIGTERM)
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                while True:
+                    await asyncio.wait_for(client.read(), 10)
+            return closed.value.rcvd
+
+    received = asyncio.run(run())
+    assert (received.code, received.reason) == (1001, "server shutting down")
+    assert process.wait(10) == 0
     deadline = time.monotonic() + 10
     while active_tts_requests(triton.metrics_port) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert active_tts_requests(triton.metrics_port) == 0
-    assert "closing 1 WebSockets" in log_path.read_text()
+    assert "closing 1 WebSockets" in gateway.log_path.read_text()
 
 
-def test_sigterm_drains_a_speaking_stream_to_done_refusing_new_ones_then_closes_with_1001(triton, tmp_path):
+def test_sigterm_drains_a_speaking_stream_to_done_refusing_new_ones_then_closes_with_1001(triton, gateways):
     """A rolling update cuts no stream: on SIGTERM the gateway says it is not ready,
     refuses new streams with `server_draining` (connect again, elsewhere), lets the
     stream it is speaking end `done` with all its audio, then closes with 1001 and exits 0."""
-    with (tmp_path / "gateway.log").open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, "--probe-interval", "0", "--drain", "60")
-    url = f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"
-    try:
-        async def run():
-            async with connection(url) as speaking_ws, connection(url) as other_ws:
-                speaking, other = Recorder(speaking_ws), Recorder(other_ws)
-                await speaking.until("ready")
-                await other.until("ready")
-                await speaking.send(type="speak", context_id="p", text=workload("paragraph"))
-                while len(speaking.audio("p")) < 3:
-                    await asyncio.wait_for(speaking.read(), 30)
-                process.send_signal(signal.SIGTERM)
-                readiness = await asyncio.to_thread(wait_for_draining, port)
-                await other.send(type="speak", context_id="late", text="Too late.")
-                refused = await other.until("error", "late")
-                done = await speaking.until("done", "p")
-                with pytest.raises(websockets.ConnectionClosed) as closed:
-                    while True:
-                        await asyncio.wait_for(speaking.read(), 10)
-                return readiness, refused, done, speaking.audio("p"), closed.value.rcvd
+    gateway = gateways.start(triton.grpc_url, "--probe-interval", "0", "--drain", "60")
+    process, port, url = gateway.process, gateway.port, gateway.url
 
-        readiness, refused, done, frames, close = asyncio.run(run())
-        assert readiness == (503, True)
-        assert refused["code"] == v1.SERVER_DRAINING and "retry_after_ms" in refused
-        assert done["audio_ms"] == pytest.approx(len(frames) * 20, abs=20)  # every frame, the stream whole
-        assert (close.code, close.reason) == (1001, "server shutting down")
-        assert process.wait(10) == 0
-    finally:
-        stop(process)
+    async def run():
+        async with connection(url) as speaking_ws, connection(url) as other_ws:
+            speaking, other = Recorder(speaking_ws), Recorder(other_ws)
+            await speaking.until("ready")
+            await other.until("ready")
+            await speaking.send(type="speak", context_id="p", text=workload("paragraph"))
+            while len(speaking.audio("p")) < 3:
+                await asyncio.wait_for(speaking.read(), 30)
+            process.send_signal(signal.SIGTERM)
+            readiness = await asyncio.to_thread(wait_for_draining, port)
+            await other.send(type="speak", context_id="late", text="Too late.")
+            refused = await other.until("error", "late")
+            done = await speaking.until("done", "p")
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                while True:
+                    await asyncio.wait_for(speaking.read(), 10)
+            return readiness, refused, done, speaking.audio("p"), closed.value.rcvd
+
+    readiness, refused, done, frames, close = asyncio.run(run())
+    assert readiness == (503, True)
+    assert refused["code"] == v1.SERVER_DRAINING and "retry_after_ms" in refused
+    assert done["audio_ms"] == pytest.approx(len(frames) * 20, abs=20)  # every frame, the stream whole
+    assert (close.code, close.reason) == (1001, "server shutting down")
+    assert process.wait(10) == 0
 
 
 def wait_for_draining(port: int, timeout_s: float = 5) -> tuple[int, bool]:

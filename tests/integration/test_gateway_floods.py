@@ -12,7 +12,6 @@ import pytest
 from client import SyncSpeechClient
 from contract import protocol as v1
 from gateway.settings import Settings
-from operations.loopback import start_gateway, stop
 from perf import floods
 
 HEAD_S = 3.0
@@ -27,20 +26,15 @@ def speak_once(port: int) -> tuple[int, dict]:
 
 
 @pytest.fixture
-def flooded(triton, tmp_path):
-    log_path = tmp_path / "gateway.log"
-    with log_path.open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, "--probe-interval", "0", "--header-timeout", str(HEAD_S))
-        process.port, process.log_path = port, log_path
-        yield process
-        stop(process)
+def flooded(triton, gateways):
+    return gateways.start(triton.grpc_url, "--probe-interval", "0", "--header-timeout", str(HEAD_S))
 
 
 def test_a_slow_loris_of_500_connections_neither_starves_others_nor_fills_the_log(flooded):
     """500 connections from 250 addresses, each sending the start of a request head: the
     normal client is served meanwhile, the gateway cuts every one of them after the
     header timeout, and its log stays small."""
-    gateway = psutil.Process(flooded.pid)
+    gateway = psutil.Process(flooded.process.pid)
     fds_before = gateway.num_fds()
     held = floods.slow_heads(flooded.port, [f"127.0.1.{i + 1}" for i in range(250)], per_source=2)
     started = time.monotonic()
@@ -64,7 +58,7 @@ def test_one_greedy_address_is_capped_and_the_others_are_served(flooded):
     of PCM) is about 0.75 MB on this machine, readers and non-readers alike: what a
     non-reader is sent waits in buffers of bounded size."""
     speak_once(flooded.port)
-    gateway = psutil.Process(flooded.pid)
+    gateway = psutil.Process(flooded.process.pid)
     rss_before = gateway.memory_info().rss
     greedy = "127.0.0.2"
     readers = floods.non_reading_websockets(flooded.port, greedy, 20, "Never read. " * 200)

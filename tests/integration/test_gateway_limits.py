@@ -17,8 +17,9 @@ import websockets
 
 from contract import models as c
 from contract import protocol as v1
-from operations.loopback import free_ports, start_gateway, stop
+from operations.loopback import free_ports
 from tests.recorder import Recorder
+from tests.servers import Gateway, Gateways
 
 KEY = "s3cret-key"
 ORIGIN = "http://app.example"
@@ -28,29 +29,26 @@ IDLE_S = 1.5
 HEAD_S = 1.0
 
 
-def gateway_with(tmp_path_factory, *flags):
+def gateway_with(gateways: Gateways, *flags: str, name: str = "gateway") -> Gateway:
+    """A gateway with `flags` whose Triton is an address where nothing listens."""
     nowhere = f"127.0.0.1:{free_ports(1)[0]}"
-    with (tmp_path_factory.mktemp("limited") / "gateway.log").open("w") as log:
-        process, port = start_gateway(nowhere, log, *flags, triton_ready=False)
-        process.port = port
-        yield process
-        stop(process)
+    return gateways.start(nowhere, *flags, name=name, triton_ready=False)
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory):
-    yield from gateway_with(
-        tmp_path_factory,
+def limited(module_gateways):
+    return gateway_with(
+        module_gateways,
         "--api-key", KEY, "--allowed-origins", ORIGIN, "--max-connections-per-client", str(PER_CLIENT),
-        "--max-message-bytes", str(MESSAGE_BYTES),
+        "--max-message-bytes", str(MESSAGE_BYTES), name="limited",
     )
 
 
 @pytest.fixture(scope="module")
-def impatient(tmp_path_factory):
-    yield from gateway_with(
-        tmp_path_factory, "--api-key", KEY, "--idle-timeout", str(IDLE_S), "--header-timeout", str(HEAD_S),
-        "--body-timeout", str(HEAD_S),
+def impatient(module_gateways):
+    return gateway_with(
+        module_gateways, "--api-key", KEY, "--idle-timeout", str(IDLE_S), "--header-timeout", str(HEAD_S),
+        "--body-timeout", str(HEAD_S), name="impatient",
     )
 
 
@@ -209,18 +207,18 @@ def test_metrics_need_the_key(limited):
         assert b"speechstream_errors_total" in r.read()
 
 
-def test_wrong_keys_are_throttled_per_address(tmp_path_factory):
+def test_wrong_keys_are_throttled_per_address(gateways):
     """Past --max-key-failures wrong keys, the address gets 429 with Retry-After, even
     with the right key, until the minute is over."""
-    for gateway in gateway_with(tmp_path_factory, "--api-key", KEY, "--max-key-failures", "3"):
-        statuses = [refusal(gateway, headers={"X-API-Key": "guess"}) for _ in range(3)]
-        assert statuses == [401] * 3
-        assert refusal(gateway, headers={"X-API-Key": KEY}) == 429
-        status, error, headers = post(gateway, SPEECH, {**JSON, "X-API-Key": "guess"})
-        assert status == 429 and 0 < int(headers["Retry-After"]) <= 60
+    gateway = gateway_with(gateways, "--api-key", KEY, "--max-key-failures", "3")
+    statuses = [refusal(gateway, headers={"X-API-Key": "guess"}) for _ in range(3)]
+    assert statuses == [401] * 3
+    assert refusal(gateway, headers={"X-API-Key": KEY}) == 429
+    status, error, headers = post(gateway, SPEECH, {**JSON, "X-API-Key": "guess"})
+    assert status == 429 and 0 < int(headers["Retry-After"]) <= 60
 
 
-def test_streams_are_capped_per_address_across_connections_and_http(tmp_path_factory):
+def test_streams_are_capped_per_address_across_connections_and_http(gateways):
     """Contexts on all of an address's connections and its HTTP speech requests count
     together; past the cap, a context gets `too_many_streams` and a POST 429."""
 
@@ -239,11 +237,10 @@ def test_streams_are_capped_per_address_across_connections_and_http(tmp_path_fac
             after, _, _ = await asyncio.to_thread(post, gateway, SPEECH, {"Content-Type": "application/json"})
             return refused, status, headers, after
 
-    for gateway in gateway_with(tmp_path_factory, "--max-streams-per-client", "2"):
-        refused, status, headers, after = asyncio.run(run(gateway))
-        assert refused["code"] == v1.TOO_MANY_STREAMS and refused["retry_after_ms"] > 0
-        assert status == 429 and int(headers["Retry-After"]) >= 1
-        assert after == 503  # admitted: no Triton behind this gateway
+    refused, status, headers, after = asyncio.run(run(gateway_with(gateways, "--max-streams-per-client", "2")))
+    assert refused["code"] == v1.TOO_MANY_STREAMS and refused["retry_after_ms"] > 0
+    assert status == 429 and int(headers["Retry-After"]) >= 1
+    assert after == 503  # admitted: no Triton behind this gateway
 
 
 def raw(gateway, source: str = "127.0.0.1") -> socket.socket:
@@ -278,8 +275,8 @@ def test_connections_of_any_kind_are_capped_per_address(limited):
 
 
 @pytest.fixture(scope="module")
-def crowded(tmp_path_factory):
-    yield from gateway_with(tmp_path_factory, "--max-connections", "4", "--max-connections-per-client", "0")
+def crowded(module_gateways):
+    return gateway_with(module_gateways, "--max-connections", "4", "--max-connections-per-client", "0", name="crowded")
 
 
 def test_connections_are_capped_in_all(crowded):

@@ -10,13 +10,7 @@ import pytest
 from client import connection
 from contract import models as c
 from contract import protocol as v1
-from operations.loopback import (
-    free_ports,
-    gateway_metric,
-    start_gateway,
-    stop,
-    triton_metrics,
-)
+from operations.loopback import free_ports, gateway_metric, triton_metrics
 from operations.supervisor import TritonServer
 from perf.workloads import workload
 from tests.integration.test_triton_faults import kill_tree, readiness
@@ -39,19 +33,15 @@ def two_tritons(tmp_path):
             log.close()
 
 
-def test_contexts_spread_across_two_tritons_and_survive_losing_one(two_tritons, tmp_path):
+def test_contexts_spread_across_two_tritons_and_survive_losing_one(two_tritons, gateways):
     a, b = two_tritons
     urls = [f"127.0.0.1:{s.grpc_port}" for s in two_tritons]
-    with (tmp_path / "gateway.log").open("w") as log:
-        gateway, port = start_gateway(",".join(urls), log)
-        try:
-            deadline = time.monotonic() + 10  # /readyz answers once one server passed its probe: wait for both
-            while set(readiness(port)[1]["backends"].values()) != {"ready"}:
-                assert time.monotonic() < deadline, readiness(port)
-                time.sleep(0.1)
-            run(a, b, urls, port)
-        finally:
-            stop(gateway)
+    port = gateways.start(",".join(urls)).port
+    deadline = time.monotonic() + 10  # /readyz answers once one server passed its probe: wait for both
+    while set(readiness(port)[1]["backends"].values()) != {"ready"}:
+        assert time.monotonic() < deadline, readiness(port)
+        time.sleep(0.1)
+    run(a, b, urls, port)
 
 
 def run(a: TritonServer, b: TritonServer, urls: list[str], port: int) -> None:

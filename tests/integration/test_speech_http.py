@@ -19,7 +19,7 @@ import soundfile
 
 from client import SyncSpeechClient
 from contract import models as c
-from operations.loopback import start_gateway, stop, triton_metrics
+from operations.loopback import triton_metrics
 from operations.triton_client import inference_count
 from perf.workloads import workload
 from tests.unit.test_gateway_containers import (
@@ -271,35 +271,22 @@ def test_a_client_that_hangs_up_on_a_whole_body_stops_the_synthesis(gateway, tri
     assert settled_vocoder_calls(triton) - before < 3 * paragraph_vocoder_calls  # half the text's
 
 
-def test_a_whole_body_without_triton_is_an_openai_error(tmp_path):
+def test_a_whole_body_without_triton_is_an_openai_error(gateways):
     """No audio, no body: the SDK's plain create gets OpenAI's JSON error, a 503."""
-    with (tmp_path / "gateway.log").open("w") as log:
-        process, port = start_gateway(
-            "127.0.0.1:9", log, "--probe-interval", "0", "--admission-load", "0", triton_ready=False
+    gateway = gateways.start("127.0.0.1:9", "--probe-interval", "0", "--admission-load", "0", triton_ready=False)
+    with pytest.raises(openai.APIStatusError) as refused:
+        client(gateway.url).with_options(timeout=20).audio.speech.create(
+            model="tts-1", voice="alloy", input="Anyone there?", response_format="wav",
         )
-        try:
-            with pytest.raises(openai.APIStatusError) as refused:
-                client(f"ws://127.0.0.1:{port}/v1/stream").with_options(timeout=20).audio.speech.create(
-                    model="tts-1", voice="alloy", input="Anyone there?", response_format="wav",
-                )
-        finally:
-            stop(process)
     assert refused.value.status_code == 503 and refused.value.body["type"] == "invalid_request_error"
 
 
-def test_an_api_key_guards_the_endpoint(triton, tmp_path):
-    with (tmp_path / "gateway.log").open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, "--api-key", "k3y")
-        try:
-            gateway = f"ws://127.0.0.1:{port}/v1/stream"
-            with pytest.raises(openai.AuthenticationError):
-                client(gateway, "wrong").audio.speech.create(model="tts-1", voice="alloy", input="Hi.")
-            speech = client(gateway, "k3y").audio.speech.create(
-                model="tts-1", voice="alloy", input="Hi.", response_format="pcm"
-            )
-            assert len(speech.content) > 0
-        finally:
-            stop(process)
+def test_an_api_key_guards_the_endpoint(triton, gateways):
+    gateway = gateways.start(triton.grpc_url, "--api-key", "k3y").url
+    with pytest.raises(openai.AuthenticationError):
+        client(gateway, "wrong").audio.speech.create(model="tts-1", voice="alloy", input="Hi.")
+    speech = client(gateway, "k3y").audio.speech.create(model="tts-1", voice="alloy", input="Hi.", response_format="pcm")
+    assert len(speech.content) > 0
 
 
 def test_metrics_count_http_speech(gateway):

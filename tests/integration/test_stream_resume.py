@@ -7,7 +7,6 @@ audio that of the unfaulted stream. A streamed HTTP speech body goes on the same
 
 import asyncio
 import json
-import threading
 import urllib.request
 from urllib.parse import urlparse
 
@@ -17,11 +16,12 @@ import pytest
 from client import connection
 from contract import models as c
 from contract import protocol as v1
-from operations.loopback import free_ports, start_gateway, stop
+from operations.loopback import free_ports
 from operations.supervisor import TritonServer
 from perf.workloads import workload
 from tests.audio import snr_db
 from tests.recorder import Recorder
+from tests.servers import Gateways, running
 
 RESUME_WITHIN_S = 60  # a restart takes 5-9 s here; a loaded CI machine may take longer
 RATE = 24000
@@ -33,24 +33,12 @@ VOICE = {"seed": 7}
 @pytest.fixture
 def served(tmp_path):
     """A supervised Triton of its own and a gateway on it: (the Triton, the WebSocket URL)."""
-    triton, stopping = TritonServer(*free_ports(3)), threading.Event()
-    with (tmp_path / "tritonserver.log").open("w") as triton_log, (tmp_path / "gateway.log").open("w") as log:
-        triton.start(stdout=triton_log)
-        supervisor = threading.Thread(target=triton.supervise, args=(stopping,))
-        gateway = None
-        try:
-            triton.wait_ready()
-            supervisor.start()
-            gateway, port = start_gateway(f"127.0.0.1:{triton.grpc_port}", log, "--resume-within",
-                                          str(RESUME_WITHIN_S), "--probe-interval", "1")
-            yield triton, f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"
-        finally:
-            if gateway is not None:
-                stop(gateway)
-            stopping.set()
-            if supervisor.is_alive():
-                supervisor.join()
-            triton.stop(timeout=5)
+    with (
+        running(TritonServer(*free_ports(3)), tmp_path, supervised=True, stop_timeout_s=5) as triton,
+        Gateways(tmp_path) as gateways,
+    ):
+        gateway = gateways.start(triton.grpc_url, "--resume-within", str(RESUME_WITHIN_S), "--probe-interval", "1")
+        yield triton, gateway.url
 
 
 async def paragraph(url: str, fault=None) -> Recorder:

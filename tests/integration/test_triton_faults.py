@@ -16,7 +16,7 @@ import pytest
 from client import connection
 from contract import models as c
 from contract import protocol as v1
-from operations.loopback import free_ports, start_gateway, stop, triton_metrics
+from operations.loopback import free_ports, stop, triton_metrics
 from operations.shared_memory import stub_regions
 from operations.supervisor import TritonServer
 from operations.triton_client import inference_count
@@ -116,15 +116,14 @@ async def first(client: Recorder, kind: str, context_id: str, timeout: float = 5
     return seen[0]
 
 
-def test_triton_killed_mid_stream_then_back(tmp_path):
+def test_triton_killed_mid_stream_then_back(tmp_path, gateways):
     """The only Triton killed mid-stream: the streams in flight are told `resuming` at
     once, a new one is refused, /readyz says 503; Triton started again on the same ports
     (the gateway is not restarted), the streams go on from where they stopped to `done`."""
     ports = free_ports(3)
     triton = own_triton(tmp_path, ports)
-    log = (tmp_path / "gateway.log").open("w")
-    gateway, port = start_gateway(f"127.0.0.1:{ports[1]}", log, "--resume-within", "120")
-    url = f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"
+    gateway = gateways.start(f"127.0.0.1:{ports[1]}", "--resume-within", "120")
+    port, url = gateway.port, gateway.url
     try:
         async def killed_then_back():
             nonlocal triton
@@ -162,14 +161,12 @@ def test_triton_killed_mid_stream_then_back(tmp_path):
             assert m["audio_ms"] == pytest.approx(len(frames) * 20, abs=20)
             assert client.messages("error") == [refused] * (client is clients[0])
         assert readiness(port)[1] == {"ready": True, "draining": False, "backends": {f"127.0.0.1:{ports[1]}": "ready"}}
-        assert gateway.poll() is None
+        assert gateway.process.poll() is None
     finally:
-        stop(gateway)
         triton.stop()
-        log.close()
 
 
-def test_triton_unloads_cleanly_after_clients_vanished(tmp_path):
+def test_triton_unloads_cleanly_after_clients_vanished(tmp_path, gateways):
     """Regression: `tts` once deadlocked at unload after cancelled streams, so Triton
     hung until killed and left its stub and shared memory behind. Triton is stopped once
     the cancelled streams have wound down (tts's active gauge at 0): a stop while a
@@ -177,14 +174,10 @@ def test_triton_unloads_cleanly_after_clients_vanished(tmp_path):
     Triton's 30 s exit timeout (a known leftover; the launcher then kills it and cleans up)."""
     ports = free_ports(3)
     triton = own_triton(tmp_path, ports)
-    log = (tmp_path / "gateway.log").open("w")
-    gateway, port = start_gateway(f"127.0.0.1:{ports[1]}", log)
-    try:
-        for _ in range(3):
-            asyncio.run(vanish_mid_stream(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}", 4))
-    finally:
-        stop(gateway)
-        log.close()
+    gateway = gateways.start(f"127.0.0.1:{ports[1]}")
+    for _ in range(3):
+        asyncio.run(vanish_mid_stream(gateway.url, 4))
+    stop(gateway.process)  # before Triton's stop, which is timed
     deadline = time.monotonic() + 30
     while active_tts_requests(ports[2]) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -206,7 +199,7 @@ RESUME_WITHIN_S = 2.0
 
 
 @pytest.mark.parametrize("model", [c.TTS_MODEL])
-def test_a_killed_stage_ends_the_stream_with_an_error_and_readiness_turns_false(tmp_path, model):
+def test_a_killed_stage_ends_the_stream_with_an_error_and_readiness_turns_false(tmp_path, gateways, model):
     """A stage's stub killed by pid mid-stream, and nothing to restart it: the stream ends
     with an error within the stage timeout and the resume bound (a dead tts stub once left
     it hanging for minutes), and /readyz, which
@@ -215,14 +208,14 @@ def test_a_killed_stage_ends_the_stream_with_an_error_and_readiness_turns_false(
     ports = free_ports(3)
     triton = own_triton(tmp_path, ports)
     regions = stub_regions(psutil.Process(triton.process.pid).children(recursive=True))
-    log = (tmp_path / "gateway.log").open("w")
-    gateway, port = start_gateway(
-        f"127.0.0.1:{ports[1]}", log, "--stage-timeout", str(STAGE_TIMEOUT_S), "--probe-interval", str(PROBE_INTERVAL_S),
+    gateway = gateways.start(
+        f"127.0.0.1:{ports[1]}", "--stage-timeout", str(STAGE_TIMEOUT_S), "--probe-interval", str(PROBE_INTERVAL_S),
         "--resume-within", str(RESUME_WITHIN_S),
     )
+    port = gateway.port
     try:
         async def killed():
-            async with connection(f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}") as ws:
+            async with connection(gateway.url) as ws:
                 client = Recorder(ws)
                 await client.until("ready")
                 await client.send(type="speak", context_id="c", text=workload("long"))
@@ -245,30 +238,26 @@ def test_a_killed_stage_ends_the_stream_with_an_error_and_readiness_turns_false(
         # Triton 2.51 serves on without the stage ("cannot synthesize"), or now and then aborts with it ("down").
         state = body["backends"][f"127.0.0.1:{ports[1]}"]
         assert status == 503 and ("cannot synthesize" in state or state.startswith("down: ")), state
-        assert gateway.poll() is None
+        assert gateway.process.poll() is None
     finally:
-        stop(gateway)
         kill_tree(triton)  # a server with a dead stub waits 30 s for it at exit
         for region in regions:  # the killed stub's too
             region.unlink(missing_ok=True)
-        log.close()
 
 
-def test_a_gateway_stopped_while_streams_resume_closes_its_websockets_within_the_drain(tmp_path):
+def test_a_gateway_stopped_while_streams_resume_closes_its_websockets_within_the_drain(tmp_path, gateways):
     """SIGTERM while two streams, each on a connection of its own, resume on a Triton
     whose tts stub is dead: the resumption does not hold the stop up; at the drain's end
     the gateway closes both WebSockets with 1001 and exits."""
     ports = free_ports(3)
     triton = own_triton(tmp_path, ports)
     regions = stub_regions(psutil.Process(triton.process.pid).children(recursive=True))
-    log = (tmp_path / "gateway.log").open("w")
     drain_s = 2
-    gateway, port = start_gateway(f"127.0.0.1:{ports[1]}", log, "--drain", str(drain_s), "--resume-within", "60",
-                                  "--stage-timeout", str(STAGE_TIMEOUT_S))
+    gateway = gateways.start(f"127.0.0.1:{ports[1]}", "--drain", str(drain_s), "--resume-within", "60",
+                             "--stage-timeout", str(STAGE_TIMEOUT_S))
     try:
         async def stopped():
-            url = f"ws://127.0.0.1:{port}{v1.PROTOCOL_PATH}"
-            async with connection(url) as one, connection(url) as two:
+            async with connection(gateway.url) as one, connection(gateway.url) as two:
                 clients = [Recorder(one), Recorder(two)]
                 for client in clients:
                     await client.until("ready")
@@ -277,17 +266,15 @@ def test_a_gateway_stopped_while_streams_resume_closes_its_websockets_within_the
                     await asyncio.wait_for(clients[1].read(), 30)
                 triton.stub(c.TTS_MODEL).kill()
                 await asyncio.gather(*(client.until("resuming", "c", timeout=STAGE_TIMEOUT_S + 5) for client in clients))
-                gateway.terminate()
+                gateway.process.terminate()
                 stopped_at = time.monotonic()
                 await asyncio.wait_for(asyncio.gather(*(client.ws.wait_closed() for client in clients)), drain_s + 15)
                 return [client.ws.close_code for client in clients], time.monotonic() - stopped_at
 
         codes, after = asyncio.run(stopped())
         assert codes == [1001, 1001] and after < drain_s + 5
-        assert gateway.wait(10) == 0
+        assert gateway.process.wait(10) == 0
     finally:
-        stop(gateway)
         kill_tree(triton)
         for region in regions:
             region.unlink(missing_ok=True)
-        log.close()

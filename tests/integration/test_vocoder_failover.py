@@ -21,6 +21,7 @@ from operations.triton_client import Stream
 from perf.metrics import Stream as Timing
 from perf.workloads import workload
 from tests.audio import snr_db
+from tests.servers import running
 
 # Repeatable audio: a seed and no noise.
 PARAGRAPH = {c.TEXT: workload("paragraph"), c.SEED: np.array([7], np.int64),
@@ -63,21 +64,10 @@ def stop_for_3_s(stub: psutil.Process) -> Callable[[], None]:
 
 @pytest.fixture
 def triton(tmp_path):
-    """A Triton of its own per test, supervised as speechstream-triton does."""
-    server, stopping = TritonServer(*free_ports(3)), threading.Event()
-    with (tmp_path / "tritonserver.log").open("w") as log:
-        server.start(stdout=log)
-        supervisor = threading.Thread(target=server.supervise, args=(stopping,))
-        try:
-            server.wait_ready()
-            server.grpc_url, server.log_path = f"127.0.0.1:{server.grpc_port}", log.name
-            supervisor.start()
-            yield server
-        finally:
-            stopping.set()
-            if supervisor.is_alive():
-                supervisor.join()
-            server.stop(timeout=5)  # a dead stub would hold a graceful stop for 30 s
+    """A Triton of its own per test, supervised as speechstream-triton does; a dead stub
+    would hold a graceful stop for 30 s."""
+    with running(TritonServer(*free_ports(3)), tmp_path, supervised=True, stop_timeout_s=5) as server:
+        yield server
 
 
 def vocoder_stubs(server: TritonServer) -> set[psutil.Process]:

@@ -28,6 +28,7 @@ from python_backends.ar.pipeline import speak
 from python_backends.chunking import ChunkParams
 from tests.audio import snr_db
 from tests.integration.test_vocoder_failover import stop_for_3_s
+from tests.servers import running
 from tests.voices import build_orpheus_model
 
 SENTENCES = ("Glue the sheet to the dark blue background.", "It's easy to tell the depth of a well.",
@@ -105,24 +106,13 @@ def test_a_stream_cancelled_between_sentences_issues_no_talker_request():
 def ar_triton(tmp_path_factory):
     """One supervised AR Triton for the module (vLLM takes about 40 s to start): the
     faults below leave it whole again, the supervisor having replaced a lost instance."""
-    server, stopping = TritonServer(*free_ports(3), ar_model=str(build_orpheus_model())), threading.Event()
-    supervisor = threading.Thread(target=server.supervise, args=(stopping,))
+    server = TritonServer(*free_ports(3), ar_model=str(build_orpheus_model()))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("VLLM_CACHE_ROOT", str(tmp_path_factory.mktemp("vllm-cache")))
-        with (tmp_path_factory.mktemp("ar-faults") / "tritonserver.log").open("w") as log:
-            server.start(stdout=log)
-            try:
-                server.wait_ready(timeout=300)
-                server.grpc_url, server.log_path = f"127.0.0.1:{server.grpc_port}", log.name
-                supervisor.start()
-                yield server
-            finally:
-                stopping.set()
-                if supervisor.is_alive():
-                    supervisor.join()
-                # Triton waits 30 s for a retired instance whose stub died; what it leaves
-                # (vLLM's processes, shared memory) stop() kills and removes.
-                server.stop(timeout=5)
+        # Triton waits 30 s for a retired instance whose stub died; what it leaves (vLLM's
+        # processes, shared memory) stop() kills and removes.
+        with running(server, tmp_path_factory.mktemp("ar-faults"), 300, supervised=True, stop_timeout_s=5) as server:
+            yield server
 
 
 def metric(server: TritonServer, name: str) -> float:

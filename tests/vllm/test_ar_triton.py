@@ -21,7 +21,7 @@ import pytest
 
 from client import connection
 from contract import models as c
-from operations.loopback import free_ports, start_gateway, stop, triton_metrics
+from operations.loopback import free_ports, triton_metrics
 from operations.process_tree import session_of
 from operations.shared_memory import SHM
 from operations.supervisor import TritonServer
@@ -51,13 +51,10 @@ def ar_triton(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def ar_gateway(ar_triton, tmp_path_factory):
+def ar_gateway(ar_triton, module_gateways):
     """A gateway that speaks the Orpheus voices through tts_ar (no probes, no admission)."""
-    with (tmp_path_factory.mktemp("ar-gateway") / "gateway.log").open("w") as log:
-        process, port = start_gateway(ar_triton.grpc_url, log, "--probe-interval", "0", "--admission-load", "0",
-                                      "--ar-model", ar_triton.ar_model_dir)
-        yield f"127.0.0.1:{port}"
-        stop(process)
+    return module_gateways.start(ar_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
+                                 "--ar-model", ar_triton.ar_model_dir, name="ar-gateway")
 
 
 def talker_frames(url, text, max_frames, **extra):
@@ -211,7 +208,7 @@ def test_guided_pairs_stay_in_lock_step_under_concurrency(ar_triton):
 
 def test_protocol_v1_speaks_an_orpheus_voice_beside_a_piper_voice(ar_gateway):
     async def run():
-        async with connection(f"ws://{ar_gateway}/v1/stream") as ws:
+        async with connection(ar_gateway.url) as ws:
             client = Recorder(ws)
             ready = await client.until("ready")
             await client.send(type="config", format="pcm_s16le", sample_rate=24000, timestamps=True)
@@ -236,12 +233,12 @@ def test_protocol_v1_speaks_an_orpheus_voice_beside_a_piper_voice(ar_gateway):
 
 
 def test_the_http_api_lists_and_speaks_the_orpheus_voices(ar_gateway):
-    with urllib.request.urlopen(f"http://{ar_gateway}/v1/voices") as r:
+    with urllib.request.urlopen(f"{ar_gateway.http}/v1/voices") as r:
         listed = {v["id"]: v for v in json.loads(r.read())["voices"]}
     assert (listed["tara"]["family"], listed["tara"]["sample_rate"], listed["tara"]["word_timestamps"]) == (
         "ar", 24000, False)
     assert listed[c.DEFAULT_VOICE]["family"] == "piper"
-    api = openai.OpenAI(base_url=f"http://{ar_gateway}/v1", api_key="unused", max_retries=0)
+    api = openai.OpenAI(base_url=f"{ar_gateway.http}/v1", api_key="unused", max_retries=0)
     body = api.audio.speech.create(model="tts-1", voice="leo", input="Hello there.", response_format="pcm").content
     assert np.abs(np.frombuffer(body, np.int16)).max() > 1000
 
@@ -249,7 +246,7 @@ def test_the_http_api_lists_and_speaks_the_orpheus_voices(ar_gateway):
 def test_clients_set_the_ar_familys_sampling_and_guidance(ar_gateway, ar_triton):
     """temperature and guidance_scale, as protocol v1 fields or the HTTP API's extensions,
     reach the Talker for an Orpheus voice (greedy repeats; a guided pair is counted)."""
-    api = openai.OpenAI(base_url=f"http://{ar_gateway}/v1", api_key="unused", max_retries=0)
+    api = openai.OpenAI(base_url=f"{ar_gateway.http}/v1", api_key="unused", max_retries=0)
     speak = lambda **extra: api.audio.speech.create(  # noqa: E731
         model="tts-1", voice="leo", input="Hello there.", response_format="pcm", extra_body=extra).content
     guided = metric(ar_triton, c.TALKER_GUIDED_METRIC)

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from client import SpeechClient, connection
 from contract import models as c
 from contract import protocol as v1
-from operations.loopback import free_ports, start_gateway, stop, triton_metrics
+from operations.loopback import free_ports, triton_metrics
 from operations.supervisor import TritonServer
 from tests.pages import FINISHED, REPORT, http_of
 from tests.recorder import Recorder
@@ -31,12 +31,9 @@ def chat_triton(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def chat_gateway(chat_triton, tmp_path_factory):
-    with (tmp_path_factory.mktemp("chat-gateway") / "gateway.log").open("w") as log:
-        process, port = start_gateway(chat_triton.grpc_url, log, "--probe-interval", "0", "--admission-load", "0",
-                                      "--chat-model", "embedded")
-        yield f"ws://127.0.0.1:{port}/v1/stream"
-        stop(process)
+def chat_gateway(chat_triton, module_gateways):
+    return module_gateways.start(chat_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
+                                 "--chat-model", "embedded", name="chat-gateway").url
 
 
 def chat_rounds(url: str) -> float:
