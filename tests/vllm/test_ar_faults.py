@@ -18,7 +18,7 @@ import pytest
 from contract import models as c
 from contract.text import Sentence
 from operations import triton_client
-from operations.loopback import free_ports, triton_metrics
+from operations.loopback import triton_metrics
 from operations.process_tree import model_of
 from operations.supervisor import TritonServer
 from operations.triton_client import Stream
@@ -28,8 +28,6 @@ from python_backends.ar.pipeline import speak
 from python_backends.chunking import ChunkParams
 from tests.audio import snr_db
 from tests.integration.test_vocoder_failover import stop_for_3_s
-from tests.servers import running
-from tests.voices import build_orpheus_model
 
 SENTENCES = ("Glue the sheet to the dark blue background.", "It's easy to tell the depth of a well.",
              "These days a chicken leg is a rare dish.")
@@ -101,19 +99,6 @@ def test_a_stream_cancelled_between_sentences_issues_no_talker_request():
 
 
 # On a real tritonserver.
-
-@pytest.fixture(scope="module")
-def ar_triton(tmp_path_factory):
-    """One supervised AR Triton for the module (vLLM takes about 40 s to start): the
-    faults below leave it whole again, the supervisor having replaced a lost instance."""
-    server = TritonServer(*free_ports(3), ar_model=str(build_orpheus_model()))
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("VLLM_CACHE_ROOT", str(tmp_path_factory.mktemp("vllm-cache")))
-        # Triton waits 30 s for a retired instance whose stub died; what it leaves (vLLM's
-        # processes, shared memory) stop() kills and removes.
-        with running(server, tmp_path_factory.mktemp("ar-faults"), 300, supervised=True, stop_timeout_s=5) as server:
-            yield server
-
 
 def metric(server: TritonServer, name: str) -> float:
     return triton_metrics(server.metrics_port)[name]
@@ -232,7 +217,7 @@ def test_a_lost_code2wav_instance_costs_the_stream_a_little_time_not_its_audio(a
           f"faulted (+{added_s:.2f} s); SNR " + ", ".join(f"{k} {v:.1f} dB" for k, v in snr.items()))
     assert min(snr.values()) >= 40, snr
     log = open(ar_triton.log_path).read()
-    assert "code2wav: a window of stream" in log and "issuing it again" in log
+    assert "code2wav: a window of request" in log and "issuing it again" in log
     assert ar_triton.process.poll() is None
     if added_s > 1.0:
         # Measured +3.6 to +5.0 s here (+6.5 to +9.1 s while model.py imported torch for

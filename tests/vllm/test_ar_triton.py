@@ -3,8 +3,7 @@ engine streams frames of SNAC codes, code2wav decodes them, tts_ar chains the tw
 
 The model is tests/build_orpheus_model.py's tiny Orpheus-format model with random
 weights (no codec-TTS weights can be downloaded here), so its speech is noise; greedy
-decoding makes it repeatable. One Triton serves this module (vLLM takes about 40 s to
-start).
+decoding makes it repeatable. One Triton serves the tier's AR tests (tests/vllm/conftest.py).
 """
 
 import asyncio
@@ -31,23 +30,10 @@ from python_backends.ar.orpheus import SAMPLES_PER_FRAME, frame_budget
 from tests.audio import snr_db
 from tests.processes import shm_mapped_by
 from tests.recorder import Recorder
-from tests.servers import running
 from tests.voices import build_orpheus_model
 
 SENTENCE = "The birch canoe slid on the smooth planks."
 GREEDY = {c.TEMPERATURE: np.float32(0)}
-
-
-@pytest.fixture(scope="module")
-def ar_triton(tmp_path_factory):
-    server = TritonServer(*free_ports(3), ar_model=str(build_orpheus_model()))  # and the Piper chain
-    with pytest.MonkeyPatch.context() as env:
-        # An empty vLLM cache, as on a fresh machine: a cached model inspection once hid
-        # that the stub ran vLLM's inspection subprocess with a Python without vLLM.
-        env.setenv("VLLM_CACHE_ROOT", str(tmp_path_factory.mktemp("vllm-cache")))
-        with running(server, tmp_path_factory.mktemp("ar-triton"), timeout_s=300):
-            server.ar_model_dir = str(build_orpheus_model())
-            yield server
 
 
 @pytest.fixture(scope="module")
