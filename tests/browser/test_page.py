@@ -9,7 +9,6 @@ import threading
 import pytest
 
 from contract.text import split_sentences
-from operations.loopback import start_gateway, stop
 from tests.pages import ARTIFACTS, FINISHED, KEY_FIELD_HINT, RATE, REPORT, http_of
 
 
@@ -162,44 +161,40 @@ def test_the_level_meter_follows_the_audio(gateway, open_page):
     assert problems == []
 
 
-def test_page_behind_an_api_key_and_an_origin_allow_list(triton, open_page, tmp_path):
+def test_page_behind_an_api_key_and_an_origin_allow_list(triton, open_page, gateways):
     """A gateway that requires an API key, and allows the page's origin: without a key,
     and with a wrong one, the page says the key goes in its "API key" field; typed there,
     it speaks. A link's ?api_key= fills the field too."""
-    from operations.loopback import free_ports, start_gateway, stop
+    from operations.loopback import free_ports
 
     (port,) = free_ports(1)  # the Origin must be known before the gateway starts
     origin = f"http://127.0.0.1:{port}"
-    with (tmp_path / "gateway.log").open("w") as log:
-        process, port = start_gateway(triton.grpc_url, log, "--api-key", "k3y", "--allowed-origins", origin, port=port)
-        try:
-            page = open_page(f"{origin}/")
-            assert page.input_value("#key") == ""
-            page.click("#speak")
-            page.wait_for_function("window.speechstream.errors.length", timeout=30_000)  # no key: refused
-            status = page.inner_text("#status")
-            assert "requires an API key" in status and KEY_FIELD_HINT in status
-            assert page.evaluate("document.activeElement.id") == "key"
-            page.fill("#key", "wrong")
-            page.click("#speak")
-            page.wait_for_function("window.speechstream.errors.length", timeout=30_000)
-            assert "refused this API key" in page.inner_text("#status") and KEY_FIELD_HINT in page.inner_text("#status")
-            page.fill("#key", "k3y")
-            page.click("#speak")
-            page.wait_for_function(FINISHED, timeout=90_000)
-            report = page.evaluate(REPORT)
-            assert report["errors"] == [] and report["audioMs"] > 3000 and report["done"]
-            linked = open_page(f"{origin}/?api_key=k3y")
-            assert linked.input_value("#key") == "k3y"
-            linked.click("#speak")
-            linked.wait_for_function("window.speechstream.received || window.speechstream.errors.length",
-                                     timeout=60_000)
-            assert linked.evaluate(REPORT)["errors"] == []
-        finally:
-            stop(process)
+    gateways.start(triton.grpc_url, "--api-key", "k3y", "--allowed-origins", origin, port=port)
+    page = open_page(f"{origin}/")
+    assert page.input_value("#key") == ""
+    page.click("#speak")
+    page.wait_for_function("window.speechstream.errors.length", timeout=30_000)  # no key: refused
+    status = page.inner_text("#status")
+    assert "requires an API key" in status and KEY_FIELD_HINT in status
+    assert page.evaluate("document.activeElement.id") == "key"
+    page.fill("#key", "wrong")
+    page.click("#speak")
+    page.wait_for_function("window.speechstream.errors.length", timeout=30_000)
+    assert "refused this API key" in page.inner_text("#status") and KEY_FIELD_HINT in page.inner_text("#status")
+    page.fill("#key", "k3y")
+    page.click("#speak")
+    page.wait_for_function(FINISHED, timeout=90_000)
+    report = page.evaluate(REPORT)
+    assert report["errors"] == [] and report["audioMs"] > 3000 and report["done"]
+    linked = open_page(f"{origin}/?api_key=k3y")
+    assert linked.input_value("#key") == "k3y"
+    linked.click("#speak")
+    linked.wait_for_function("window.speechstream.received || window.speechstream.errors.length",
+                             timeout=60_000)
+    assert linked.evaluate(REPORT)["errors"] == []
 
 
-def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, open_page, tmp_path):
+def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, open_page, gateways):
     """A gateway admitting 1 % of its measured capacity (one stream): while another client
     speaks, the page's request is refused with `server_busy`; the page says the server is
     busy, retries when told to, and speaks once the other stream is cancelled."""
@@ -207,31 +202,26 @@ def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, open_
     import time
 
     from client import SyncSpeechClient
-    from operations.loopback import start_gateway, stop
     from perf.workloads import workload
 
-    with (tmp_path / "gateway.log").open("w") as log:
-        # No room past the load for a stream ahead of its listener: the holder, reading nothing, is.
-        process, port = start_gateway(triton.grpc_url, log, "--admission-load", "0.01", "--admission-slack", "0",
-                                      "--probe-interval", "0")
-        try:
-            holder = SyncSpeechClient.connect(f"ws://127.0.0.1:{port}/v1/stream", format="pcm_s16le")
-            list(holder.speak("Let the server measure itself."))
-            # Long enough that the audio it is not reading cannot all fit in the sockets' buffers.
-            holder.ws.send(json.dumps({"type": "speak", "context_id": "held", "text": workload("long")}))
-            page = open_page(f"http://127.0.0.1:{port}/")
-            page.click("#speak")
-            deadline, status = time.monotonic() + 10, ""
-            while not status.startswith("Server busy") and time.monotonic() < deadline:
-                status = page.inner_text("#status")
-                page.wait_for_timeout(50)
-            state = page.evaluate("window.speechstream.state")
-            holder.ws.send(json.dumps({"type": "cancel", "context_id": "held"}))
-            page.wait_for_function(FINISHED, timeout=90_000)
-            report = page.evaluate(REPORT)
-            holder.close()
-        finally:
-            stop(process)
+    # No room past the load for a stream ahead of its listener: the holder, reading nothing, is.
+    port = gateways.start(triton.grpc_url, "--admission-load", "0.01", "--admission-slack", "0",
+                          "--probe-interval", "0").port
+    holder = SyncSpeechClient.connect(f"ws://127.0.0.1:{port}/v1/stream", format="pcm_s16le")
+    list(holder.speak("Let the server measure itself."))
+    # Long enough that the audio it is not reading cannot all fit in the sockets' buffers.
+    holder.ws.send(json.dumps({"type": "speak", "context_id": "held", "text": workload("long")}))
+    page = open_page(f"http://127.0.0.1:{port}/")
+    page.click("#speak")
+    deadline, status = time.monotonic() + 10, ""
+    while not status.startswith("Server busy") and time.monotonic() < deadline:
+        status = page.inner_text("#status")
+        page.wait_for_timeout(50)
+    state = page.evaluate("window.speechstream.state")
+    holder.ws.send(json.dumps({"type": "cancel", "context_id": "held"}))
+    page.wait_for_function(FINISHED, timeout=90_000)
+    report = page.evaluate(REPORT)
+    holder.close()
     assert status.startswith("Server busy (at capacity): retrying in") and state == "busy"
     assert report["retries"] >= 1 and report["errors"] == [] and report["audioMs"] > 3000
 
@@ -297,30 +287,27 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
         writer.close()
 
 
-def test_the_page_goes_on_with_another_gateway_when_its_own_goes_away(triton, tmp_path, open_page):
+def test_the_page_goes_on_with_another_gateway_when_its_own_goes_away(triton, gateways, open_page):
     """Two gateways behind one address; the page's, told to stop (SIGTERM, `--drain 1`),
     closes with 1001 mid-paragraph, and the page says the rest through the other: every
     sentence heard once, in order, every frame decoded, no error."""
     text = harvard(20)
     flags = ("--probe-interval", "0", "--admission-load", "0")
-    with (tmp_path / "a.log").open("w") as log_a, (tmp_path / "b.log").open("w") as log_b:
-        a, port_a = start_gateway(triton.grpc_url, log_a, *flags, "--drain", "1")
-        b, port_b = start_gateway(triton.grpc_url, log_b, *flags)
-    service = Service([port_a, port_b])
+    a = gateways.start(triton.grpc_url, *flags, "--drain", "1", name="a")
+    b = gateways.start(triton.grpc_url, *flags, name="b")
+    service = Service([a.port, b.port])
     try:
         problems = []
         page = open_page(f"http://127.0.0.1:{service.port}/", problems)
         page.fill("#text", text)
         page.click("#speak")
         page.wait_for_function("window.speechstream.decodedSamples > 0", timeout=60_000)
-        a.send_signal(signal.SIGTERM)
+        a.process.send_signal(signal.SIGTERM)
         page.wait_for_function("window.speechstream.received || window.speechstream.errors.length", timeout=120_000)
         report = page.evaluate(REPORT)
-        assert a.wait(10) == 0
+        assert a.process.wait(10) == 0
     finally:
         service.close()
-        stop(a)
-        stop(b)
     assert report["errors"] == [] and problems == []
     assert report["resumes"] == 1
     assert report["spans"] == [[s.start, s.end] for s in split_sentences(text)]  # every sentence once, in order
