@@ -45,6 +45,14 @@ def alive(process: psutil.Process) -> bool:
         return False
 
 
+def stub_of(processes: Iterable[psutil.Process], model: str) -> psutil.Process:
+    """The live Python backend stub among `processes` that runs `model`."""
+    for process in processes:
+        if alive(process) and model_of(process) == model:
+            return process
+    raise LookupError(f"no stub runs {model}")
+
+
 def kill_all(processes: Iterable[psutil.Process]) -> None:
     """Kill `processes` (one may die meanwhile) and wait up to 10 s for them to go."""
     processes = list(processes)

@@ -26,7 +26,7 @@ from operations.environment import (
     server_environment,
     tritonserver_binary,
 )
-from operations.process_tree import alive, kill_all, kill_session, model_of
+from operations.process_tree import alive, kill_all, kill_session, model_of, stub_of
 from operations.shared_memory import made_since, remove_stale_regions, remove_unmapped, stub_regions
 from python_backends.piper.voice import load_voice
 
@@ -140,10 +140,7 @@ class TritonProcess:
 
     def stub(self, model: str) -> psutil.Process:
         """A live Python backend stub that runs `model`."""
-        for stub in self.stubs():
-            if model_of(stub) == model:
-                return stub
-        raise LookupError(f"no stub runs {model}")
+        return stub_of(self.stubs(), model)
 
     def fault(self) -> str | None:
         """Why the server cannot serve (it exited, a stub died), or None."""

@@ -15,10 +15,9 @@ import pytest
 from client import SpeechClient, SpeechError
 from contract.protocol import PROTOCOL_PATH, SERVER_DRAINING, SYNTHESIS_FAILED
 from operations.loopback import free_ports, stop, wait_for_http
-from operations.process_tree import alive
+from operations.process_tree import alive, stub_of
 from operations.shared_memory import SHM_PREFIX
 from perf.workloads import workload
-from tests.processes import stub_running
 
 STOP_ROUNDS = 2  # of 20 paragraphs at once, before the SIGTERM
 
@@ -145,7 +144,7 @@ async def stop_mid_stream(url: str, stub: psutil.Process, seconds: float) -> str
 
 def vocoder_stub(serve: subprocess.Popen) -> psutil.Process:
     """One of the vocoder's live instances."""
-    return stub_running(triton_tree(serve)[1], "vocoder")
+    return stub_of(triton_tree(serve)[1], "vocoder")
 
 
 def test_recovers_from_stopped_and_killed_stubs_and_a_killed_tritonserver_and_leaves_nothing(tmp_path):
