@@ -97,7 +97,8 @@ async def stopped_while_playing(url: str, serve: subprocess.Popen, streams: int)
     await asyncio.gather(*(e.wait() for e in started))
     serve.send_signal(signal.SIGTERM)
     await asyncio.sleep(0.5)  # the gateway has begun to drain
-    return list(await asyncio.gather(*playing)), await refused()
+    late = await refused()  # while the paragraphs play: once they end, the gateway stops listening
+    return list(await asyncio.gather(*playing)), late
 
 
 def triton_tree(serve: subprocess.Popen) -> tuple[psutil.Process, list[psutil.Process]]:
