@@ -20,7 +20,9 @@ CODE2WAV_MODEL = "code2wav"
 TTS_AR_MODEL = "tts_ar"
 # The Thinker: a chat model on vLLM writing a voice chat's replies (python_backends/thinker).
 THINKER_MODEL = "thinker"
-DECOUPLED_MODELS = (ACOUSTIC_MODEL, TTS_MODEL, TALKER_MODEL, TTS_AR_MODEL, THINKER_MODEL)
+# The recognizer: speech in, partial and final transcripts out (python_backends/asr).
+ASR_MODEL = "asr"
+DECOUPLED_MODELS = (ACOUSTIC_MODEL, TTS_MODEL, TALKER_MODEL, TTS_AR_MODEL, THINKER_MODEL, ASR_MODEL)
 
 # The embedded default voice (Piper's en_US-joe-medium); others come from a voices
 # directory (contract.voices).
@@ -57,6 +59,13 @@ THINKER_PEAK_METRIC = "speechstream_thinker_peak_running_requests"
 THINKER_VERIFIED_METRIC = "speechstream_thinker_drafts_verified"  # replies that began by verifying a draft
 THINKER_DRAFT_TOKENS_METRIC = "speechstream_thinker_draft_tokens"  # the tokens of those drafts
 THINKER_ACCEPTED_METRIC = "speechstream_thinker_accepted_tokens"  # of which the model kept these
+
+# The recognizer's counts (gauges on Triton's metrics port): listening streams open, and
+# since it started, recognizer passes, their seconds, and the audio seconds heard.
+ASR_STREAMS_METRIC = "speechstream_asr_streams"
+ASR_PASSES_METRIC = "speechstream_asr_passes"
+ASR_PASS_SECONDS_METRIC = "speechstream_asr_pass_seconds"
+ASR_AUDIO_SECONDS_METRIC = "speechstream_asr_audio_seconds"
 
 # Inputs shared by `acoustic` and `tts`. `tts` takes exactly one of TEXT (BYTES [1]), which
 # it cuts into sentences, or SENTENCES (BYTES [-1]), text already cut (the gateway's
@@ -205,12 +214,38 @@ TOP_K = "TOP_K"
 MAX_TOKENS = "MAX_TOKENS"
 TOKEN_IDS = "TOKEN_IDS"
 ACCEPTED = "ACCEPTED"
+# PREFIX (INT32 [-1]), instead of a DRAFT: reply tokens already decided (a draft written
+# for this very conversation, taken whole): the reply goes on after them, unverified, and
+# its responses hold only the tokens after them.
+PREFIX = "PREFIX"
 THINKER_PARAMS = (
     Param(TOP_K, "TYPE_INT32", 1, 1, 20),
     Param(MAX_TOKENS, "TYPE_INT32", 256, 1, 4096),
     Param(TEMPERATURE, "TYPE_FP32", 0.0, 0.0, 2.0),
 )
 MAX_MESSAGES_CHARS = 32_000  # a conversation's text, all messages together
+
+# The recognizer's request: the next audio of a listening stream, STREAM_ID (BYTES [1],
+# the stream's name, its state kept across requests until STOP), AUDIO (INT16 [-1], mono
+# PCM at ASR_SAMPLE_RATE, the stream's timeline continued, silence included), END (BOOL
+# [1], the speaker ended the utterance now: push-to-talk), STOP (BOOL [1], the stream is
+# over: an utterance in progress ends first, then its state goes). Its responses are the
+# events the request's audio caused, one a response: EVENT (BYTES [1], one of
+# ASR_EVENTS), UTTERANCE (INT32 [1], the utterance's number in the stream, from 0),
+# AUDIO_MS (INT64 [1], where in the stream's timeline: speech start or end, or for a
+# transcript the end of the audio it heard) and TEXT (BYTES [1], a transcript's words).
+ASR_SAMPLE_RATE = 16000
+AUDIO = "AUDIO"
+END = "END"
+EVENT = "EVENT"
+UTTERANCE = "UTTERANCE"
+AUDIO_MS = "AUDIO_MS"
+SPEECH_STARTED, PARTIAL, FINAL, SPEECH_STOPPED = "speech_started", "partial", "final", "speech_stopped"
+ASR_EVENTS = (SPEECH_STARTED, PARTIAL, FINAL, SPEECH_STOPPED)
+ENDPOINT_MS = "ENDPOINT_MS"
+ASR_PARAMS = (Param(ENDPOINT_MS, "TYPE_INT32", 500, 100, 5000),)  # the silence after speech that ends an utterance
+# PARTIALS (BOOL [1], optional, true by default): false asks for finals only (a file transcribed whole).
+PARTIALS = "PARTIALS"
 
 # Request text limit, in characters; a model config parameter `max_text_chars` overrides it.
 MAX_TEXT_CHARS = 20_000
@@ -268,7 +303,11 @@ def model_inputs(model: str) -> list[dict]:
         return text + sentences + voice + _params(AR_PARAMS) + _params(AR_CHUNK_PARAMS)
     if model == THINKER_MODEL:
         return [_tensor(MESSAGES, "TYPE_STRING", [1]), _tensor(DRAFT, "TYPE_INT32", [-1], optional=True),
-                *_params(THINKER_PARAMS)]
+                _tensor(PREFIX, "TYPE_INT32", [-1], optional=True), *_params(THINKER_PARAMS)]
+    if model == ASR_MODEL:
+        return [_tensor(STREAM_ID, "TYPE_STRING", [1]), _tensor(AUDIO, "TYPE_INT16", [-1], optional=True),
+                _tensor(END, "TYPE_BOOL", [1], optional=True), _tensor(STOP, "TYPE_BOOL", [1], optional=True),
+                _tensor(PARTIALS, "TYPE_BOOL", [1], optional=True), *_params(ASR_PARAMS)]
     raise KeyError(model)
 
 
@@ -296,4 +335,7 @@ def model_outputs(model: str) -> list[dict]:
     if model == THINKER_MODEL:
         return [_tensor(TOKEN_IDS, "TYPE_INT32", [-1]), _tensor(TEXT, "TYPE_STRING", [1]),
                 _tensor(ACCEPTED, "TYPE_INT32", [1])]
+    if model == ASR_MODEL:
+        return [_tensor(EVENT, "TYPE_STRING", [1]), _tensor(UTTERANCE, "TYPE_INT32", [1]),
+                _tensor(AUDIO_MS, "TYPE_INT64", [1]), _tensor(TEXT, "TYPE_STRING", [1])]
     raise KeyError(model)

@@ -44,12 +44,23 @@ BACKEND_UNAVAILABLE = "backend_unavailable"
 SYNTHESIS_FAILED = "synthesis_failed"
 INTERNAL_ERROR = "internal_error"
 CHAT_UNAVAILABLE = "chat_unavailable"  # a `user` message to a server that runs no chat model
+LISTEN_UNAVAILABLE = "listen_unavailable"  # `listen` asked of a server that runs no recognizer
+AUDIO_NOT_ACCEPTED = "audio_not_accepted"  # microphone audio that breaks listen mode's rules (size, rate, format)
 ERROR_CODES = (
     INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, MISSING_FIELD, INVALID_FIELD, UNKNOWN_VOICE, UNSUPPORTED_FORMAT,
     BINARY_NOT_ACCEPTED, CONFIG_TOO_LATE, UNKNOWN_CONTEXT, CONTEXT_EXISTS, CONTEXT_CLOSED, TEXT_TOO_LONG,
     TOO_MANY_CONTEXTS, TOO_MANY_STREAMS, SERVER_BUSY, SERVER_DRAINING, MESSAGE_TOO_LARGE, IDLE_TIMEOUT, BACKEND_UNAVAILABLE,
-    SYNTHESIS_FAILED, INTERNAL_ERROR, CHAT_UNAVAILABLE,
+    SYNTHESIS_FAILED, INTERNAL_ERROR, CHAT_UNAVAILABLE, LISTEN_UNAVAILABLE, AUDIO_NOT_ACCEPTED,
 )
+
+# Listen mode: the microphone's audio, sent up as binary messages (one continuous
+# timeline, silence included): PCM s16le mono at `listen.sample_rate`, at most
+# LISTEN_MAX_MESSAGE_MS a message, or exactly one Opus packet a message (48 kHz).
+LISTEN_FORMATS = ("pcm_s16le", "opus")
+LISTEN_SAMPLE_RATES = (8000, 16000, 24000, 48000)
+LISTEN_DEFAULT_RATES = {"pcm_s16le": 16000, "opus": 48000}
+LISTEN_MAX_MESSAGE_MS = 200
+LISTEN_DEFAULT_ENDPOINT_MS = 500
 
 # Binary audio frame: u8 kind (1 = audio) · u8 flags (bit 0 = last) · u16 stream ·
 # u32 seq · u32 sample_offset, little-endian, then one Opus packet or PCM chunk.
