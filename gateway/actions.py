@@ -1,10 +1,12 @@
 """What the sans-I/O session asks its I/O shell (gateway/websocket.py) to do, in order:
-send a frame, start or stop a synthesis job, start or stop a Thinker request, close the
-connection."""
+send a frame, start or stop a synthesis job, start or stop a Thinker request, pass the
+microphone's audio to the recognizer, close the connection."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from contract.text import Sentence
 
@@ -60,4 +62,14 @@ class StopThinking:
     think_id: int
 
 
-Action = Send | Synthesize | Stop | Close | Think | StopThinking
+@dataclass(frozen=True)
+class Hear:
+    """Listen mode: the microphone's next audio for the recognizer (int16 PCM at
+    contract.models.ASR_SAMPLE_RATE), or with `end`, the end of the speaker's turn now."""
+
+    audio: np.ndarray | None = None
+    end: bool = False
+    at_ms: float = 0.0  # where the audio starts in the microphone's timeline
+
+
+Action = Send | Synthesize | Stop | Close | Think | StopThinking | Hear

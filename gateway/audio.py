@@ -1,5 +1,6 @@
-"""The audio path, sans I/O: voice-rate float PCM → streaming resampling → fixed frames
-→ Opus packets, s16le PCM, or G.711 μ-law / A-law bytes, one payload per frame."""
+"""The audio paths, sans I/O. Out: voice-rate float PCM → streaming resampling → fixed
+frames → Opus packets, s16le PCM, or G.711 μ-law / A-law bytes, one payload per frame.
+In (listen mode): a microphone's PCM or Opus messages → the recognizer's 16 kHz PCM."""
 
 from __future__ import annotations
 
@@ -122,3 +123,42 @@ class FrameEncoder:
             samples.sample_rate = self.rate
             return b"".join(bytes(packet) for packet in self._g711.encode(samples))
         return pcm16.tobytes()
+
+
+OPUS_MAX_FRAME_MS = 120  # the longest an Opus packet can hold (RFC 6716)
+
+
+class MicrophoneDecoder:
+    """A microphone's binary messages, PCM s16le at `rate` (at most `max_ms` a message)
+    or one Opus packet each, as the recognizer's `target_rate` int16 PCM. Resampling is
+    stateful across messages; Opus is decoded at the target rate directly."""
+
+    def __init__(self, fmt: str, rate: int, target_rate: int, max_ms: int) -> None:
+        self.rate = rate
+        self.target_rate = target_rate
+        self.max_bytes = 2 * rate * max_ms // 1000
+        self._opus = opuslib.Decoder(target_rate, 1) if fmt == "opus" else None
+        self._resampler = None
+        if self._opus is None and rate != target_rate:
+            self._resampler = soxr.ResampleStream(rate, target_rate, 1, dtype="int16")
+        self.heard_ms = 0.0  # the input timeline so far
+
+    def decode(self, message: bytes) -> np.ndarray:
+        """The message's audio at the target rate; ValueError, saying why, for a message
+        that is not what the format promises (nothing of it is kept then)."""
+        if self._opus is not None:
+            try:
+                pcm = self._opus.decode(message, self.target_rate * OPUS_MAX_FRAME_MS // 1000)
+            except opuslib.OpusError as e:
+                raise ValueError(f"not an Opus packet ({e})") from None
+            samples = np.frombuffer(pcm, "<i2")
+            self.heard_ms += samples.size * 1000 / self.target_rate
+            return samples
+        if len(message) % 2 or not message:
+            raise ValueError(f"a PCM s16le message holds whole 2-byte samples; this one has {len(message)} bytes")
+        if len(message) > self.max_bytes:
+            raise ValueError(f"a PCM message of {len(message)} bytes is over {self.max_bytes} "
+                             f"({self.max_bytes * 500 // self.rate} ms at {self.rate} Hz)")
+        samples = np.frombuffer(message, "<i2")
+        self.heard_ms += samples.size * 1000 / self.rate
+        return samples if self._resampler is None else self._resampler.resample_chunk(samples)

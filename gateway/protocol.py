@@ -48,6 +48,16 @@ class ChatConfig:
 
 
 @dataclass(frozen=True)
+class ListenConfig:
+    """Listen mode's settings: the microphone's audio format, and how a spoken turn ends."""
+
+    format: str = "pcm_s16le"
+    sample_rate: int = v1.LISTEN_DEFAULT_RATES["pcm_s16le"]
+    endpoint_ms: int = v1.LISTEN_DEFAULT_ENDPOINT_MS  # the silence after speech that ends a turn
+    barge_in: bool = True  # speech that starts while a reply is spoken cancels that reply
+
+
+@dataclass(frozen=True)
 class Config:
     voice: str
     format: str = v1.DEFAULT_FORMAT
@@ -59,6 +69,7 @@ class Config:
     # names (length_scale, noise_scale, noise_w, seed), passed to Triton as they are.
     voice_params: tuple[tuple[str, float | int], ...] = ()
     chat: ChatConfig | None = None  # chat mode's settings, when the config carries `chat`
+    listen: ListenConfig | None = None  # listen mode's settings, when the config carries `listen`
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,11 @@ class UserMessage:
     turn_id: str
     text: str
     final: bool
+
+
+@dataclass(frozen=True)
+class EndOfSpeech:
+    """Listen mode: the speaker's turn ends now (push-to-talk), without waiting for the endpoint."""
 
 
 @dataclass(frozen=True)
@@ -147,8 +163,32 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
         raise ProtocolError(v1.INVALID_FIELD, f"frame_ms {frame_ms} is not one of {v1.FRAME_MS}")
     return Config(
         voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), _field(message, "queue", bool, False),
-        voice_params(message), parse_chat(message),
+        voice_params(message), parse_chat(message), parse_listen(message),
     )
+
+
+def parse_listen(message: dict) -> ListenConfig | None:
+    """The config's `listen`: {format, sample_rate, endpoint_ms, barge_in}."""
+    listen = _field(message, "listen", dict)
+    if listen is None:
+        return None
+    listen = listen | {"type": "config"}
+    unknown = set(listen) - {"type", "format", "sample_rate", "endpoint_ms", "barge_in"}
+    if unknown:
+        raise ProtocolError(v1.INVALID_FIELD, f"listen has unknown fields: {', '.join(sorted(unknown))}")
+    fmt = _field(listen, "format", str, ListenConfig.format)
+    if fmt not in v1.LISTEN_FORMATS:
+        raise ProtocolError(v1.UNSUPPORTED_FORMAT, f"listen.format '{fmt}' is not one of {', '.join(v1.LISTEN_FORMATS)}")
+    rate = _field(listen, "sample_rate", int, v1.LISTEN_DEFAULT_RATES[fmt])
+    if rate not in v1.LISTEN_SAMPLE_RATES or (fmt == "opus" and rate != v1.LISTEN_DEFAULT_RATES["opus"]):
+        rates = (v1.LISTEN_DEFAULT_RATES["opus"],) if fmt == "opus" else v1.LISTEN_SAMPLE_RATES
+        raise ProtocolError(v1.INVALID_FIELD, f"listen.sample_rate {rate} is not one of {rates} for {fmt}")
+    (endpoint,) = c.ASR_PARAMS
+    endpoint_ms = _field(listen, "endpoint_ms", int, ListenConfig.endpoint_ms)
+    if not endpoint.minimum <= endpoint_ms <= endpoint.maximum:
+        raise ProtocolError(v1.INVALID_FIELD, f"listen.endpoint_ms {endpoint_ms} is out of range "
+                                              f"[{endpoint.minimum}, {endpoint.maximum}]")
+    return ListenConfig(fmt, rate, endpoint_ms, _field(listen, "barge_in", bool, ListenConfig.barge_in))
 
 
 def parse_chat(message: dict) -> ChatConfig | None:
@@ -236,10 +276,11 @@ def is_unicode(text: str) -> bool:
 
 def parse_message(
     frame: str | bytes, voices: tuple[str, ...], max_text_chars: int
-) -> Config | ContextMessage | UserMessage:
+) -> Config | ContextMessage | UserMessage | EndOfSpeech:
     """Parse one client frame, or raise ProtocolError with a stable code."""
     if isinstance(frame, bytes):
-        raise ProtocolError(v1.BINARY_NOT_ACCEPTED, "binary frames are not accepted from clients; send JSON text frames")
+        raise ProtocolError(v1.BINARY_NOT_ACCEPTED, "binary messages are microphone audio, taken in listen mode only "
+                            "(a config with `listen`); send JSON text frames")
     try:
         message = json.loads(frame)
     except ValueError as e:
@@ -257,6 +298,8 @@ def parse_message(
         return parse_context_message(message, max_text_chars, voices)
     if kind == "user":
         return parse_user(message, max_text_chars)
+    if kind == "end_of_speech":
+        return EndOfSpeech()
     raise ProtocolError(v1.UNKNOWN_TYPE, f"unknown message type '{kind}'", _context(message))
 
 

@@ -6,7 +6,8 @@ for its I/O shell (gateway/websocket.py) to carry out, in order (gateway/actions
 send this, start synthesizing that, stop that job, close the connection. No awaits, no
 sockets, no Triton here, so every rule is tested without a server
 (tests/unit/test_gateway_session.py). Chat mode's turns are run by gateway/turns.py; their
-replies are spoken on contexts of the session's.
+replies are spoken on contexts of the session's. Listen mode's audio and transcripts pass
+through gateway/listening.py; a spoken turn is a chat turn when the config has `chat`.
 
 Each context cuts its text into sentences (segmenter.Segmenter), queues them with the
 flush and close marks between them, and has at most one synthesis job in flight: the
@@ -32,10 +33,20 @@ from contract import models as c
 from contract import protocol as v1
 from contract.text import Sentence
 from contract.voices import EMBEDDED_ONLY, VoiceInfo
-from gateway.actions import Action, Close, Job, Send, Stop, Synthesize
+from gateway.actions import Action, Close, Hear, Job, Send, Stop, Synthesize
 from gateway.audio import FrameEncoder, pre_skip
 from gateway.chat import Held
-from gateway.protocol import TEXT_TYPES, Config, ContextMessage, ProtocolError, UserMessage, encode, parse_message
+from gateway.listening import Listening
+from gateway.protocol import (
+    TEXT_TYPES,
+    Config,
+    ContextMessage,
+    EndOfSpeech,
+    ProtocolError,
+    UserMessage,
+    encode,
+    parse_message,
+)
 from gateway.protocol import error as error_message  # the frame; Session.error sends it
 from gateway.segmenter import Segmenter, batches
 from gateway.settings import Settings
@@ -119,6 +130,9 @@ class Context:
     heard_at: float | None = None
     heard_from_ms: float = 0.0
     queued: bool = False  # waiting in the admission queue: it speaks once admitted
+    # A chat reply's words as spoken, (word, end in ms of its audio), so that barge-in
+    # keeps in the conversation what was heard; None for other contexts.
+    words: list[tuple[str, float]] | None = None
 
     @property
     def busy(self) -> bool:
@@ -134,6 +148,15 @@ class Context:
             return 0.0
         return (self.encoder.position_ms - self.heard_from_ms) / 1000 - (now - self.heard_at)
 
+    def heard_ms(self, now: float) -> float:
+        """How much of its audio its listener has heard by `now`."""
+        return 0.0 if self.heard_at is None else self.heard_from_ms + (now - self.heard_at) * 1000
+
+    def heard_text(self, now: float) -> str:
+        """The words its listener has heard whole by `now`."""
+        heard = self.heard_ms(now)
+        return " ".join(word for word, end_ms in self.words or () if end_ms <= heard)
+
     @property
     def waiting_chars(self) -> int:
         return sum(len(s.text) for s in self.queue if isinstance(s, Sentence)) + len(self.segmenter.pending)
@@ -145,7 +168,7 @@ class Session:
     def __init__(
         self, limits: Limits, observer: Observer, clock: Callable[[], float] = time.monotonic,
         session_id: str | None = None, admission: Admission | None = None,
-        voices: Mapping[str, VoiceInfo] = EMBEDDED_ONLY, chat: bool = False,
+        voices: Mapping[str, VoiceInfo] = EMBEDDED_ONLY, chat: bool = False, listen: bool = False,
     ) -> None:
         self.limits = limits
         self.observer = observer
@@ -158,6 +181,9 @@ class Session:
         self._last_stream_number = 0  # the last stream number given out; also: a context was opened
         self._jobs = 0
         self.chat = chat  # a Thinker serves chat mode
+        self.listen = listen  # a recognizer serves listen mode
+        self.listening: Listening | None = None  # once a config asked for it
+        self._replies: dict[str, Context] = {}  # chat replies' contexts, kept after `done` while their audio plays
         # Chat turns, until their reply is written (each reply is a context of its turn's id).
         self.turns = Turns(self, observer, voices, limits.chat_speculation_chars)
 
@@ -202,22 +228,27 @@ class Session:
             log.exception("session %s: unexpected error handling a message", self.id)
             return [self.error(v1.INTERNAL_ERROR, "the server failed to handle this message")]
 
-    def _parse(self, frame: str | bytes) -> Config | ContextMessage | UserMessage:
+    def _parse(self, frame: str | bytes) -> Config | ContextMessage | UserMessage | EndOfSpeech | bytes:
         size = len(frame) if isinstance(frame, bytes) else len(frame.encode("utf-8", "surrogatepass"))
         if size > self.limits.max_message_bytes:
             raise ProtocolError(
                 v1.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.limits.max_message_bytes}"
             )
+        if isinstance(frame, bytes) and self.listening is not None:
+            return frame  # the microphone's audio
         return parse_message(frame, tuple(self.voices), self.limits.max_text_chars)
 
-    def _handle(self, message: Config | ContextMessage | UserMessage) -> list[Action]:
+    def _handle(self, message: Config | ContextMessage | UserMessage | EndOfSpeech | bytes) -> list[Action]:
+        if isinstance(message, bytes):
+            return self.listening.audio(message, self.clock())
         if isinstance(message, Config):
-            if self._last_stream_number or self.turns.ids:
-                raise ProtocolError(v1.CONFIG_TOO_LATE, "config must come before the first speak, text or user")
-            self.config = message
-            return [self._ready()]
+            return self._configure(message)
         if isinstance(message, UserMessage):
             return self._user(message)
+        if isinstance(message, EndOfSpeech):
+            if self.listening is None:
+                raise ProtocolError(v1.INVALID_MESSAGE, "end_of_speech is for listen mode: send a config with `listen` first")
+            return [Hear(end=True)]
         if message.type == "cancel" and message.context_id in self.turns:
             return self.turns.cancel(message.context_id)
         context = self.contexts.get(message.context_id)
@@ -230,6 +261,18 @@ class Session:
         if context.closed:
             raise ProtocolError(v1.CONTEXT_CLOSED, f"context '{context.id}' is closed", context.id)
         return self._submit(context, *context.segmenter.flush(), Mark.FLUSH if message.type == "flush" else Mark.CLOSE)
+
+    def _configure(self, config: Config) -> list[Action]:
+        if self._last_stream_number or self.turns.ids or self.listening is not None:
+            raise ProtocolError(v1.CONFIG_TOO_LATE, "config must come before the first speak, text, user or audio")
+        if config.listen is not None and not self.listen:
+            raise ProtocolError(v1.LISTEN_UNAVAILABLE, "this server runs no speech recognizer")
+        if config.listen is not None and config.chat is not None and not self.chat:
+            raise ProtocolError(v1.CHAT_UNAVAILABLE, "this server runs no chat model: `listen` without `chat` dictates")
+        self.config = config
+        if config.listen is not None:
+            self.listening = Listening(config.listen, self.id)
+        return [self._ready()]
 
     def _text(self, context: Context | None, message: ContextMessage) -> list[Action]:
         if context is not None and message.type == "speak":
@@ -335,7 +378,7 @@ class Session:
             return actions + [Send(encode("flushed", context_id=context.id))]
         encoder = context.encoder
         ms = round((encoder.samples - encoder.padding) * 1000 / encoder.rate)  # without the padding
-        del self.contexts[context.id]
+        del self.contexts[context.id]  # a chat reply's stays in _replies while it plays
         return actions + [Send(encode("done", context_id=context.id, audio_ms=ms))]
 
     # Synthesis events
@@ -354,6 +397,9 @@ class Session:
         actions: list[Action] = []
         if self.config.timestamps and words:
             actions.append(Send(self._timestamps(context, sentence_index, words)))
+        if context.words is not None:
+            context.words += [(word, context.job.start_ms + end * 1000 / context.encoder.source_rate)
+                              for word, _, end in words]
         return actions + self._frames(context, context.encoder.push(pcm))
 
     def finished(self, job_id: int) -> list[Action]:
@@ -413,6 +459,48 @@ class Session:
         """Thinker request `think_id` failed."""
         return self.turns.thought_failed(think_id, code, message)
 
+    # Listen mode (gateway/listening.py checks the audio and words the messages)
+
+    def recognized(self, kind: str, utterance: object, audio_ms: int, text: str) -> list[Action]:
+        """A recognizer event (one of contract.models.ASR_EVENTS) of `utterance`, a key
+        unique in the connection: its message, and in chat mode what the spoken turn does."""
+        if self.listening is None:
+            return []
+        event = self.listening.recognized(kind, utterance, audio_ms, text)
+        actions: list[Action] = [Send(event.message)]
+        if self.config.chat is None:
+            return actions  # dictation
+        if kind == c.SPEECH_STARTED:
+            return actions + (self._barge_in() if self.config.listen.barge_in else [])
+        if kind == c.PARTIAL and text.strip():
+            return actions + self._spoken(UserMessage(event.turn_id, text, final=False))
+        if kind == c.FINAL:  # an empty one was noise: no turn
+            return actions + (self._spoken(UserMessage(event.turn_id, text, final=True)) if text.strip()
+                              else self.turns.forget(event.turn_id))
+        return actions
+
+    def _spoken(self, message: UserMessage) -> list[Action]:
+        try:
+            return self._user(message)
+        except ProtocolError as e:
+            return [self.error(e.code, e.message, e.context_id, e.retry_after_ms)]
+
+    def _barge_in(self) -> list[Action]:
+        """New speech: every reply answered or being spoken stops, and the conversation
+        keeps of each only the words its listener heard."""
+        now = self.clock()
+        actions: list[Action] = []
+        for turn_id in dict.fromkeys([*(t for t in self.turns.ids if self.turns.answering(t)), *self._replies]):
+            reply = self._replies.pop(turn_id, None)
+            if reply is not None and reply.id not in self.contexts and reply.heard_ms(now) >= reply.encoder.position_ms:
+                continue  # heard whole
+            actions += self.turns.interrupt(turn_id, "" if reply is None else reply.heard_text(now))
+            if reply is not None and reply.id in self.contexts:
+                actions += self._cancel(reply)
+            elif reply is not None:
+                actions.append(Send(encode("cancelled", context_id=turn_id)))  # all sent, still playing: the client stops it
+        return actions
+
     # What chat turns ask of the session (turns.Replies): a turn's reply is a context of its id
 
     def refused(self) -> bool:
@@ -425,6 +513,9 @@ class Session:
     def open_reply(self, turn_id: str) -> list[Action]:
         context, opened = self._open(ContextMessage("text", turn_id))
         context.closed = True  # the reply alone speaks on it
+        if self.listening is not None:
+            context.words = []
+            self._replies[turn_id] = context
         return opened
 
     def speak_held(self, turn_id: str, held: Held, text: str) -> list[Action]:

@@ -132,6 +132,10 @@ class Settings:
         "chat mode is on, its replies written by Triton's `thinker` model, which Triton must serve from the same "
         "(speechstream-serve does; --chat is --chat-model embedded)", env=CHAT_MODEL_ENV,
     )
+    listen: bool = _setting(
+        False, "protocol v1's listen mode is on (and the transcription API): speech is recognized by Triton's `asr` "
+        "model, which Triton must serve (speechstream-serve does with --listen or --chat)", env="SPEECHSTREAM_LISTEN",
+    )
     chat_speculation_chars: int = _setting(
         1500, "the longest conversation (characters of its messages: system prompt, history, question) a chat turn "
         "speculates on; past it the turn is answered without speculation: vLLM reads no prefix cache for the "
@@ -149,6 +153,8 @@ def _env_name(name: str, explicit: str | None) -> str:
 
 
 def _parse(default, text: str):
+    if isinstance(default, bool):
+        return text.strip().lower() in ("1", "true", "yes", "on")
     if isinstance(default, tuple):
         return tuple(part.strip() for part in text.split(",") if part.strip())
     if default is None:
@@ -164,10 +170,11 @@ def add_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -
         env = _env_name(f.name, f.metadata["env"])
         default = _parse(f.default, os.environ[env]) if env in os.environ else f.default
         flag = "--" + f.name.removesuffix("_s").replace("_", "-")
-        parser.add_argument(
-            flag, dest=f.name, default=default, type=lambda text, d=f.default: _parse(d, text),
-            help=f"{f.metadata['help']} (env {env}; default {f.default!r})",
-        )
+        help = f"{f.metadata['help']} (env {env}; default {f.default!r})"
+        if isinstance(f.default, bool):  # a switch: --listen, --no-listen
+            parser.add_argument(flag, dest=f.name, default=default, action=argparse.BooleanOptionalAction, help=help)
+            continue
+        parser.add_argument(flag, dest=f.name, default=default, type=lambda text, d=f.default: _parse(d, text), help=help)
 
 
 def from_arguments(args: argparse.Namespace, **overrides) -> Settings:

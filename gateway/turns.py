@@ -90,6 +90,7 @@ class Turns:
         self.history: list[dict[str, str]] = []  # the conversation: user turns and the replies spoken
         self._turns: dict[str, ch.Turn] = {}
         self._held: dict[int, ch.Turn] = {}  # held audio's jobs, and their turns
+        self._replied: tuple[str, dict[str, str]] | None = None  # the last reply written, and its history entry
         self._thinks = 0
 
     def __contains__(self, turn_id: str) -> bool:
@@ -129,6 +130,23 @@ class Turns:
         if not self._speculates(turn) or not turn.wants_round() or self.session.refused():
             return []  # under load, speculation yields: it takes no capacity a listener needs
         return [self._think(turn, final=False)]
+
+    def answering(self, turn_id: str) -> bool:
+        """Whether the turn's question has ended and its reply is being written."""
+        return self._turns[turn_id].final
+
+    def forget(self, turn_id: str) -> list[Action]:
+        """The turn was no question after all (a spoken turn of noise): it goes without a word."""
+        return self._drop_turn(self._turns[turn_id]) if turn_id in self._turns else []
+
+    def interrupt(self, turn_id: str, heard: str) -> list[Action]:
+        """Barge-in: the turn's reply stops, and the conversation keeps of it only `heard`."""
+        if (turn := self._turns.get(turn_id)) is not None:  # still being written
+            self.history += [{"role": "user", "content": turn.transcript}, {"role": "assistant", "content": heard}]
+            return self._drop_turn(turn)
+        if self._replied is not None and self._replied[0] == turn_id:
+            self._replied[1]["content"] = heard
+        return []
 
     def cancel(self, turn_id: str) -> list[Action]:
         return self._drop_turn(self._turns[turn_id]) + self.session.cancel_reply(turn_id)
@@ -258,6 +276,7 @@ class Turns:
         del self._turns[turn.id]
         actions = self.session.end_reply(turn.id)
         self.history += [{"role": "user", "content": turn.transcript}, {"role": "assistant", "content": turn.thought.text}]
+        self._replied = (turn.id, self.history[-1])
         return actions
 
     def thought_failed(self, think_id: int, code: str, message: str) -> list[Action]:

@@ -20,9 +20,10 @@ from aiohttp import WSMsgType, web
 
 from contract import protocol as v1
 from gateway.access import Refusal, log_refusal, refused_origin, unauthorized
-from gateway.actions import Action, Close, Job, Send, Stop, StopThinking, Synthesize, Think
+from gateway.actions import Action, Close, Hear, Job, Send, Stop, StopThinking, Synthesize, Think
 from gateway.admission import Waiter
 from gateway.protocol import ProtocolError
+from gateway.recognition import Recognition
 from gateway.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.session import Session
 from gateway.synthesis import Resuming, SynthesisFailed
@@ -87,11 +88,12 @@ class Connection:
         self.client = client
         self.transport = transport
         self.session = Session(gateway.limits, gateway.metrics, admission=self, voices=gateway.voices,
-                               chat=gateway.thinker is not None)
+                               chat=gateway.thinker is not None, listen=gateway.settings.listen)
         self.jobs: dict[int, asyncio.Task] = {}
         self.thinking: dict[int, asyncio.Task] = {}  # chat mode's Thinker requests in flight
         self.queue_tasks: set[asyncio.Task] = set()  # carrying out what the admission queue's turns said
         self.in_order = asyncio.Lock()  # so that those go out in the order of the turns
+        self.recognition: tuple[Recognition, asyncio.Task] | None = None  # listen mode's recognizer stream
 
     def refusal(self) -> ProtocolError | None:
         return self.gateway.stream_refusal(self.client)
@@ -127,6 +129,8 @@ class Connection:
         except ConnectionClosed:
             pass
         finally:
+            if self.recognition is not None:
+                await self.recognition[0].close(self.recognition[1])
             await self.act(self.session.abort())  # only Stops: nothing is sent
 
     async def receive(self) -> str | bytes | None:
@@ -164,6 +168,8 @@ class Connection:
             elif isinstance(action, StopThinking):
                 if task := self.thinking.pop(action.think_id, None):
                     task.cancel()
+            elif isinstance(action, Hear):
+                self.hear(action)
             elif isinstance(action, Close):
                 await self.ws.close(code=action.code, message=action.reason.encode())
 
@@ -193,6 +199,30 @@ class Connection:
         low, high = self.transport.get_write_buffer_limits()
         buffered = self.transport.get_write_buffer_size()
         return buffered <= low and buffered + size + FRAME_HEADER_BYTES <= high
+
+    def hear(self, hear: Hear) -> None:
+        """The microphone's audio to the recognizer stream, opened by the first audio
+        (again after a failure)."""
+        if self.recognition is None or self.recognition[1].done():
+            if hear.audio is None:
+                return  # an end of speech with nothing heard
+            listen = self.session.config.listen
+            recognition = Recognition(self.gateway.backends, self.session.id, listen.endpoint_ms, hear.at_ms,
+                                      self.recognized)
+            self.recognition = recognition, asyncio.create_task(self.listen(recognition))
+        self.recognition[0].hear(hear.audio, hear.end)
+
+    async def listen(self, recognition: Recognition) -> None:
+        """Run the recognizer stream; its failure is the client's `error`."""
+        try:
+            await recognition.run()
+        except SynthesisFailed as e:
+            with contextlib.suppress(ConnectionClosed):
+                await self.act([self.session.error(e.code, e.message)])
+
+    async def recognized(self, kind: str, utterance: object, audio_ms: int, text: str) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            await self.act(self.session.recognized(kind, utterance, audio_ms, text))
 
     async def think(self, think: Think) -> None:
         """Run one Thinker request: each piece of the reply to the session, then its end."""
