@@ -30,7 +30,7 @@ from gateway.access import (
     unauthorized,
 )
 from gateway.pace import Pace
-from gateway.protocol import OPENAI_VOICES
+from gateway.protocol import OPENAI_VOICES, ProtocolError
 from gateway.resumption import TtsChunk
 from gateway.segmenter import batches
 from gateway.service import GATEWAY, Gateway
@@ -44,6 +44,7 @@ from gateway.speech_api import (
     streams_by_default,
 )
 from gateway.synthesis import SynthesisFailed, Synthesizer
+from gateway.transcripts import TRANSCRIPTION_MODELS
 
 log = logging.getLogger("speechstream.gateway")
 
@@ -71,12 +72,17 @@ async def speech(request: web.Request) -> web.StreamResponse:
         return api_error(gateway, METRIC_CODES.get(e.status, v1.INVALID_MESSAGE), e)
     client = request.remote or ""
     if refusal := gateway.stream_refusal(client):
-        retry_s = str(math.ceil(refusal.retry_after_ms / 1000))
-        status = HTTPStatus.SERVICE_UNAVAILABLE if refusal.code == v1.SERVER_DRAINING else HTTPStatus.TOO_MANY_REQUESTS
-        error = ApiError(refusal.message, status=status, code=refusal.code, headers={"Retry-After": retry_s})
-        return api_error(gateway, refusal.code, error)
+        return api_error(gateway, refusal.code, refusal_error(refusal))
     with gateway.http_stream(client) as pace:
         return await stream_speech(request, gateway, speech_request, client, pace)
+
+
+def refusal_error(refusal: ProtocolError) -> ApiError:
+    """OpenAI's error for a stream refused (Gateway.stream_refusal): 503 from a gateway
+    that is stopping, else 429; both say when to try again."""
+    retry_s = str(math.ceil(refusal.retry_after_ms / 1000))
+    status = HTTPStatus.SERVICE_UNAVAILABLE if refusal.code == v1.SERVER_DRAINING else HTTPStatus.TOO_MANY_REQUESTS
+    return ApiError(refusal.message, status=status, code=refusal.code, headers={"Retry-After": retry_s})
 
 
 async def stream_speech(
@@ -261,10 +267,13 @@ async def audio_voices(request: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.Response:
-    """GET /v1/models, as OpenAI lists them: the speech model names clients may pass."""
+    """GET /v1/models, as OpenAI lists them: the speech model names clients may pass, and
+    the transcription models' where the recognizer is served."""
     if refusal := refused(request):
         return refusal
-    data = [{"id": m, "object": "model", "created": 0, "owned_by": "speechstream"} for m in OPENAI_MODELS]
+    gateway = request.app[GATEWAY]
+    names = OPENAI_MODELS + (TRANSCRIPTION_MODELS if gateway.settings.listen else ())
+    data = [{"id": m, "object": "model", "created": 0, "owned_by": "speechstream"} for m in names]
     return json_response(HTTPStatus.OK, {"object": "list", "data": data})
 
 

@@ -35,12 +35,14 @@ class Recognition:
 
     _numbers = itertools.count(1)
 
-    def __init__(self, backends: Backends, stream_id: str, endpoint_ms: int, at_ms: float, on_event: OnEvent) -> None:
+    def __init__(self, backends: Backends, stream_id: str, endpoint_ms: int, at_ms: float, on_event: OnEvent,
+                 partials: bool = True) -> None:
         self.backends = backends
         self.stream_id = f"{stream_id}-{next(self._numbers)}"
         self.endpoint_ms = endpoint_ms
         self.at_ms = at_ms  # where the stream's timeline starts in the microphone's
         self.on_event = on_event
+        self.partials = partials  # False: finals only (a file transcribed whole needs no partial)
         self._requests: asyncio.Queue[dict | None] = asyncio.Queue()
         self._stopped = asyncio.Event()  # the recognizer answered STOP whole
         self._ids = itertools.count()
@@ -51,6 +53,8 @@ class Recognition:
             inputs.append(infer_input(c.AUDIO, np.ascontiguousarray(audio, np.int16)))
         if end:
             inputs.append(infer_input(c.END, np.array([True])))
+        if not self.partials:
+            inputs.append(infer_input(c.PARTIALS, np.array([False])))
         self._send(inputs)
 
     async def close(self, running: asyncio.Task) -> None:
@@ -64,6 +68,20 @@ class Recognition:
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError, SynthesisFailed):
             await running
+
+    async def finish(self, running: asyncio.Task, timeout_s: float) -> None:
+        """STOP after the audio sent, and wait for every event it causes: a file
+        transcribed whole, where `close` would cut a long backlog short. The requests
+        end with the STOP, so Triton ends the stream once it has answered them all.
+        SynthesisFailed if the recognizer fails, or has not answered within `timeout_s`."""
+        self._send([infer_input(c.STOP, np.array([True]))], "stop")
+        self._requests.put_nowait(None)
+        try:
+            await asyncio.wait_for(running, timeout_s)
+        except asyncio.TimeoutError:  # not the builtin on Python 3.10
+            raise SynthesisFailed(v1.SYNTHESIS_FAILED, f"the speech recognizer did not finish within {timeout_s:g} s") from None
+        if not self._stopped.is_set():
+            raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, "the speech recognizer's stream ended before its STOP's answer")
 
     def _send(self, inputs: list, request_id: str | None = None) -> None:
         inputs.insert(0, infer_input(c.STREAM_ID, np.array([self.stream_id.encode()], dtype=object)))

@@ -1,8 +1,9 @@
-"""`speechstream-gateway`: protocol v1 over WebSocket and OpenAI's speech API over HTTP,
-on one port, with audio from Triton's `tts` model.
+"""`speechstream-gateway`: protocol v1 over WebSocket and OpenAI's speech and
+transcription APIs over HTTP, on one port, with audio from Triton's `tts` model (and
+transcripts from its `asr` model, in listen mode).
 
-This file assembles the application: the routes (websocket.py, http_api.py), and its
-lifetime as aiohttp runs it: the Triton health watch, the DNS watch (with
+This file assembles the application: the routes (websocket.py, http_api.py,
+transcription_api.py), and its lifetime as aiohttp runs it: the Triton health watch, the DNS watch (with
 --triton-service), the reading of the streams each Triton serves (for admission) and the
 admission queue run in the app's cleanup context and are awaited when it ends; on shutdown each open WebSocket is
 closed with 1001 (going away), and the gRPC channels to Triton are closed last. SIGTERM
@@ -25,7 +26,7 @@ from aiohttp import WSCloseCode, web
 
 from contract import protocol as v1
 from contract.voices import VoiceError
-from gateway import discovery, fleet, http_api
+from gateway import discovery, fleet, http_api, transcription_api
 from gateway import settings as s
 from gateway.backends import HEALTH_INTERVAL_S
 from gateway.guard import listen
@@ -46,13 +47,15 @@ def application(gateway: Gateway) -> web.Application:
     app[WEBSOCKETS] = weakref.WeakSet()
     app.router.add_get(v1.PROTOCOL_PATH, stream)
     app.router.add_post(http_api.SPEECH_PATH, http_api.speech)
+    app.router.add_post(transcription_api.TRANSCRIPTIONS_PATH, transcription_api.transcriptions)
     app.router.add_get("/healthz", http_api.healthz)
     app.router.add_get("/readyz", http_api.readyz)
     app.router.add_get("/metrics", http_api.metrics)
     app.router.add_get("/v1/voices", http_api.voices)
     app.router.add_get("/v1/audio/voices", http_api.audio_voices)
     app.router.add_get("/v1/models", http_api.models)
-    for path in (http_api.SPEECH_PATH, "/v1/voices", "/v1/audio/voices", "/v1/models"):
+    for path in (http_api.SPEECH_PATH, transcription_api.TRANSCRIPTIONS_PATH, "/v1/voices", "/v1/audio/voices",
+                 "/v1/models"):
         app.router.add_route("OPTIONS", path, http_api.preflight)
     app.on_response_prepare.append(http_api.on_prepare)
     app.router.add_get("/", http_api.page)

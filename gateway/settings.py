@@ -77,7 +77,10 @@ class Settings:
         10.0, "seconds a connection may take to send a request's head, or sit idle between requests, before "
         "it is closed (slow or silent clients)"
     )
-    body_timeout_s: float = _setting(10.0, "seconds a speech request's body may take to arrive (408 past it)")
+    body_timeout_s: float = _setting(
+        10.0, "seconds a speech request's body may take to arrive, and a transcription's upload may go without "
+        "sending a byte (408 past it)"
+    )
     max_message_bytes: int = _setting(
         256 * 1024, "larger client messages get 'message_too_large'; 4 times this closes the connection (1009)"
     )
@@ -135,6 +138,13 @@ class Settings:
     listen: bool = _setting(
         False, "protocol v1's listen mode is on (and the transcription API): speech is recognized by Triton's `asr` "
         "model, which Triton must serve (speechstream-serve does with --listen or --chat)", env="SPEECHSTREAM_LISTEN",
+    )
+    max_upload_bytes: int = _setting(
+        25 * 1024 * 1024, "the largest audio file POST /v1/audio/transcriptions takes, as OpenAI's (413 past it)"
+    )
+    max_audio_s: float = _setting(
+        600.0, "the longest audio POST /v1/audio/transcriptions transcribes, in seconds (400 past it): the "
+        "recognizer's work, which the request holds until its end"
     )
     chat_speculation_chars: int = _setting(
         1500, "the longest conversation (characters of its messages: system prompt, history, question) a chat turn "

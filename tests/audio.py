@@ -1,4 +1,7 @@
-"""Audio comparisons shared by the tests."""
+"""Audio comparisons, audio files and transcripts' word error rate, shared by the tests."""
+
+import io
+import re
 
 import numpy as np
 
@@ -8,3 +11,44 @@ def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
     assert reference.shape == test.shape, (reference.shape, test.shape)
     noise = np.sum((reference.astype(np.float64) - test) ** 2)
     return float(10 * np.log10(np.sum(reference.astype(np.float64) ** 2) / max(noise, 1e-30)))
+
+
+# A file of each format the transcription API takes: PyAV's muxer and codec, and the codec's rate.
+FILE_FORMATS = {
+    "wav": ("wav", "pcm_s16le", None), "mp3": ("mp3", "libmp3lame", 24000), "ogg": ("ogg", "libopus", 48000),
+    "flac": ("flac", "flac", None), "webm": ("webm", "libopus", 48000), "m4a": ("ipod", "aac", 24000),
+}
+
+
+def encode_file(pcm: np.ndarray, rate: int, fmt: str) -> bytes:
+    """Mono int16 `pcm` at `rate` as a whole file of `fmt` (a FILE_FORMATS key), resampled
+    to the codec's rate where it has one."""
+    import av  # here: the AR environments that import this module (tests/code2wav_check.py) have no PyAV
+
+    muxer, codec, codec_rate = FILE_FORMATS[fmt]
+    out = io.BytesIO()
+    with av.open(out, "w", format=muxer) as container:
+        stream = container.add_stream(codec, rate=codec_rate or rate, layout="mono")
+        resampler = av.AudioResampler(format=stream.codec_context.format.name, layout="mono", rate=codec_rate or rate)
+        frame = av.AudioFrame.from_ndarray(np.asarray(pcm, np.int16)[None], format="s16", layout="mono")
+        frame.sample_rate = rate
+        for piece in (*resampler.resample(frame), *resampler.resample(None), None):
+            for packet in stream.encode(piece):
+                container.mux(packet)
+    return out.getvalue()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """Words substituted, deleted and inserted over the reference's words, case and
+    punctuation aside."""
+    ref, hyp = _words(reference), _words(hypothesis)
+    distances = list(range(len(hyp) + 1))  # edit distances of ref[:0] to each prefix of hyp
+    for i, word in enumerate(ref, 1):
+        previous, distances[0] = distances[0], i
+        for j, other in enumerate(hyp, 1):
+            previous, distances[j] = distances[j], min(distances[j] + 1, distances[j - 1] + 1, previous + (word != other))
+    return distances[-1] / max(len(ref), 1)
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^\w\s']", " ", text.lower()).split()
