@@ -83,7 +83,7 @@ class Recognition:
             async for result, error in backend.triton.stream_infer(self._outgoing()):
                 if error is not None:
                     lost = any(fault in error.message() for fault in c.STUB_FAULTS)
-                    code = v1.BACKEND_UNAVAILABLE if lost else v1.SYNTHESIS_FAILED
+                    code = v1.BACKEND_UNAVAILABLE if lost else v1.RECOGNITION_FAILED
                     raise SynthesisFailed(code, f"the speech recognizer failed: {error.message()}")
                 response = result.get_response()
                 if response.parameters["triton_final_response"].bool_param and response.id == "stop":
