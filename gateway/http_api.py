@@ -50,9 +50,11 @@ log = logging.getLogger("speechstream.gateway")
 
 STATIC = Path(__file__).parent / "static"
 SPEECH_PATH = "/v1/audio/speech"
-# The status of a failure before the first audio: Triton unreachable, or Triton failing.
+# The status of a failure before the first audio (or the transcript): Triton unreachable,
+# or Triton failing.
 FAILURE_STATUS = {
     v1.BACKEND_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE, v1.SYNTHESIS_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
+    v1.RECOGNITION_FAILED: HTTPStatus.INTERNAL_SERVER_ERROR,
 }
 # The error code a refused request counts under in the metrics.
 METRIC_CODES = {

@@ -79,7 +79,7 @@ class Recognition:
         try:
             await asyncio.wait_for(running, timeout_s)
         except asyncio.TimeoutError:  # not the builtin on Python 3.10
-            raise SynthesisFailed(v1.SYNTHESIS_FAILED, f"the speech recognizer did not finish within {timeout_s:g} s") from None
+            raise SynthesisFailed(v1.RECOGNITION_FAILED, f"the speech recognizer did not finish within {timeout_s:g} s") from None
         if not self._stopped.is_set():
             raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, "the speech recognizer's stream ended before its STOP's answer")
 
@@ -101,7 +101,7 @@ class Recognition:
             async for result, error in backend.triton.stream_infer(self._outgoing()):
                 if error is not None:
                     lost = any(fault in error.message() for fault in c.STUB_FAULTS)
-                    code = v1.BACKEND_UNAVAILABLE if lost else v1.SYNTHESIS_FAILED
+                    code = v1.BACKEND_UNAVAILABLE if lost else v1.RECOGNITION_FAILED
                     raise SynthesisFailed(code, f"the speech recognizer failed: {error.message()}")
                 response = result.get_response()
                 if response.parameters["triton_final_response"].bool_param and response.id == "stop":

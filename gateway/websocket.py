@@ -31,6 +31,9 @@ from gateway.synthesis import Resuming, SynthesisFailed
 log = logging.getLogger("speechstream.gateway")
 
 FRAME_HEADER_BYTES = 10  # the longest a server's WebSocket frame header can be (RFC 6455 5.2)
+# After a recognizer stream fails, the microphone's audio is dropped this long before a
+# new stream is tried: one error per failure, not one per message.
+RECOGNIZER_RETRY_S = 1.0
 
 
 class ConnectionClosed(Exception):
@@ -94,6 +97,7 @@ class Connection:
         self.queue_tasks: set[asyncio.Task] = set()  # carrying out what the admission queue's turns said
         self.in_order = asyncio.Lock()  # so that those go out in the order of the turns
         self.recognition: tuple[Recognition, asyncio.Task] | None = None  # listen mode's recognizer stream
+        self.recognition_retry_at = 0.0  # after a failure, no new stream before this (loop time)
 
     def refusal(self) -> ProtocolError | None:
         return self.gateway.stream_refusal(self.client)
@@ -204,8 +208,8 @@ class Connection:
         """The microphone's audio to the recognizer stream, opened by the first audio
         (again after a failure)."""
         if self.recognition is None or self.recognition[1].done():
-            if hear.audio is None:
-                return  # an end of speech with nothing heard
+            if hear.audio is None or asyncio.get_running_loop().time() < self.recognition_retry_at:
+                return  # nothing heard to end, or the last stream failed just now
             listen = self.session.config.listen
             recognition = Recognition(self.gateway.backends, self.session.id, listen.endpoint_ms, hear.at_ms,
                                       self.recognized)
@@ -217,6 +221,7 @@ class Connection:
         try:
             await recognition.run()
         except SynthesisFailed as e:
+            self.recognition_retry_at = asyncio.get_running_loop().time() + RECOGNIZER_RETRY_S
             with contextlib.suppress(ConnectionClosed):
                 await self.act([self.session.error(e.code, e.message)])
 

@@ -1,7 +1,6 @@
-"""Audio comparisons, audio files and transcripts' word error rate, shared by the tests."""
+"""Audio comparisons and audio files, shared by the tests."""
 
 import io
-import re
 
 import numpy as np
 
@@ -37,18 +36,3 @@ def encode_file(pcm: np.ndarray, rate: int, fmt: str) -> bytes:
                 container.mux(packet)
     return out.getvalue()
 
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """Words substituted, deleted and inserted over the reference's words, case and
-    punctuation aside."""
-    ref, hyp = _words(reference), _words(hypothesis)
-    distances = list(range(len(hyp) + 1))  # edit distances of ref[:0] to each prefix of hyp
-    for i, word in enumerate(ref, 1):
-        previous, distances[0] = distances[0], i
-        for j, other in enumerate(hyp, 1):
-            previous, distances[j] = distances[j], min(distances[j] + 1, distances[j - 1] + 1, previous + (word != other))
-    return distances[-1] / max(len(ref), 1)
-
-
-def _words(text: str) -> list[str]:
-    return re.sub(r"[^\w\s']", " ", text.lower()).split()

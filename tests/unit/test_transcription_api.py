@@ -24,7 +24,7 @@ from gateway.synthesis import SynthesisFailed
 from gateway.transcription_api import TRANSCRIPTIONS_PATH, recognize
 from gateway.transcripts import Transcript, TranscriptionRequest, parse_transcription_form, transcription_body
 from media.decoding import AudioTooLong, UndecodableAudio, decode_audio
-from tests.audio import FILE_FORMATS, encode_file, word_error_rate
+from tests.audio import FILE_FORMATS, encode_file
 
 RATE = 16000
 
@@ -123,11 +123,6 @@ def test_what_is_no_audio_file_or_too_long_is_refused():
         decode_audio(encode_file(tone(3.0), RATE, "wav"), RATE, 2.0)
 
 
-def test_word_error_rate():
-    assert word_error_rate("The birch canoe slid.", "the birch canoe, slid") == 0
-    assert word_error_rate("The birch canoe slid on the planks.", "the birch can use lid on the planks") == 3 / 7
-
-
 class Recognizer:
     """A stand-in for Triton's `asr` on one gRPC stream (a mock: the real model is the
     integration tier's). It records the requests and, at STOP, says each run of sound
@@ -198,9 +193,9 @@ def test_a_file_goes_to_the_recognizer_a_second_a_request_finals_only_then_its_e
 
 
 @pytest.mark.parametrize("recognizer, code", [
-    (Recognizer(fail="the model failed"), v1.SYNTHESIS_FAILED),
+    (Recognizer(fail="the model failed"), v1.RECOGNITION_FAILED),
     (Recognizer(fail="Stub process 'asr_0_0' is not healthy."), v1.BACKEND_UNAVAILABLE),
-    (Recognizer(answer_stop=False), v1.SYNTHESIS_FAILED),
+    (Recognizer(answer_stop=False), v1.RECOGNITION_FAILED),
 ])
 def test_a_recognizer_that_fails_or_does_not_finish_fails_the_request(recognizer, code):
     with pytest.raises(SynthesisFailed) as e:
