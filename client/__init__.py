@@ -6,6 +6,7 @@ side over one sans-I/O core.
 - client.asyncio_client: `SpeechClient`, several contexts per connection, resuming.
 - client.sync_client: `SyncSpeechClient`, blocking, one utterance at a time.
 - client.say: `speechstream-say`.
+- client.listen: `speechstream-listen`, dictation and spoken conversations from files.
 
     async with await SpeechClient.connect("ws://127.0.0.1:8080/v1/stream") as client:
         async for frame in client.speak("Hello there."):
@@ -16,11 +17,23 @@ side over one sans-I/O core.
 """
 
 from client.asyncio_client import Context, Reconnect, SpeechClient, connection
-from client.events import Event, Router, SpeechError, audio_end_s, frame_samples
+from client.events import (
+    Event,
+    Heard,
+    Microphone,
+    Router,
+    SpeechError,
+    SpeechStarted,
+    SpeechStopped,
+    Transcript,
+    audio_end_s,
+    frame_samples,
+)
 from client.resume import Anchor, Progress, Splice
 from client.sync_client import SyncSpeechClient
 
 __all__ = [
-    "Anchor", "Context", "Event", "Progress", "Reconnect", "Router", "SpeechClient", "SpeechError", "Splice",
-    "SyncSpeechClient", "audio_end_s", "connection", "frame_samples",
+    "Anchor", "Context", "Event", "Heard", "Microphone", "Progress", "Reconnect", "Router", "SpeechClient",
+    "SpeechError", "SpeechStarted", "SpeechStopped", "Splice", "SyncSpeechClient", "Transcript", "audio_end_s",
+    "connection", "frame_samples",
 ]

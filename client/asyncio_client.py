@@ -1,6 +1,7 @@
 """The asyncio client: `SpeechClient`, several contexts on one connection, a reader task
 routing every event (client.events) to its context; with `resume=True`, when a gateway
-goes away its open contexts go on over a new connection (client.resume)."""
+goes away its open contexts go on over a new connection (client.resume). In listen mode
+it sends the microphone's audio and hears the turns the server's recognizer finds."""
 
 from __future__ import annotations
 
@@ -19,10 +20,15 @@ from client.events import (
     CONNECTION_CLOSED,
     RESUME_FAILED,
     Event,
+    Heard,
+    Microphone,
     Router,
     SpeechError,
     auth_headers,
     expect_ready,
+    heard,
+    listen_rate,
+    pcm_ms,
     raise_error,
 )
 from client.resume import RESUMABLE_CLOSES, Progress, Splice
@@ -200,10 +206,14 @@ class SpeechClient:
     a `reconnect`, when the gateway goes away (closes with 1001 or 1012) the client
     connects again and its open contexts go on there (see `Progress`)."""
 
-    def __init__(self, ws: websockets.ClientConnection, ready: dict, reconnect: Reconnect | None = None) -> None:
+    def __init__(self, ws: websockets.ClientConnection, ready: dict, reconnect: Reconnect | None = None,
+                 listen: dict | None = None) -> None:
         self.ws = ws
         self.ready = ready
         self.reconnect = reconnect
+        self.listen = listen  # the config's `listen`: the connection is a microphone
+        self.microphone = Microphone()  # the audio sent, for voice-to-voice latency
+        self._heard: asyncio.Queue[Heard | None] = asyncio.Queue()  # listen mode's events; None: the end
         self.resumes = 0  # new connections its contexts went on over
         self.errors: list[dict] = []  # errors that name no context of this client's
         self._router = Router()
@@ -226,7 +236,14 @@ class SpeechClient:
         gateway goes away, connect again (to the next of them) and go on with the open
         contexts there; the config then asks for `timestamps` (kept from the contexts'
         events unless asked for) and carries a seed (random unless given), so that a
-        sentence spoken again sounds the same."""
+        sentence spoken again sounds the same.
+
+        `listen` in the config ({} for its defaults; with `chat` too for a spoken
+        conversation) makes the connection a microphone: `send_audio`, `end_of_speech`,
+        and `heard()`. Listen mode does not resume: the recognizer's timeline and the
+        conversation are the connection's."""
+        if resume and "listen" in config:
+            raise ValueError("listen mode does not resume: the microphone's timeline is the connection's")
         urls = [url] if isinstance(url, str) else list(url)
         asked = bool(config.get("timestamps"))
         if resume:
@@ -236,7 +253,7 @@ class SpeechClient:
             return await _open(at, api_key, config)
 
         ws, ready = await open_(urls[0])
-        return cls(ws, ready, Reconnect(urls, open_, timestamps=asked) if resume else None)
+        return cls(ws, ready, Reconnect(urls, open_, timestamps=asked) if resume else None, config.get("listen"))
 
     async def __aenter__(self) -> SpeechClient:
         return self
@@ -262,6 +279,34 @@ class SpeechClient:
         await context.speak(text, **voice)
         async for frame in context.frames():
             yield frame
+
+    async def send_audio(self, audio: bytes, duration_ms: float | None = None) -> float:
+        """One microphone message (listen mode): PCM s16le mono at the config's
+        `listen.sample_rate`, up to 200 ms, or one Opus packet (give its `duration_ms`).
+        Send it as it is recorded: audio more than 2 s ahead of real time is dropped.
+        Returns when it went out; `microphone` keeps that, for voice-to-voice latency."""
+        await self._writable()
+        sent = time.perf_counter()
+        await self.ws.send(audio)
+        self.microphone.sent(pcm_ms(audio, listen_rate(self.listen)) if duration_ms is None else duration_ms, sent)
+        return sent
+
+    async def end_of_speech(self) -> float:
+        """The speaker's turn ends now (push-to-talk), without waiting for the endpoint."""
+        await self._writable()
+        sent = time.perf_counter()
+        await self.ws.send(json.dumps({"type": "end_of_speech"}))
+        return sent
+
+    async def heard(self) -> AsyncIterator[Heard]:
+        """Listen mode's events, in order, until the connection ends: SpeechStarted,
+        Transcript (partials, then one final) and SpeechStopped for each turn; in chat
+        mode, each spoken turn's reply as the Events of its context (named by the turn's
+        id: reply, reply_text, audio frames, done, or cancelled at barge-in); errors that
+        name no context of this client's (audio_not_accepted, recognition_failed) as
+        Events too, since listening goes on after them."""
+        while (event := await self._heard.get()) is not None:
+            yield event
 
     async def close(self) -> None:
         self._closing = True
@@ -295,6 +340,7 @@ class SpeechClient:
             self._online.set()  # a sender waiting learns of the failure
             for context in list(self._contexts.values()):
                 self._end(context, self._failure)
+            self._heard.put_nowait(None)
 
     async def _resume(self) -> None:
         """Connect again and go on with the open contexts there."""
@@ -314,6 +360,8 @@ class SpeechClient:
         if context is None:
             if event.kind == "error":
                 self.errors.append(event.message)
+            if self.listen is not None and event.kind != "audio_start":
+                self._heard.put_nowait(heard(event))  # a spoken turn's, or the connection's
             return
         if (event := context._receive(event)) is None:
             return

@@ -5,14 +5,18 @@ means, and which context it belongs to.
   with its arrival time (`time.perf_counter()`).
 - `SpeechError`: an `error` message, or the client's own codes beside the server's.
 - `frame_samples`, `audio_end_s`: where a frame's audio lies, given the connection's `ready`.
+- `heard`: listen mode's events typed (`SpeechStarted`, `Transcript`, `SpeechStopped`),
+  and `Microphone`, the timeline of the audio sent, for voice-to-voice latency.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import struct
 import time
 from dataclasses import dataclass
+from typing import Union
 
 from contract import protocol as v1
 
@@ -131,3 +135,90 @@ def frame_samples(frame: v1.AudioFrame, ready: dict) -> int:
 def audio_end_s(frame: v1.AudioFrame, ready: dict) -> float:
     """Where the frame's audio ends, in seconds from its context's first sample."""
     return (frame.sample_offset + frame_samples(frame, ready)) / ready["sample_rate"]
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """Listen mode: speech began at `audio_ms` of the microphone's timeline, a turn the
+    server names."""
+
+    at: float  # time.perf_counter() when it arrived
+    turn_id: str
+    audio_ms: int
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """Listen mode: the turn's words so far (a partial replaces the last), or its one final."""
+
+    at: float
+    turn_id: str
+    text: str
+    final: bool
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    """Listen mode: the turn's speech ended at `audio_ms` of the microphone's timeline."""
+
+    at: float
+    turn_id: str
+    audio_ms: int
+
+
+# What a listening client hears: the recognizer's three messages, typed; a spoken turn's
+# reply (chat mode: reply, reply_text, its frames, done, cancelled on context turn_id)
+# and errors as the Events they are.
+Heard = Union[SpeechStarted, Transcript, SpeechStopped, Event]
+
+
+def heard(event: Event) -> Heard:
+    """Listen mode's view of an event that names no context the client opened."""
+    m = event.message
+    if event.kind == "speech_started":
+        return SpeechStarted(event.at, m["turn_id"], m["audio_ms"])
+    if event.kind == "transcript":
+        return Transcript(event.at, m["turn_id"], m["text"], m["final"])
+    if event.kind == "speech_stopped":
+        return SpeechStopped(event.at, m["turn_id"], m["audio_ms"])
+    return event
+
+
+class Microphone:
+    """The microphone's timeline as sent: where each message's audio ended and when it
+    went out. The server places speech in that timeline (speech_stopped's audio_ms: the
+    end of speech), so `sent_at` turns that place into the time its last sample left,
+    which is where voice-to-voice latency starts. Only about the last `keep_ms` are kept."""
+
+    def __init__(self, keep_ms: float = 120_000) -> None:
+        self.ms = 0.0  # the audio sent so far
+        self.keep_ms = keep_ms
+        self._ends: list[float] = []  # each message's end in the timeline, in order
+        self._at: list[float] = []  # when each went out
+        self._from_ms = 0.0  # where the first message kept starts
+
+    def sent(self, duration_ms: float, at: float) -> None:
+        self.ms += duration_ms
+        self._ends.append(self.ms)
+        self._at.append(at)
+        if self._ends[0] < self.ms - 2 * self.keep_ms:  # trimmed now and then, not at every message
+            first = bisect.bisect_left(self._ends, self.ms - self.keep_ms)
+            self._from_ms = self._ends[first - 1]
+            del self._ends[:first], self._at[:first]
+
+    def sent_at(self, audio_ms: float) -> float | None:
+        """When the message holding `audio_ms` of the timeline went out; None if it is
+        not sent yet, or no longer kept."""
+        i = bisect.bisect_left(self._ends, audio_ms)
+        return None if audio_ms < self._from_ms or i == len(self._ends) else self._at[i]
+
+
+def listen_rate(listen: dict | None) -> int:
+    """The microphone's sample rate a config's `listen` says, or its format's default."""
+    listen = listen or {}
+    return listen.get("sample_rate", v1.LISTEN_DEFAULT_RATES[listen.get("format", "pcm_s16le")])
+
+
+def pcm_ms(audio: bytes, rate: int) -> float:
+    """The duration of a PCM s16le mono message."""
+    return len(audio) / 2 * 1000 / rate

@@ -1,6 +1,7 @@
 """The blocking client: `SyncSpeechClient`, one utterance at a time, over
-websockets.sync or any socket with send/recv/close (the Locust users' websocket-client).
-It routes with the same sans-I/O core as the asyncio client (client.events)."""
+websockets.sync or any socket with send/recv/close (the Locust users' websocket-client);
+in listen mode, a microphone. It routes with the same sans-I/O core as the asyncio
+client (client.events)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,25 @@ from typing import Any, Protocol
 
 import websockets.sync.client
 
-from client.events import Event, Router, auth_headers, expect_ready, raise_error
+from client.events import (
+    Event,
+    Heard,
+    Microphone,
+    Router,
+    auth_headers,
+    expect_ready,
+    heard,
+    listen_rate,
+    pcm_ms,
+    raise_error,
+)
 from contract import protocol as v1
 
 
 class SyncSocket(Protocol):
     """What `SyncSpeechClient` needs of a blocking WebSocket."""
 
-    def send(self, message: str) -> Any: ...
+    def send(self, message: str | bytes) -> Any: ...
 
     def recv(self) -> str | bytes: ...
 
@@ -29,9 +41,11 @@ class SyncSocket(Protocol):
 class SyncSpeechClient:
     """A blocking client: one utterance at a time."""
 
-    def __init__(self, ws: SyncSocket, ready: dict) -> None:
+    def __init__(self, ws: SyncSocket, ready: dict, listen: dict | None = None) -> None:
         self.ws = ws
         self.ready = ready
+        self.listen = listen  # the config's `listen`: the connection is a microphone
+        self.microphone = Microphone()  # the audio sent, for voice-to-voice latency
         self.sent: float | None = None  # when the last utterance's `speak` went out (time.perf_counter())
         self.done: dict | None = None  # the last utterance's `done` message
         self._router = Router()
@@ -56,7 +70,7 @@ class SyncSpeechClient:
         except BaseException:
             ws.close()
             raise
-        return cls(ws, ready)
+        return cls(ws, ready, config.get("listen"))
 
     def __enter__(self) -> SyncSpeechClient:
         return self
@@ -88,6 +102,28 @@ class SyncSpeechClient:
         for event in self.events(text):
             if event.frame:
                 yield event.frame
+
+    def send_audio(self, audio: bytes, duration_ms: float | None = None) -> float:
+        """One microphone message (listen mode; see SpeechClient.send_audio). It may be
+        sent from another thread than the one reading `heard()`: websockets' blocking
+        connection sends and receives at once."""
+        sent = time.perf_counter()
+        self.ws.send(audio)
+        self.microphone.sent(pcm_ms(audio, listen_rate(self.listen)) if duration_ms is None else duration_ms, sent)
+        return sent
+
+    def end_of_speech(self) -> float:
+        sent = time.perf_counter()
+        self.ws.send(json.dumps({"type": "end_of_speech"}))
+        return sent
+
+    def heard(self) -> Iterator[Heard]:
+        """Listen mode's events as they come (see SpeechClient.heard), for as long as the
+        caller reads; the socket's own exception when the connection ends."""
+        while True:
+            event = self._router.route(self.ws.recv())
+            if event.kind != "audio_start":  # routing's business
+                yield heard(event)
 
     def close(self) -> None:
         self.ws.close()

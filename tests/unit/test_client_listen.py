@@ -1,0 +1,124 @@
+"""The client library's listen mode without a server: the events a listening connection
+hears, typed and in order (a dictated turn, a spoken chat turn's reply on its turn id, a
+barge-in's late `cancelled`, the connection's errors), beside a context of the client's
+own; and the microphone's timeline that voice-to-voice latency starts from."""
+
+import asyncio
+import json
+
+import pytest
+
+from client import (
+    Event,
+    Microphone,
+    SpeechClient,
+    SpeechStarted,
+    SpeechStopped,
+    SyncSpeechClient,
+    Transcript,
+)
+from contract import protocol as v1
+from tests.unit.test_client_routing import READY, FakeSocket, FakeSyncSocket, done, frame, msg, start
+
+
+class MicrophoneSocket(FakeSocket):
+    """Keeps binary messages sent as they are."""
+
+    async def send(self, message: str | bytes) -> None:
+        self.sent.append(message if isinstance(message, bytes) else json.loads(message))
+
+
+SPOKEN_TURN = [
+    msg(type="speech_started", turn_id="turn-1", audio_ms=1000),
+    msg(type="transcript", turn_id="turn-1", text="What is", final=False),
+    msg(type="speech_stopped", turn_id="turn-1", audio_ms=2400),
+    msg(type="transcript", turn_id="turn-1", text="What is the capital of France?", final=True),
+    start("turn-1", 1),
+    msg(type="reply", turn_id="turn-1", outcome="held", rounds=2, draft_tokens=8, accepted_tokens=8),
+    msg(type="reply_text", turn_id="turn-1", text="Paris."),
+    frame(1, 0), start("c1", 2), frame(2, 0, last=True), done("c1"), frame(1, 1, last=True), done("turn-1"),
+    msg(type="error", code=v1.AUDIO_NOT_ACCEPTED, message="a PCM message of 9999 bytes is over 6400"),
+    msg(type="speech_started", turn_id="turn-2", audio_ms=5000),
+    msg(type="cancelled", context_id="turn-1"),  # barge-in: the reply was all sent, and still playing
+]
+
+
+def described(event):
+    """(what, turn or context, detail) of a heard event."""
+    if isinstance(event, (SpeechStarted, SpeechStopped)):
+        return type(event).__name__, event.turn_id, event.audio_ms
+    if isinstance(event, Transcript):
+        return "Transcript", event.turn_id, (event.text, event.final)
+    return event.kind or "frame", event.context_id, event.frame.seq if event.frame else None
+
+
+def test_a_listening_client_hears_its_turns_typed_and_their_replies_beside_its_own_contexts():
+    async def run():
+        client = SpeechClient(MicrophoneSocket(SPOKEN_TURN), READY, listen={})
+        own = client.context("c1")
+        heard = [e async for e in client.heard()]
+        return heard, [e.frame.seq if e.frame else e.kind async for e in own.events()], client
+
+    heard, own, client = asyncio.run(run())
+    assert [described(e) for e in heard] == [
+        ("SpeechStarted", "turn-1", 1000), ("Transcript", "turn-1", ("What is", False)),
+        ("SpeechStopped", "turn-1", 2400), ("Transcript", "turn-1", ("What is the capital of France?", True)),
+        ("reply", "turn-1", None), ("reply_text", "turn-1", None), ("frame", "turn-1", 0), ("frame", "turn-1", 1),
+        ("done", "turn-1", None), ("error", None, None), ("SpeechStarted", "turn-2", 5000),
+        ("cancelled", "turn-1", None),
+    ]
+    assert own == [0, "done"]  # the client's own context is not listen mode's
+    assert all(isinstance(e.at, float) for e in heard) and [e["code"] for e in client.errors] == [v1.AUDIO_NOT_ACCEPTED]
+
+
+def test_without_listen_nothing_is_heard_and_other_contexts_events_are_dropped_as_before():
+    async def run():
+        client = SpeechClient(MicrophoneSocket(SPOKEN_TURN), READY)
+        return [e async for e in client.heard()]
+
+    assert asyncio.run(run()) == []
+
+
+def test_audio_sent_is_placed_on_the_microphones_timeline():
+    async def run():
+        ws = MicrophoneSocket([])
+        client = SpeechClient(ws, READY, listen={"sample_rate": 48000})
+        times = [await client.send_audio(b"\x00" * 1920) for _ in range(3)]  # 20 ms each at 48 kHz
+        await client.end_of_speech()
+        await client.close()
+        return ws.sent, times, client.microphone
+
+    sent, times, microphone = asyncio.run(run())
+    assert sent == [b"\x00" * 1920] * 3 + [{"type": "end_of_speech"}]
+    assert microphone.ms == pytest.approx(60)
+    assert [microphone.sent_at(ms) for ms in (0, 20, 20.5, 60)] == [times[0], times[0], times[1], times[2]]
+    assert microphone.sent_at(60.5) is None  # not sent yet
+
+
+def test_the_microphone_keeps_only_its_last_minutes():
+    microphone = Microphone(keep_ms=1000)
+    for i in range(400):  # 8 s of 20 ms messages
+        microphone.sent(20, at=float(i))
+    assert microphone.sent_at(7990) == 399.0 and microphone.sent_at(6500) == 324.0
+    assert microphone.sent_at(100) is None  # long gone
+    assert len(microphone._ends) <= 150
+
+
+def test_listen_mode_does_not_resume():
+    with pytest.raises(ValueError, match="does not resume"):
+        asyncio.run(SpeechClient.connect("ws://127.0.0.1:9/v1/stream", resume=True, listen={}))
+
+
+def test_the_sync_client_hears_the_same_events():
+    class Socket(FakeSyncSocket):
+        def send(self, message):
+            self.sent.append(message if isinstance(message, bytes) else json.loads(message))
+
+    ws = Socket([msg(**READY), msg(**READY), *SPOKEN_TURN[:6]])
+    client = SyncSpeechClient.over(ws, listen={})
+    client.send_audio(b"\x00" * 640)  # 20 ms at 16 kHz, the default
+    heard = [e for _, e in zip(range(5), client.heard())]
+    assert [described(e) for e in heard][3:] == [
+        ("Transcript", "turn-1", ("What is the capital of France?", True)), ("reply", "turn-1", None)]
+    assert isinstance(heard[-1], Event) and client.microphone.ms == pytest.approx(20)
+    assert ws.sent[0]["listen"] == {} and ws.sent[1] == b"\x00" * 640
