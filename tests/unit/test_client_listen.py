@@ -1,7 +1,8 @@
 """The client library's listen mode without a server: the events a listening connection
 hears, typed and in order (a dictated turn, a spoken chat turn's reply on its turn id, a
 barge-in's late `cancelled`, the connection's errors), beside a context of the client's
-own; and the microphone's timeline that voice-to-voice latency starts from."""
+own; the microphone's timeline that voice-to-voice latency starts from; and what
+speechstream-listen makes of the events (client/listen.py's Conversation and output)."""
 
 import asyncio
 import json
@@ -11,12 +12,15 @@ import pytest
 from client import (
     Event,
     Microphone,
+    Router,
     SpeechClient,
     SpeechStarted,
     SpeechStopped,
     SyncSpeechClient,
     Transcript,
 )
+from client.events import heard
+from client.listen import REPLY_RATE, SETTLE_S, Conversation, Lines
 from contract import protocol as v1
 from tests.unit.test_client_routing import READY, FakeSocket, FakeSyncSocket, done, frame, msg, start
 
@@ -122,3 +126,62 @@ def test_the_sync_client_hears_the_same_events():
         ("Transcript", "turn-1", ("What is the capital of France?", True)), ("reply", "turn-1", None)]
     assert isinstance(heard[-1], Event) and client.microphone.ms == pytest.approx(20)
     assert ws.sent[0]["listen"] == {} and ws.sent[1] == b"\x00" * 640
+
+
+def conversation_of(chat, messages):
+    """A speechstream-listen Conversation fed `messages`, the i-th arriving at i seconds."""
+    router, conversation = Router(), Conversation(chat)
+    for i, message in enumerate(messages):
+        conversation.take(heard(router.route(message, at=float(i))))
+    return conversation
+
+
+def test_dictation_ends_each_turn_at_its_final_and_settles_after_the_end_of_speech():
+    c = conversation_of(False, SPOKEN_TURN[:2])
+    assert not c.turns["turn-1"].ended and not c.settled(since=0, now=100)
+    c = conversation_of(False, SPOKEN_TURN[:4])
+    assert c.turns["turn-1"].ended and c.turns["turn-1"].text == "What is the capital of France?"
+    assert not c.settled(since=3.0, now=4.0) and c.settled(since=3.0, now=3.0 + SETTLE_S)
+
+
+def test_a_chat_turn_is_answered_once_its_reply_is_done_and_heard_whole():
+    c = conversation_of(True, SPOKEN_TURN[:4])
+    assert not c.turns["turn-1"].ended  # its reply is to come
+    c = conversation_of(True, SPOKEN_TURN[:13])
+    turn = c.turns["turn-1"]
+    assert turn.ended and (turn.outcome, turn.reply_text, turn.first_audio_at) == ("held", "Paris.", 7.0)
+    assert len(turn.audio) == 16 and turn.playing_until() == pytest.approx(7.0 + 8 / REPLY_RATE)
+    assert not c.answered(since=1, now=100) and not c.answered(since=0, now=7.0) and c.answered(since=0, now=8.0)
+    assert c.errors == []
+
+
+def test_a_final_of_noise_ends_a_chat_turn_without_a_reply():
+    c = conversation_of(True, [msg(type="speech_started", turn_id="turn-1", audio_ms=0),
+                               msg(type="transcript", turn_id="turn-1", text="", final=True)])
+    assert c.turns["turn-1"].ended and c.answered(since=0, now=2.0)
+
+
+def test_voice_to_voice_latency_runs_from_the_last_sample_of_speech_sent_to_the_replys_first_audio():
+    c = conversation_of(True, SPOKEN_TURN[:13])  # speech stopped at 2400 ms; the first frame came at 7 s
+    microphone = Microphone()
+    for i in range(200):  # 4 s of 20 ms messages, the one ending at 2400 ms sent at 4.6 s
+        microphone.sent(20, at=2.2 + i * 0.02)
+    assert c.latency_s(c.turns["turn-1"], microphone) == pytest.approx(7.0 - 4.58)
+    assert c.latency_s(c.turns["turn-1"], Microphone()) is None  # its speech was never sent from here
+
+
+def test_errors_of_a_turn_end_it_and_the_connections_are_kept():
+    c = conversation_of(True, SPOKEN_TURN[:4] + [
+        msg(type="error", context_id="turn-1", code=v1.SERVER_BUSY, message="busy"),
+        msg(type="error", code=v1.RECOGNITION_FAILED, message="the speech recognizer failed")])
+    assert c.turns["turn-1"].ended and c.turns["turn-1"].error == "server_busy: busy"
+    assert c.errors == ["recognition_failed: the speech recognizer failed"]
+
+
+def test_partials_overwrite_one_line_on_a_terminal_and_are_left_out_elsewhere(capsys):
+    for tty in (True, False):
+        lines = Lines(tty)
+        lines.partial("What")
+        lines.partial("What is")
+        lines.line("What is it?")
+    assert capsys.readouterr().out == "\rWhat\x1b[K\rWhat is\x1b[K\rWhat is it?\x1b[K\nWhat is it?\n"
