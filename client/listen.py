@@ -156,14 +156,17 @@ class Pacer:
     def __init__(self, client: SpeechClient, ahead_s: float) -> None:
         self.client = client
         self.ahead_s = ahead_s
-        self.started: float | None = None
+        self.origin: float | None = None  # when the timeline's start would have been sent, in real time
 
     async def send(self, pcm: np.ndarray) -> None:
-        """`pcm` (int16 at RATE), a message at a time, each when it is due."""
+        """`pcm` (int16 at RATE), a message at a time, each when it is due. After a pause
+        (dictation waiting between files) real time starts again from the pause's end,
+        rather than the file's start going out at once to catch up."""
         for i in range(0, pcm.size, STEP):
-            self.started = self.started or time.perf_counter()
-            due = self.started + self.client.microphone.ms / 1000 - self.ahead_s
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            now, position_s = time.perf_counter(), self.client.microphone.ms / 1000
+            if self.origin is None or self.origin + position_s < now - MESSAGE_MS / 1000:
+                self.origin = now - position_s
+            await asyncio.sleep(max(0.0, self.origin + position_s - self.ahead_s - now))
             await self.client.send_audio(pcm[i:i + STEP].tobytes())
 
 

@@ -6,7 +6,9 @@ speechstream-listen makes of the events (client/listen.py's Conversation and out
 
 import asyncio
 import json
+import time
 
+import numpy as np
 import pytest
 
 from client import (
@@ -20,7 +22,7 @@ from client import (
     Transcript,
 )
 from client.events import heard
-from client.listen import REPLY_RATE, SETTLE_S, Conversation, Lines
+from client.listen import REPLY_RATE, SETTLE_S, STEP, Conversation, Lines, Pacer
 from contract import protocol as v1
 from tests.unit.test_client_routing import READY, FakeSocket, FakeSyncSocket, done, frame, msg, start
 
@@ -185,3 +187,28 @@ def test_partials_overwrite_one_line_on_a_terminal_and_are_left_out_elsewhere(ca
         lines.partial("What is")
         lines.line("What is it?")
     assert capsys.readouterr().out == "\rWhat\x1b[K\rWhat is\x1b[K\rWhat is it?\x1b[K\nWhat is it?\n"
+
+
+class PacedClient:
+    """What Pacer uses of a SpeechClient: its microphone, and a send that keeps when."""
+
+    def __init__(self):
+        self.microphone, self.times = Microphone(), []
+
+    async def send_audio(self, audio):
+        self.times.append(time.perf_counter())
+        self.microphone.sent(len(audio) / 2 / 16, self.times[-1])
+
+
+def test_the_pacer_sends_in_real_time_or_ahead_and_starts_again_after_a_pause():
+    async def run(ahead_s):
+        client = PacedClient()
+        pacer = Pacer(client, ahead_s)
+        await pacer.send(np.zeros(STEP * 10, np.int16))  # 200 ms
+        await asyncio.sleep(0.3)  # dictation waits between files
+        await pacer.send(np.zeros(STEP * 5, np.int16))
+        return [t - client.times[0] for t in client.times]
+
+    real_time, ahead = asyncio.run(run(0.0)), asyncio.run(run(0.1))
+    assert 0.17 <= real_time[9] < 0.3 and ahead[4] < 0.03  # the first 100 ms at once when ahead
+    assert real_time[14] - real_time[10] >= 0.07  # after the pause, paced again: no burst to catch up
