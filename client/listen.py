@@ -186,6 +186,7 @@ class Session:
         self.pacer = Pacer(client, ahead_s)
         self.out = out
         self.replies = 0
+        self.answered: set[str] = set()  # the turns whose reply was printed (a barge-in's `cancelled` may follow `done`)
         self.reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -196,7 +197,8 @@ class Session:
                     print(f"speechstream-listen: {self.conversation.errors[-1]}", file=sys.stderr)
             elif isinstance(event, Transcript):
                 self._heard(turn)
-            elif turn.ended and self.conversation.chat and event.kind in ("done", "cancelled", "error"):
+            elif turn.ended and self.conversation.chat and turn.id not in self.answered:
+                self.answered.add(turn.id)
                 self._answered(turn)
 
     def _heard(self, turn: Turn) -> None:
