@@ -219,7 +219,7 @@ class Turns:
         held = turn.held
         del self._held[held.job_id]
         self.observer.held_audio(self._held_seconds(held), released=True)
-        turn.spoken_from = held.sentence.end
+        turn.spoken_from, turn.held = held.sentence.end, None  # the reply's audio now, no longer held
         return self.session.speak_held(turn.id, held, turn.draft_text[: held.sentence.end])
 
     def _reply_text(self, turn: ch.Turn, text: str) -> list[Action]:

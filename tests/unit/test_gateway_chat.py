@@ -261,3 +261,18 @@ def test_the_outcome_of_a_verification():
     assert ch.outcome(Speculation.GREEDY, 3, held) is ch.Outcome.PARTIAL
     assert ch.outcome(Speculation.TOP_K, 0, None) is ch.Outcome.REJECTED
     assert ch.outcome(Speculation.OFF, None, None) is ch.Outcome.OFF
+
+
+def held_job(actions):
+    return [a.job for a in actions if isinstance(a, Synthesize)][0]
+
+
+def test_released_held_audio_is_the_replys_and_stops_once_with_it():
+    s = chat_session()
+    job = held_job(answer(s, thinks(user(s, "What is the capital of France"))[0], DRAFT))
+    s.audio(job.id, np.full(4410, 0.1, np.float32), 0, [])
+    last = thinks(user(s, "What is the capital of France?", final=True))[0]
+    assert messages(s.thought(last.id, [10, 11, 12, 13, 14, 15], "Paris is big. It is", 5))[0]["outcome"] == "held"
+    cancel = s.receive(json.dumps({"type": "cancel", "context_id": "t1"}))
+    assert cancel.count(Stop(job.id)) == 1
+    assert s.observer.held_s == {True: 0.2, False: 0.0}  # released, not also thrown away
