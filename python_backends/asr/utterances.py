@@ -6,8 +6,9 @@ blocks at least `Policy.min_speech_ms` long opens an utterance, and `Policy.hang
 of unlikely blocks after it mean the speech has stopped, for now. The transcriber
 (`Transcriber`, Whisper) is run over the utterance's audio so far ("a pass"):
 
-- while the speaker speaks, after each `Policy.partial_every_ms` of new audio: its words
-  that the previous pass agrees on go out as a partial (`stability.Agreement`);
+- while the speaker speaks, after each `Policy.partial_every_ms` of new audio: the words
+  it and the previous pass agree on, but the last, go out as a partial
+  (`stability.Agreement`);
 - once the speech stops (the hangover), over the whole utterance at once: its words go
   out as a partial right away, since the audio will not change unless the speaker goes
   on, and become the final at the endpoint with no pass more. A voice chat's reply can
