@@ -17,7 +17,7 @@ import threading
 from contract.voices import VoiceError
 from gateway import settings as s
 from gateway.server import serve_forever
-from operations.arguments import add_chat_flag, add_gpu_argument
+from operations.arguments import add_chat_flag, add_gpu_argument, add_listen_flag
 from operations.supervisor import TritonServer
 
 log = logging.getLogger("speechstream.serve")
@@ -25,7 +25,7 @@ log = logging.getLogger("speechstream.serve")
 
 async def run(args: argparse.Namespace) -> int:
     triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port, voices=args.voices,
-                           ar_model=args.ar_model, chat_model=args.chat_model, gpu=args.gpu)
+                           ar_model=args.ar_model, chat_model=args.chat_model, gpu=args.gpu, listen=args.listen)
     triton.start()
     stopping = threading.Event()
     supervisor = None
@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-metrics-port", type=int, default=int(env("TRITON_METRICS_PORT", 8002)))
     add_gpu_argument(parser)
     add_chat_flag(parser)
+    add_listen_flag(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
