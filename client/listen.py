@@ -255,17 +255,17 @@ def write_wav(path: Path, pcm: bytes) -> None:
         w.writeframes(pcm)
 
 
-async def listen(url: str, audios: list[np.ndarray], chat: bool, fast: bool, out: Path | None,
+async def listen(url: str, audios: list[np.ndarray], chat: dict | None, fast: bool, out: Path | None,
                  api_key: str | None = None, endpoint_ms: int = LISTEN_DEFAULT_ENDPOINT_MS) -> Conversation:
-    """Dictate `audios` one after another, or (`chat`) ask them as a conversation's
-    questions; what was heard, once it is over."""
+    """Dictate `audios` one after another, or with `chat` (chat mode's settings) ask them
+    as a conversation's questions; what was heard, once it is over."""
     config = {"format": "pcm_s16le", "sample_rate": REPLY_RATE, "listen": {"sample_rate": RATE, "endpoint_ms": endpoint_ms}}
-    client = await SpeechClient.connect(url, api_key, **config, **({"chat": {}} if chat else {}))
-    conversation = Conversation(chat)
+    client = await SpeechClient.connect(url, api_key, **config, **({} if chat is None else {"chat": chat}))
+    conversation = Conversation(chat is not None)
     session = Session(client, conversation, Lines(sys.stdout.isatty()), FAST_AHEAD_S if fast else 0.0, out)
     try:
         for audio in audios:
-            await (session.ask(audio) if chat else session.dictate(audio))
+            await (session.dictate(audio) if chat is None else session.ask(audio))
     finally:
         await session.close()
     return conversation
@@ -282,14 +282,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chat", action="store_true", help="ask the files as the questions of a spoken conversation")
     parser.add_argument("--fast", action="store_true", help="send the audio as far ahead of real time as allowed (2 s)")
     parser.add_argument("--out", type=Path, help="with --chat: a directory for the replies' audio (reply-N.wav)")
+    parser.add_argument("--speculation", choices=("off", "greedy", "top_k"), help="with --chat: input-time speculation")
+    parser.add_argument("--system", help="with --chat: the chat model's system prompt")
+    parser.add_argument("--max-tokens", type=int, help="with --chat: a reply's longest, in tokens")
     parser.add_argument("--endpoint-ms", type=int, default=LISTEN_DEFAULT_ENDPOINT_MS,
                         help="the silence after speech that ends a turn (100 to 5000)")
     parser.add_argument("--url", default=f"ws://127.0.0.1:8080{PROTOCOL_PATH}", help="the gateway")
     parser.add_argument("--api-key", default=os.environ.get("GATEWAY_API_KEY"),
                         help="the gateway's API key, if it has one (default: $GATEWAY_API_KEY)")
     args = parser.parse_args(argv)
-    if args.out and not args.chat:
-        parser.error("--out is for --chat's replies")
+    settings = {"speculation": args.speculation, "system": args.system, "max_tokens": args.max_tokens}
+    chat = {k: v for k, v in settings.items() if v is not None}
+    if (args.out or chat) and not args.chat:
+        parser.error("--out, --speculation, --system and --max-tokens are --chat's")
     try:
         audios = [read_audio(path) for path in args.files]
     except (OSError, UndecodableAudio, AudioTooLong) as e:
@@ -297,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     try:
-        asyncio.run(listen(args.url, audios, args.chat, args.fast, args.out, args.api_key, args.endpoint_ms))
+        asyncio.run(listen(args.url, audios, chat if args.chat else None, args.fast, args.out, args.api_key,
+                           args.endpoint_ms))
     except (OSError, SpeechError, ListenError, websockets.WebSocketException) as e:  # refused, closed, bad URL
         print(f"speechstream-listen: {e}{refusal_hint(e)}", file=sys.stderr)
         return 1

@@ -1,12 +1,18 @@
 """Chat mode end to end: a real tritonserver serving the embedded SmolLM2 (the `thinker`
-model, vLLM on CPU) beside the Piper chain, and the gateway in front of it, over real
-WebSockets on loopback."""
+model, vLLM on CPU) beside the Piper chain (and the recognizer, which a chat model
+brings), and the gateway in front of it, over real WebSockets on loopback; a spoken
+conversation through speechstream-listen."""
 
 import asyncio
+import re
+import subprocess
+import sys
 import time
 import urllib.request
+import wave
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -18,6 +24,7 @@ from operations.supervisor import TritonServer
 from tests.pages import FINISHED, REPORT, http_of
 from tests.recorder import Recorder
 from tests.servers import running
+from tests.speech import silence, spoken, word_error_rate
 
 SYSTEM = "Answer in one or two short sentences."
 QUESTION = "What is the capital of France?"
@@ -35,6 +42,13 @@ def chat_triton(tmp_path_factory):
 def chat_gateway(chat_triton, module_gateways):
     return module_gateways.start(chat_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
                                  "--chat-model", "embedded", name="chat-gateway").url
+
+
+@pytest.fixture(scope="module")
+def listening_chat_gateway(chat_triton, module_gateways):
+    """Chat mode with ears: a gateway with --listen on the same Triton (a chat model brings the recognizer)."""
+    return module_gateways.start(chat_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
+                                 "--chat-model", "embedded", "--listen", name="listening-chat-gateway").url
 
 
 def chat_rounds(url: str) -> float:
@@ -190,6 +204,31 @@ def test_the_client_librarys_turn_sends_the_transcript_and_reads_the_reply(chat_
     kinds = [e.kind for e in events if e.kind]
     assert kinds[0] == "reply" and "reply_text" in kinds and kinds[-1] == "done"
     assert [e for e in events if e.frame] and done["audio_ms"] > 0
+
+
+def test_speechstream_listen_talks_a_spoken_conversation(listening_chat_gateway, tmp_path):
+    questions = (QUESTION, "And what is the capital of Spain?")
+    files = []
+    for i, question in enumerate(questions):
+        files.append(tmp_path / f"question-{i}.wav")
+        with wave.open(str(files[-1]), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(c.ASR_SAMPLE_RATE)
+            w.writeframes(np.concatenate([silence(0.5), spoken(question)]).tobytes())
+    run = subprocess.run([sys.executable, "-m", "client.listen", "--chat", *map(str, files), "--out", str(tmp_path),
+                          "--system", SYSTEM, "--max-tokens", "40", "--url", listening_chat_gateway],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    you = [line[5:] for line in run.stdout.splitlines() if line.startswith("you: ")]
+    bot = [line[5:] for line in run.stdout.splitlines() if line.startswith("bot: ")]
+    assert len(you) == len(bot) == 2, run.stdout
+    assert all(word_error_rate(question, heard) <= 0.1 for question, heard in zip(questions, you)), you
+    latencies = [float(re.search(r"voice to voice (\d+) ms]$", reply).group(1)) for reply in bot]
+    assert all(0 < ms < 30_000 for ms in latencies) and all(reply.split("  [")[0] for reply in bot), bot
+    for i in (1, 2):
+        with wave.open(str(tmp_path / f"reply-{i}.wav")) as w:
+            assert w.getframerate() == 24000 and w.getnframes() > 0.3 * 24000
 
 
 def test_a_server_without_a_chat_model_says_chat_unavailable_and_keeps_the_connection(gateway):
