@@ -117,6 +117,13 @@ class Turn:
         return bool(self.draft) and self.drafted_for == messages
 
 
+def reads_whole(transcript: str) -> bool:
+    """Whether a partial transcript reads as a whole question or sentence: it ends as one
+    does. A recognizer's stable partials hold back their last words, so this is its pass
+    over the whole utterance at a pause, which the final usually repeats."""
+    return transcript.rstrip().endswith(("?", ".", "!"))
+
+
 def first_sentence(text: str, complete: bool, language: str) -> Sentence | None:
     """The first sentence of a draft's text, once it is known to be whole (`complete`:
     the draft ended the reply)."""

@@ -126,9 +126,13 @@ class Turns:
             turn.transcript, turn.changed = message.text, True
         if message.final:
             return self._final(turn)
-        if not self._speculates(turn) or not turn.wants_round() or self.session.refused():
+        if not self._speculates(turn) or self.session.refused():
             return []  # under load, speculation yields: it takes no capacity a listener needs
-        return [self._think(turn, final=False)]
+        if ch.reads_whole(turn.transcript) and turn.thought is not None and turn.changed:
+            # The question reads as ended (a recognizer's pass over the whole utterance
+            # at a pause): a round over it now beats finishing one over fewer words.
+            return self._stop_stale_round(turn, self._messages(turn.transcript)) + [self._think(turn, final=False)]
+        return [self._think(turn, final=False)] if turn.wants_round() else []
 
     def answering(self, turn_id: str) -> bool:
         """Whether the turn's question has ended and its reply is being written."""

@@ -112,11 +112,14 @@ class Servers:
     # Every simulated listener comes from 127.0.0.1: by default, lift the per-address caps.
     ONE_ADDRESS = ("--max-connections-per-client", "1024", "--max-streams-per-client", "0")
 
-    def __init__(self, log_dir: Path, gateway_flags: tuple[str, ...] = ONE_ADDRESS, chat_model: str | None = None) -> None:
-        """`chat_model`: a chat model directory, or "embedded", for Triton's Thinker and the gateway's chat mode."""
-        self.gateway_flags = gateway_flags + (("--chat-model", chat_model) if chat_model else ())
+    def __init__(self, log_dir: Path, gateway_flags: tuple[str, ...] = ONE_ADDRESS, chat_model: str | None = None,
+                 listen: bool = False) -> None:
+        """`chat_model`: a chat model directory, or "embedded", for Triton's Thinker and the gateway's chat mode;
+        `listen`: the recognizer and the gateway's listen mode."""
+        self.gateway_flags = gateway_flags + (("--chat-model", chat_model) if chat_model else ()) + (
+            ("--listen",) if listen else ())
         http, grpc, self.metrics_port, self.port = free_ports(4)
-        self.triton = TritonServer(http, grpc, self.metrics_port, chat_model=chat_model)
+        self.triton = TritonServer(http, grpc, self.metrics_port, chat_model=chat_model, listen=listen)
         self.logs = {"gateway": log_dir / "gateway.log", "triton": log_dir / "tritonserver.log"}
         self.gateway: subprocess.Popen | None = None
         self._logs: list[IO] = []

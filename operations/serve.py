@@ -17,7 +17,7 @@ import threading
 from contract.voices import VoiceError
 from gateway import settings as s
 from gateway.server import serve_forever
-from operations.arguments import add_chat_flag, add_gpu_argument, add_listen_flag
+from operations.arguments import add_chat_flag, add_gpu_argument
 from operations.supervisor import TritonServer
 
 log = logging.getLogger("speechstream.serve")
@@ -33,7 +33,8 @@ async def run(args: argparse.Namespace) -> int:
         await asyncio.to_thread(triton.wait_ready)
         gateway = asyncio.create_task(
             serve_forever(s.from_arguments(args, triton_urls=(f"127.0.0.1:{args.triton_grpc_port}",),
-                                             fleet_metrics_port=args.triton_metrics_port))
+                                             fleet_metrics_port=args.triton_metrics_port,
+                                             listen=args.listen or bool(args.chat_model)))  # a voice chat needs ears
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -64,7 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-metrics-port", type=int, default=int(env("TRITON_METRICS_PORT", 8002)))
     add_gpu_argument(parser)
     add_chat_flag(parser)
-    add_listen_flag(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

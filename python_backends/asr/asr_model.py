@@ -30,10 +30,8 @@ class AsrModel(EngineModel):
 
     async def start_engine(self, parameters: dict[str, str]) -> Listening:
         threads = int(parameters.get("threads", "0")) or os.cpu_count() or 1
-        transcriber = WhisperTranscriber(threads)
-        transcriber.transcribe(np.zeros(c.ASR_SAMPLE_RATE, np.float32))  # the first pass sets up its buffers
         listening = Listening(
-            SileroVad().stream, transcriber, threads, int(parameters.get("max_streams", "256")),
+            SileroVad().stream, WhisperTranscriber(threads), threads, int(parameters.get("max_streams", "256")),
             float(parameters.get("idle_s", "60")), Policy(partial_every_ms=int(parameters.get("partial_every_ms", "300"))),
             on_stats=self.export, warn=pb_utils.Logger.log_warn)
         listening.start()

@@ -24,6 +24,7 @@ from python_backends.asr.utterances import Event, Policy, Transcriber, Utterance
 log = logging.getLogger("speechstream.asr")
 
 SWEEP_EVERY_S = 5.0
+EXPORT_EVERY_S = 1.0
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Stream:
     utterances: Utterances
     heard_at: float = field(default_factory=time.monotonic)  # when its latest request came
     order: asyncio.Lock = field(default_factory=asyncio.Lock)  # FIFO: its requests are heard as they came
+    waiting: int = 0  # its requests waiting for their turn
 
 
 class Listening:
@@ -71,6 +73,7 @@ class Listening:
                  on_stats: Callable[[AsrStats], None] = lambda stats: None,
                  warn: Callable[[str], None] = log.warning) -> None:
         self.stats, self.on_stats, self.warn = AsrStats(), on_stats, warn
+        self.exported_at = 0.0  # time.monotonic() of the last export
         self.new_vad, self.transcriber = new_vad, TimedTranscriber(transcriber, self.stats)
         self.policy, self.max_streams, self.idle_s = policy, max_streams, idle_s
         self.workers = ThreadPoolExecutor(threads, thread_name_prefix="asr")
@@ -79,18 +82,25 @@ class Listening:
 
     async def hear(self, request: AsrRequest, cancelled: Callable[[], bool] = lambda: False) -> list[Event]:
         """The events of `request`'s audio, END and STOP. Its stream's earlier requests are
-        heard first: the stream is taken in turn before this coroutine first awaits."""
+        heard first: the stream is taken in turn before this coroutine first awaits. A
+        stream behind (its next request already waiting: a pass took longer than the audio
+        it waited for, or a file comes faster than real time) runs no partial pass until
+        it has caught up, so that passes never leave it more than one pass behind."""
         stream = self._stream(request.stream_id)
+        stream.waiting += 1
         async with stream.order:
+            stream.waiting -= 1
             if cancelled():  # its gateway went away: nobody hears this stream any more
                 self._drop(request.stream_id, stream, "its request was cancelled")
                 return []
+            partials = request.partials and not stream.waiting
             events = await asyncio.get_running_loop().run_in_executor(
-                self.workers, stream.utterances.hear, request.audio, request.endpoint_ms, request.partials, request.end)
+                self.workers, stream.utterances.hear, request.audio, request.endpoint_ms, partials, request.end)
         self.stats.audio_seconds += len(request.audio) / ASR_SAMPLE_RATE
         if request.stop:
             self._drop(request.stream_id, stream)
-        self.on_stats(self.stats)
+        if time.monotonic() - self.exported_at >= EXPORT_EVERY_S:
+            self._export()
         return events
 
     def _stream(self, stream_id: str) -> Stream:
@@ -98,8 +108,7 @@ class Listening:
             if len(self.streams) >= self.max_streams:
                 raise InvalidRequest(f"{len(self.streams)} listening streams are open; the limit is {self.max_streams}")
             stream = self.streams[stream_id] = Stream(Utterances(self.new_vad(), self.transcriber, self.policy))
-            self.stats.streams = len(self.streams)
-            self.on_stats(self.stats)
+            self._export()
         stream.heard_at = time.monotonic()
         return stream
 
@@ -107,10 +116,16 @@ class Listening:
         if self.streams.get(stream_id) is not stream:  # dropped already (a STOP's requests cancelled with it)
             return
         del self.streams[stream_id]
-        self.stats.streams = len(self.streams)
-        self.on_stats(self.stats)
+        self._export()
         if why:
             self.warn(f"listening stream {stream_id!r} dropped: {why}")
+
+    def _export(self) -> None:
+        """The counts to the metrics port: at once when streams open or go, else at most
+        every EXPORT_EVERY_S (each gauge set is a message to Triton's process)."""
+        self.stats.streams = len(self.streams)
+        self.exported_at = time.monotonic()
+        self.on_stats(self.stats)
 
     def start(self) -> None:
         """Drop idle streams from now on, every SWEEP_EVERY_S (on the running loop)."""
@@ -120,6 +135,7 @@ class Listening:
         while True:
             await asyncio.sleep(SWEEP_EVERY_S)
             self.drop_idle(time.monotonic())
+            self._export()
 
     def drop_idle(self, now: float) -> None:
         """Drop the streams that sent nothing for idle_s and are not being heard: their

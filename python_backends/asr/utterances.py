@@ -111,7 +111,8 @@ class Utterances:
 
     def hear(self, pcm: np.ndarray, endpoint_ms: int, partials: bool = True, end: bool = False) -> list[Event]:
         """The next audio (float32 in [-1, 1]), then with `end` the end of the utterance
-        in progress: the events they caused."""
+        in progress: the events they caused. Without `partials`, no pass runs but those
+        that end an utterance."""
         self.audio = np.concatenate([self.audio, pcm.astype(np.float32, copy=False)])
         blocks = self.audio[self.judged - self.audio_start:][: (self.received - self.judged) // BLOCK * BLOCK]
         events: list[Event] = []

@@ -11,23 +11,14 @@ import numpy as np
 import pytest
 
 from contract import models as c
-from operations.loopback import free_ports, triton_metrics
-from operations.supervisor import TritonServer
+from operations.loopback import triton_metrics
 from operations.triton_client import Stream, StreamError
-from tests.servers import running
 from tests.speech import silence, spoken, word_errors, words
 
 QUESTION = "What is your favorite kind of music to listen to on a rainy day?"
 OTHER = "Who is your modern-day hero?"
 REQUEST_MS = 100
 MAX_WORD_ERRORS = 0.1  # of the words said
-
-
-@pytest.fixture(scope="module")
-def triton(tmp_path_factory):
-    """A Triton of the module's own that serves the recognizer (--listen) besides the Piper chain."""
-    with running(TritonServer(*free_ports(3), listen=True), tmp_path_factory.mktemp("asr")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

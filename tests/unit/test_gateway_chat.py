@@ -386,3 +386,15 @@ def test_a_draft_for_revised_words_drops_the_held_sentence_it_no_longer_starts_w
     out = answer(s, r2, [([30], "Madrid is"), ([31], " big."), ([32], " Yes")], accepted=0)
     assert Stop(job.id) in out and not [a for a in out if isinstance(a, Synthesize)]
     assert thinks(out)[0].draft == (30, 31, 32)
+
+
+def test_a_partial_that_reads_as_a_whole_question_preempts_the_round_over_fewer_words():
+    s = chat_session()
+    first = thinks(user(s, "What is the"))[0]
+    s.thought(first.id, [10, 11], "Paris is", None)
+    assert user(s, "What is the capital") == []  # words that do not end a question wait for the round
+    whole = user(s, "What is the capital of France?")
+    assert StopThinking(first.id) in whole
+    (again,) = thinks(whole)
+    assert again.messages[-1]["content"] == "What is the capital of France?"
+    assert again.draft == (10, 11)  # what the stopped round wrote is verified, not thrown away
