@@ -37,14 +37,3 @@ def encode_file(pcm: np.ndarray, rate: int, fmt: str) -> bytes:
     return out.getvalue()
 
 
-
-def resampled(pcm: np.ndarray, rate: int, to_rate: int) -> np.ndarray:
-    """int16 `pcm` at `rate` as int16 at `to_rate`."""
-    import soxr  # here, as av above
-
-    return np.clip(soxr.resample(pcm.astype(np.float32) / 32768, rate, to_rate) * 32768, -32768, 32767).astype(np.int16)
-
-
-def quiet(seconds: float, rate: int) -> np.ndarray:
-    """Silence, int16."""
-    return np.zeros(round(seconds * rate), np.int16)

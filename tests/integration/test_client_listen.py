@@ -12,10 +12,8 @@ import numpy as np
 import pytest
 
 from client import SpeechClient, SpeechStarted, SpeechStopped, Transcript
-from contract.models import ASR_SAMPLE_RATE
 from media.decoding import decode_audio
-from tests.audio import quiet, resampled
-from tests.speech import spoken, word_error_rate
+from tests.speech import silence, spoken, word_error_rate
 
 QUESTION = "What is your favorite kind of music to listen to on a rainy day?"
 ANSWER = "I like to listen to quiet piano music when it rains."
@@ -33,9 +31,10 @@ def write_wav(path, pcm: np.ndarray) -> None:
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory):
     """A WAV of the question, then the answer after a pause: (path, where the question's speech ends in s)."""
-    question, answer = (resampled(spoken(text), ASR_SAMPLE_RATE, RATE) for text in (QUESTION, ANSWER))
+    question = spoken(QUESTION, RATE)
     path = tmp_path_factory.mktemp("listen") / "recording.wav"
-    write_wav(path, np.concatenate([quiet(0.5, RATE), question, quiet(1.5, RATE), answer, quiet(0.5, RATE)]))
+    write_wav(path, np.concatenate([silence(500, RATE), question, silence(1500, RATE), spoken(ANSWER, RATE),
+                                    silence(500, RATE)]))
     return path, 0.5 + question.size / RATE
 
 

@@ -8,16 +8,15 @@ import numpy as np
 import openai
 import pytest
 
-from contract.models import ASR_SAMPLE_RATE
-from tests.audio import encode_file, quiet, resampled
-from tests.speech import spoken, word_error_rate
+from tests.audio import encode_file
+from tests.speech import silence, spoken, word_error_rate
 
 SENTENCES = (
     "What is your favorite kind of music to listen to on a rainy day?",
     "I would like to book a table for two people at seven tonight.",
 )
 RATE = 22050  # the file's: the server resamples it to the recognizer's 16 kHz
-LEAD_S, GAP_S = 0.7, 1.5  # silence before the first sentence, and between them
+LEAD_MS, GAP_MS = 700, 1500  # silence before the first sentence, and between them
 START_SLACK_S, END_SLACK_S = 0.4, 0.6  # a segment's start and end, against where its sentence's audio lies
 
 
@@ -25,12 +24,12 @@ START_SLACK_S, END_SLACK_S = 0.4, 0.6  # a segment's start and end, against wher
 def speech():
     """The sentences spoken with a pause between them: (int16 PCM at RATE, [(start, end)]
     of each sentence's audio in seconds)."""
-    pieces, spans, at = [quiet(LEAD_S, RATE)], [], LEAD_S
+    pieces, spans, at = [silence(LEAD_MS, RATE)], [], LEAD_MS / 1000
     for sentence in SENTENCES:
-        pcm = resampled(spoken(sentence), ASR_SAMPLE_RATE, RATE)
+        pcm = spoken(sentence, RATE)
         spans.append((at, at + pcm.size / RATE))
-        pieces += [pcm, quiet(GAP_S, RATE)]
-        at += pcm.size / RATE + GAP_S
+        pieces += [pcm, silence(GAP_MS, RATE)]
+        at += pcm.size / RATE + GAP_MS / 1000
     return np.concatenate(pieces), spans
 
 
@@ -73,7 +72,7 @@ def test_text_and_subtitles(sdk, speech):
 
 
 def test_silence_is_an_empty_transcript(sdk):
-    verbose = transcribe(sdk, encode_file(quiet(2.0, RATE), RATE, "wav"), "quiet.wav", response_format="verbose_json")
+    verbose = transcribe(sdk, encode_file(silence(2000, RATE), RATE, "wav"), "quiet.wav", response_format="verbose_json")
     assert verbose.text == "" and verbose.segments == [] and verbose.duration == pytest.approx(2.0, abs=0.01)
 
 

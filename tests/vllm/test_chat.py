@@ -21,11 +21,10 @@ from contract import models as c
 from contract import protocol as v1
 from operations.loopback import free_ports, triton_metrics
 from operations.supervisor import TritonServer
-from tests.audio import quiet
 from tests.pages import FINISHED, REPORT, http_of
 from tests.recorder import Recorder
 from tests.servers import running
-from tests.speech import spoken, word_error_rate
+from tests.speech import silence, spoken, word_error_rate
 
 SYSTEM = "Answer in one or two short sentences."
 QUESTION = "What is the capital of France?"
@@ -216,7 +215,7 @@ def test_speechstream_listen_talks_a_spoken_conversation(listening_chat_gateway,
             w.setnchannels(1)
             w.setsampwidth(2)
             w.setframerate(c.ASR_SAMPLE_RATE)
-            w.writeframes(np.concatenate([quiet(0.5, c.ASR_SAMPLE_RATE), spoken(question)]).tobytes())
+            w.writeframes(np.concatenate([silence(500), spoken(question)]).tobytes())
     run = subprocess.run([sys.executable, "-m", "client.listen", "--chat", *map(str, files), "--out", str(tmp_path),
                           "--system", SYSTEM, "--max-tokens", "40", "--url", listening_chat_gateway],
                          capture_output=True, text=True, timeout=300)
