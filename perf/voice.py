@@ -186,6 +186,7 @@ def listeners(servers: Servers, counts: list[int], texts: list[str]) -> list[dic
                                                for i, h in enumerate(heard)),
             "cpu_per_audio_s": (cpu_seconds([asr]) - cpu) / audio_s,
             "real_time": max(lags) <= ENDPOINT_MS / 1000 + REAL_TIME_MARGIN_S,
+            "transcripts": [h.final[1] for h in heard],
         })
         print(f"{count:2} listeners: final {rows[-1]['final_after_speech_median_s'] * 1000:.0f} ms after speech "
               f"(max {max(lags) * 1000:.0f}), longest partial gap {rows[-1]['partial_gap_max_s'] * 1000:.0f} ms, "
