@@ -34,14 +34,13 @@ import websockets
 from client.asyncio_client import SpeechClient
 from client.events import Event, Heard, Microphone, SpeechError, SpeechStarted, SpeechStopped, Transcript
 from client.say import refusal_hint
-from contract.protocol import LISTEN_DEFAULT_ENDPOINT_MS, PROTOCOL_PATH
+from contract.protocol import LISTEN_DEFAULT_ENDPOINT_MS, LISTEN_MAX_AHEAD_S, PROTOCOL_PATH
 from media.decoding import AudioTooLong, UndecodableAudio, decode_audio
 
 RATE = 16000  # the microphone's: the recognizer's own, so nothing is resampled
 MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send them
 STEP = RATE * MESSAGE_MS // 1000
-# The gateway drops audio more than 2 s ahead of real time; --fast stays within that.
-FAST_AHEAD_S = 1.5
+FAST_AHEAD_S = LISTEN_MAX_AHEAD_S - 0.5  # --fast: within what the gateway takes, with a margin
 REPLY_RATE = 24000  # the replies' PCM
 # Dictation ends once every turn is final and nothing more came for this long since the
 # end of speech: the speech at the audio's very end may not have been found yet.

@@ -63,6 +63,9 @@ LISTEN_SAMPLE_RATES = (8000, 16000, 24000, 48000)
 LISTEN_DEFAULT_RATES = {"pcm_s16le": 16000, "opus": 48000}
 LISTEN_MAX_MESSAGE_MS = 200
 LISTEN_DEFAULT_ENDPOINT_MS = 500
+# How far the microphone's timeline may run ahead of real time since its first message
+# (a client's buffering, a network's bursts): audio past it is dropped, not a file sent at once.
+LISTEN_MAX_AHEAD_S = 2.0
 
 # Binary audio frame: u8 kind (1 = audio) · u8 flags (bit 0 = last) · u16 stream ·
 # u32 seq · u32 sample_offset, little-endian, then one Opus packet or PCM chunk.

@@ -14,9 +14,6 @@ from gateway.actions import Hear
 from gateway.audio import MicrophoneDecoder
 from gateway.protocol import ListenConfig, ProtocolError, encode
 
-# How far the microphone's timeline may run ahead of the wall clock since its first
-# message: a client's buffering and a network's bursts, not a file sent at once.
-AHEAD_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -47,13 +44,13 @@ class Listening:
         else is lost)."""
         self._first_at = now if self._first_at is None else self._first_at
         ahead_s = self.decoder.heard_ms / 1000 - (now - self._first_at)
-        if ahead_s > AHEAD_S:
+        if ahead_s > v1.LISTEN_MAX_AHEAD_S:
             if self._flooding:
                 return []  # told once per flood
             self._flooding = True
             raise ProtocolError(v1.AUDIO_NOT_ACCEPTED, f"the microphone's audio runs {ahead_s:.1f} s ahead of real "
                                 "time; audio is dropped until it is back within "
-                                f"{AHEAD_S:g} s (send it as it is recorded)")
+                                f"{v1.LISTEN_MAX_AHEAD_S:g} s (send it as it is recorded)")
         self._flooding = False
         at_ms = self.decoder.heard_ms
         try:
