@@ -15,7 +15,6 @@ from gateway.audio import MicrophoneDecoder
 from gateway.protocol import ListenConfig, ProtocolError, encode
 
 
-
 @dataclass(frozen=True)
 class Recognized:
     """One recognizer event of an utterance: its turn and the message the client gets."""
