@@ -46,7 +46,8 @@ class Close:
 
 @dataclass(frozen=True)
 class Think:
-    """One Thinker request of a chat turn: the reply to `messages`, verifying `draft` first."""
+    """One Thinker request of a chat turn: the reply to `messages`, verifying `draft`
+    first, or going on after `prefix` (the reply's start, already decided)."""
 
     id: int
     turn_id: str
@@ -55,6 +56,7 @@ class Think:
     top_k: int
     max_tokens: int
     temperature: float
+    prefix: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,19 @@
 """Protocol v1's chat mode, the pure parts: a turn's speculation rounds, the draft they
-leave, the first sentence to hold, and the outcome of the final verification. A
-connection's turns (gateway/turns.py) turn them into actions; tests/unit/test_gateway_chat.py
-tests them without Triton.
+leave, the first sentence to hold, and the outcome of the final input. A connection's
+turns (gateway/turns.py) turn them into actions; tests/unit/test_gateway_chat.py tests
+them without Triton.
 
 A turn's transcript arrives word by word (`user` messages). While it does, a round asks
-the Thinker to verify the turn's draft against the new partial question and to draft on
+the Thinker to verify the turn's draft against the new partial question and to write on
 from what it kept (one Thinker request; never two at once, at most MAX_ROUNDS a turn).
-A round ends once its draft holds a complete first sentence, whose audio is then
-synthesized out of sight; a later round that changes that sentence discards it. On the final transcript, one
-more request verifies the draft and writes the rest of the reply: if it kept the tokens
-of the held sentence, that audio is released at once.
+The gateway stops a round once its draft holds a complete first sentence, whose audio
+is then synthesized out of sight, or DRAFT_TOKENS past the draft it verified; a later
+round that changes that sentence discards it. On the final transcript, a round over the
+very same conversation is the reply already, started early: it goes on as the final
+request. A finished draft over it is taken whole, unverified, and the Thinker goes on
+after it (PREFIX). Otherwise one more request verifies the draft and writes the rest of
+the reply. Either way, if the reply keeps the tokens of the held sentence, that audio is
+released at once.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from gateway.protocol import Speculation
 from gateway.segmenter import Segmenter
 
 MAX_ROUNDS = 8  # speculative rounds a turn may run: a bound on the Thinker's work for one question
-DRAFT_TOKENS = 48  # what a round drafts: more than a first sentence, little to throw away
+DRAFT_TOKENS = 48  # what a round drafts past its draft: more than a first sentence, little to throw away
+
+Messages = tuple[dict[str, str], ...]  # a Thinker request's conversation, the user's question last
 
 
 class Outcome(enum.Enum):
@@ -38,7 +44,8 @@ class Thought:
 
     id: int
     final: bool
-    max_tokens: int
+    messages: Messages  # the conversation it answers
+    draft: int = 0  # tokens of the draft it verifies first
     ids: list[int] = field(default_factory=list)
     text: str = ""
     accepted: int | None = None  # of the draft it verified
@@ -53,6 +60,16 @@ class Thought:
         self.ids += ids
         self.text += text
         self.marks.append((len(self.ids), len(self.text)))
+
+    @property
+    def started(self) -> bool:
+        """Whether its first piece came (a final request's first piece decides the reply)."""
+        return bool(self.ids) or self.accepted is not None
+
+    def enough(self, language: str) -> bool:
+        """Whether a speculative round has what speculation needs: its first sentence, or
+        DRAFT_TOKENS past its draft. Writing on would cost the CPU the next round needs."""
+        return len(self.ids) >= self.draft + DRAFT_TOKENS or first_sentence(self.text, False, language) is not None
 
 
 @dataclass
@@ -75,6 +92,8 @@ class Turn:
     draft: list[int] = field(default_factory=list)
     draft_text: str = ""
     marks: list[tuple[int, int]] = field(default_factory=list)
+    drafted_for: Messages = ()  # the conversation the draft was written for
+    complete: bool = False  # the draft ended the reply
     thought: Thought | None = None  # the Thinker request in flight
     changed: bool = False  # the transcript changed since the thought in flight began
     held: Held | None = None
@@ -83,9 +102,19 @@ class Turn:
     def wants_round(self) -> bool:
         return not self.final and self.thought is None and self.changed and self.rounds < MAX_ROUNDS
 
-    def adopt(self, finished: Thought) -> None:
-        """A speculative round ended: its text is the draft now."""
-        self.draft, self.draft_text, self.marks = finished.ids, finished.text, finished.marks
+    def adopt(self, finished: Thought, complete: bool) -> None:
+        """A speculative round ended (`complete`: the Thinker ended its reply): its text is
+        the draft now, and its tokens up to the end of that text (a character whose bytes
+        were not all written is not the draft's), so that the draft's tokens decode to it."""
+        tokens = (tokens_covering(finished.marks, len(finished.text)) or 0) if finished.text else 0
+        self.draft, self.draft_text = finished.ids[:tokens], finished.text
+        self.marks = [m for m in finished.marks if m[0] <= tokens]
+        self.drafted_for, self.complete = finished.messages, complete
+
+    def written_for(self, messages: Messages) -> bool:
+        """Whether the draft is a finished round's over exactly `messages`: the reply's
+        start as the Thinker writes it (greedy: the very tokens), needing no verification."""
+        return bool(self.draft) and self.drafted_for == messages
 
 
 def first_sentence(text: str, complete: bool, language: str) -> Sentence | None:

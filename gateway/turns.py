@@ -13,7 +13,6 @@ from collections.abc import KeysView, Mapping
 from typing import Protocol
 
 from contract import protocol as v1
-from contract.text import Sentence
 from contract.voices import VoiceInfo
 from gateway import chat as ch
 from gateway.actions import Action, Job, Send, Stop, StopThinking, Synthesize, Think
@@ -162,7 +161,7 @@ class Turns:
     def _chat_config(self) -> ChatConfig:
         return self.session.config.chat or ChatConfig()
 
-    def _messages(self, transcript: str) -> tuple[dict[str, str], ...]:
+    def _messages(self, transcript: str) -> ch.Messages:
         history, chars = [], 0
         for message in reversed(self.history):
             chars += len(message["content"])
@@ -173,30 +172,70 @@ class Turns:
         return (*system, *history, {"role": "user", "content": transcript})
 
     def _think(self, turn: ch.Turn, final: bool) -> Think:
-        """The turn's next Thinker request: a speculative round, or the final one."""
+        """The turn's next Thinker request: a speculative round, or the final one. A round
+        asks for the whole reply too, so that it can become the final request; the gateway
+        stops it once it has what speculation needs (ch.Thought.enough)."""
         cfg = self._chat_config
         self._thinks += 1
         draft = tuple(turn.draft[: cfg.max_tokens - 1]) if self._speculates(turn) else ()
-        max_tokens = cfg.max_tokens if final else min(cfg.max_tokens, len(draft) + ch.DRAFT_TOKENS)
-        turn.thought, turn.changed = ch.Thought(self._thinks, final, max_tokens), False
+        messages = self._messages(turn.transcript)
+        turn.thought, turn.changed = ch.Thought(self._thinks, final, messages, len(draft)), False
         turn.rounds += not final
-        return Think(self._thinks, turn.id, self._messages(turn.transcript), draft, cfg.k, max_tokens, cfg.temperature)
+        return Think(self._thinks, turn.id, messages, draft, cfg.k, cfg.max_tokens, cfg.temperature)
 
     def _final(self, turn: ch.Turn) -> list[Action]:
-        """The question ended: its reply becomes a context, and one request verifies the draft and writes the rest."""
+        """The question ended: its reply becomes a context, written by the round in flight
+        over this very question, after the draft written for it, or by one request that
+        verifies the draft and writes the rest."""
         if not turn.transcript.strip():
             return self._drop_turn(turn) + [self.session.error(v1.INVALID_FIELD, "the final transcript is empty", turn.id)]
-        stop: list[Action] = []
-        if turn.thought is not None:  # what the round in flight drafted so far is a draft as good as any: verified anyway
-            stop.append(StopThinking(turn.thought.id))
-            if turn.thought.ids:
-                turn.adopt(turn.thought)
-        turn.thought, turn.final = None, True
+        messages = self._messages(turn.transcript)
+        stop = self._stop_stale_round(turn, messages)
+        turn.final = True
         try:
             opened = self.session.open_reply(turn.id)
         except ProtocolError as e:  # refused (busy, draining): the turn ends, and what it ran stops
             return stop + self._drop_turn(turn) + [self.session.error(e.code, e.message, turn.id, e.retry_after_ms)]
+        if turn.thought is not None:
+            return stop + opened + self._round_replies(turn)
+        if turn.written_for(messages):
+            return stop + opened + self._accept(turn, messages)
         return stop + opened + [self._think(turn, final=True)]
+
+    def _stop_stale_round(self, turn: ch.Turn, messages: ch.Messages) -> list[Action]:
+        """A round in flight over other words than the final ones stops: what it drafted so
+        far is a draft as good as any, verified anyway."""
+        thought = turn.thought
+        if thought is None or thought.messages == messages:
+            return []
+        if thought.ids:
+            turn.adopt(thought, complete=False)
+        turn.thought = None
+        return [StopThinking(thought.id)]
+
+    def _round_replies(self, turn: ch.Turn) -> list[Action]:
+        """The round in flight answers the final question already: it is the reply, begun
+        early, and goes on as the final request. Once its first piece has come, the
+        outcome is decided and what it wrote so far is said."""
+        thought = turn.thought
+        thought.final = True
+        if not thought.started:
+            return []  # its first piece decides, as a final request's does
+        return self._decide(turn) + self._reply_text(turn, thought.text)
+
+    def _accept(self, turn: ch.Turn, messages: ch.Messages) -> list[Action]:
+        """The draft was written for this very question: it is the reply's start, taken
+        whole without a verification pass. The Thinker goes on after it (a PREFIX, read
+        from its prefix cache), unless the draft ended the reply."""
+        cfg = self._chat_config
+        self._thinks += 1
+        thought = turn.thought = ch.Thought(self._thinks, True, messages, accepted=len(turn.draft))
+        thought.ids, thought.text = list(turn.draft), turn.draft_text
+        actions = self._decide(turn) + self._reply_text(turn, thought.text)
+        if turn.complete:
+            return actions + self._end_reply(turn)
+        prefix = tuple(turn.draft)
+        return actions + [Think(thought.id, turn.id, messages, (), cfg.k, cfg.max_tokens, cfg.temperature, prefix)]
 
     # The Thinker's reply
 
@@ -205,21 +244,22 @@ class Turns:
         turn = self._turn_thinking(think_id)
         if turn is None:
             return []
-        first = not turn.thought.ids and turn.thought.accepted is None
-        turn.thought.add(ids, text, accepted, turn.marks)
-        if not turn.thought.final:
-            if self._first_sentence(turn.thought.text, complete=False) is None:
+        thought = turn.thought
+        first = not thought.started
+        thought.add(ids, text, accepted, turn.marks)
+        if not thought.final:
+            if not thought.enough(self._language):
                 return []
-            # The draft holds its first sentence: what speculation needs. Drafting on would only cost time.
-            return [StopThinking(turn.thought.id)] + self._end_round(turn, complete=False)
+            return [StopThinking(thought.id)] + self._end_round(turn, complete=False)
         actions = self._decide(turn) if first else []
         return actions + self._reply_text(turn, text)
 
-    def _first_sentence(self, text: str, complete: bool) -> Sentence | None:
-        return ch.first_sentence(text, complete, self.voices[self.session.config.voice].language_family)
+    @property
+    def _language(self) -> str:
+        return self.voices[self.session.config.voice].language_family
 
     def _decide(self, turn: ch.Turn) -> list[Action]:
-        """The final request verified the draft: say how, and release or drop the held audio."""
+        """The reply's draft was verified (or taken whole): say how, and release or drop the held audio."""
         thought = turn.thought
         speculation = self._chat_config.speculation if self._speculates(turn) else Speculation.OFF
         outcome = ch.outcome(speculation, thought.accepted, turn.held)
@@ -237,7 +277,7 @@ class Turns:
         held = turn.held
         del self._held[held.job_id]
         self.observer.held_audio(self._held_seconds(held), released=True)
-        turn.spoken_from = held.sentence.end
+        turn.spoken_from, turn.held = held.sentence.end, None  # the reply's audio now, no longer held
         return self.session.speak_held(turn.id, held, turn.draft_text[: held.sentence.end])
 
     def _reply_text(self, turn: ch.Turn, text: str) -> list[Action]:
@@ -258,16 +298,16 @@ class Turns:
             return []
         if turn.thought.final:
             return self._end_reply(turn)
-        return self._end_round(turn, complete=len(turn.thought.ids) < turn.thought.max_tokens)
+        return self._end_round(turn, complete=True)  # the Thinker ended a round's reply: it is whole
 
     def _end_round(self, turn: ch.Turn, complete: bool) -> list[Action]:
         """A speculative round is over (`complete`: its draft ended the reply): its draft
         is the turn's, its first sentence held, and the next round starts if new words came."""
-        turn.adopt(turn.thought)
+        thought = turn.thought
+        turn.adopt(thought, complete or len(thought.ids) >= self._chat_config.max_tokens)
         turn.thought = None
         self.observer.chat_round()
-        # A draft of words already revised is verified by the next round, not held: its TTS would compete with that round.
-        actions = [] if turn.changed else self._hold(turn, complete)
+        actions = self._hold(turn)
         if turn.wants_round() and not self.session.refused():
             actions.append(self._think(turn, final=False))
         return actions
@@ -296,15 +336,18 @@ class Turns:
 
     # Held audio
 
-    def _hold(self, turn: ch.Turn, complete: bool) -> list[Action]:
-        """Synthesize the draft's first sentence out of sight, unless it is held already."""
-        sentence = self._first_sentence(turn.draft_text, complete)
+    def _hold(self, turn: ch.Turn) -> list[Action]:
+        """Synthesize the draft's first sentence out of sight, unless it is held already;
+        held audio of another sentence is dropped."""
+        sentence = ch.first_sentence(turn.draft_text, turn.complete, self._language)
+        tokens = None if sentence is None else ch.tokens_covering(turn.marks, sentence.end)
         held = turn.held
-        if held is not None and sentence == held.sentence:
+        if held is not None and sentence == held.sentence and tokens is not None:
+            held.tokens = tokens  # the new draft's tokens that cover it
             return []
         actions = self._drop_held(turn)
-        tokens = None if sentence is None else ch.tokens_covering(turn.marks, sentence.end)
-        if sentence is None or tokens is None or self.session.refused():
+        # A draft of words already revised is verified by the next round, not held: its TTS would compete with that round.
+        if sentence is None or tokens is None or turn.changed or self.session.refused():
             return actions
         config = self.session.config
         job = Job(self.session.new_job(), turn.id, (sentence,), config.voice, config.voice_params, 0.0)

@@ -234,7 +234,7 @@ class Connection:
         session = self.session
         try:
             reply = self.gateway.thinker.reply(think.messages, think.draft, think.top_k, think.max_tokens,
-                                               think.temperature)
+                                               think.temperature, think.prefix)
             # Closed at once when this task is cancelled (StopThinking), which aborts the request in vLLM.
             async with aclosing(reply) as pieces:
                 async for piece in pieces:

@@ -6,7 +6,10 @@ wraps it.
 One reply is at most two vLLM requests. With a draft, the first runs the prompt and the
 draft through the model once (prompt logprobs: the best tokens at each draft position)
 and writes one token; the second goes on from the kept tokens with the prefix cache.
-Leaving a reply's iterator early aborts the request in flight.
+With a prefix (the reply's start, decided before: a draft written for this very
+conversation), one request goes on after it, with the prefix cache and without prompt
+logprobs, which vLLM computes without the cache. Leaving a reply's iterator early aborts
+the request in flight.
 """
 
 from __future__ import annotations
@@ -46,20 +49,25 @@ class ThinkerStats(EngineStats):
 
 
 class Detokenizer:
-    """A reply's text as its tokens come, never cutting a character in two."""
+    """A reply's text as its tokens come, never cutting a character in two; after a
+    `prefix`, the text that follows the prefix's (whose caller has that text)."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, prefix: Sequence[int] = ()) -> None:
         self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.sent = 0  # characters of the decoded text handed out
+        self.ids: list[int] = list(prefix)
+        # characters of the decoded text handed out; a character the prefix leaves unfinished goes out with the rest
+        self.sent = len(self._text().rstrip("\ufffd"))
 
     def push(self, ids: Sequence[int], last: bool = False) -> str:
         self.ids += ids
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        text = self._text()
         if not last and text.endswith("\ufffd"):  # a character's bytes not all written yet
             return ""
         delta, self.sent = text[self.sent:], len(text)
         return delta
+
+    def _text(self) -> str:
+        return self.tokenizer.decode(self.ids, skip_special_tokens=True)
 
 
 class ThinkerEngine:
@@ -84,11 +92,12 @@ class ThinkerEngine:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     async def reply(self, messages: list[dict[str, str]], draft: Sequence[int] = (), top_k: int = 1,
-                    max_tokens: int = 256, temperature: float = 0.0) -> AsyncIterator[Piece]:
+                    max_tokens: int = 256, temperature: float = 0.0, prefix: Sequence[int] = ()) -> AsyncIterator[Piece]:
         """The reply to `messages`, piece by piece; with a `draft`, its first piece is
-        the part of the draft kept and the token after it (Piece.accepted)."""
-        prompt, text = self.prompt(messages), Detokenizer(self.tokenizer)
-        written: list[int] = []
+        the part of the draft kept and the token after it (Piece.accepted); with a
+        `prefix`, the reply goes on after it, and its pieces are what follows it."""
+        prompt, text = self.prompt(messages), Detokenizer(self.tokenizer, prefix)
+        written = list(prefix)  # the reply's tokens so far
         if draft:
             accepted, next_token = await self._verify(prompt, list(draft), top_k)
             written = [*draft[:accepted], *([] if next_token is None else [next_token])]

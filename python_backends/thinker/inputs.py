@@ -13,6 +13,7 @@ from contract.models import (
     MAX_MESSAGES_CHARS,
     MAX_TOKENS,
     MESSAGES,
+    PREFIX,
     TEMPERATURE,
     THINKER_PARAMS,
     TOP_K,
@@ -27,6 +28,7 @@ ROLES = ("system", "user", "assistant")
 class ThinkerRequest:
     messages: list[dict[str, str]]
     draft: tuple[int, ...]
+    prefix: tuple[int, ...]
     top_k: int
     max_tokens: int
     temperature: float
@@ -54,13 +56,23 @@ def read_messages(inputs: Mapping[str, np.ndarray]) -> list[dict[str, str]]:
     return messages
 
 
+def read_tokens(inputs: Mapping[str, np.ndarray], name: str, vocabulary: int) -> tuple[int, ...]:
+    """Input `name`'s token ids (none if absent), each in the model's `vocabulary`."""
+    tokens = tuple(int(t) for t in inputs.get(name, np.zeros(0, np.int32)).reshape(-1))
+    if any(not 0 <= t < vocabulary for t in tokens):
+        raise InvalidRequest(f"{name} holds tokens outside the vocabulary [0, {vocabulary})")
+    return tokens
+
+
 def read_thinker_request(inputs: Mapping[str, np.ndarray], vocabulary: int) -> ThinkerRequest:
-    """The request; a DRAFT's tokens must be in the model's `vocabulary`."""
+    """The request: a DRAFT to verify or a PREFIX to go on after, not both (a prefix is
+    decided, a draft is not), either leaving room for a token in MAX_TOKENS."""
     messages = read_messages(inputs)
-    draft = tuple(int(t) for t in inputs.get(DRAFT, np.zeros(0, np.int32)).reshape(-1))
-    if any(not 0 <= t < vocabulary for t in draft):
-        raise InvalidRequest(f"{DRAFT} holds tokens outside the vocabulary [0, {vocabulary})")
+    draft, prefix = read_tokens(inputs, DRAFT, vocabulary), read_tokens(inputs, PREFIX, vocabulary)
+    if draft and prefix:
+        raise InvalidRequest(f"a request holds a {DRAFT} to verify or a {PREFIX} to go on after, not both")
     v = read_params(inputs, THINKER_PARAMS)
-    if len(draft) >= v[MAX_TOKENS]:
-        raise InvalidRequest(f"a {DRAFT} of {len(draft)} tokens leaves no room in {MAX_TOKENS}={v[MAX_TOKENS]}")
-    return ThinkerRequest(messages, draft, v[TOP_K], v[MAX_TOKENS], v[TEMPERATURE])
+    for name, tokens in ((DRAFT, draft), (PREFIX, prefix)):
+        if len(tokens) >= v[MAX_TOKENS]:
+            raise InvalidRequest(f"a {name} of {len(tokens)} tokens leaves no room in {MAX_TOKENS}={v[MAX_TOKENS]}")
+    return ThinkerRequest(messages, draft, prefix, v[TOP_K], v[MAX_TOKENS], v[TEMPERATURE])

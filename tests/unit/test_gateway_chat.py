@@ -261,3 +261,128 @@ def test_the_outcome_of_a_verification():
     assert ch.outcome(Speculation.GREEDY, 3, held) is ch.Outcome.PARTIAL
     assert ch.outcome(Speculation.TOP_K, 0, None) is ch.Outcome.REJECTED
     assert ch.outcome(Speculation.OFF, None, None) is ch.Outcome.OFF
+
+
+def held_job(actions):
+    return [a.job for a in actions if isinstance(a, Synthesize)][0]
+
+
+def spoken(actions) -> list[str]:
+    return [s.text for a in actions if isinstance(a, Synthesize) for s in a.job.sentences]
+
+
+def test_a_partial_that_changes_nothing_starts_no_round():
+    s = chat_session()
+    first = thinks(user(s, "What is"))[0]
+    assert user(s, "What is") == []  # in flight: nothing to wait for either
+    after = answer(s, first, DRAFT)
+    assert not thinks(after)  # no new words came while it ran
+    assert user(s, "What is") == [] and s.observer.chat_rounds == 1
+
+
+def test_a_round_asks_for_the_whole_reply_and_is_stopped_past_its_draft_tokens():
+    s = chat_session()
+    think = thinks(user(s, "Tell me"))[0]
+    assert think.max_tokens == 256  # the config's: a round may become the final request
+    outs = [s.thought(think.id, [100 + i], " word", None) for i in range(ch.DRAFT_TOKENS)]
+    assert [i for i, out in enumerate(outs) if StopThinking(think.id) in out] == [ch.DRAFT_TOKENS - 1]
+
+
+def test_a_round_in_flight_over_the_final_transcript_becomes_the_final_request():
+    s = chat_session()
+    question = "What is the capital of France?"
+    think = thinks(user(s, question))[0]
+    final = user(s, question, final=True)
+    assert not thinks(final) and not [a for a in final if isinstance(a, StopThinking)]  # no new request, none stopped
+    assert [m["type"] for m in messages(final)] == ["audio_start"]
+    out = s.thought(think.id, [10, 11, 12, 13], "Paris is big.", None)
+    assert messages(out)[0] == {"type": "reply", "turn_id": "t1", "outcome": "rejected", "rounds": 1,
+                                "draft_tokens": 0, "accepted_tokens": 0}
+    out += s.thought(think.id, [14, 15, END], " It is old.", None)
+    assert StopThinking(think.id) not in out  # the reply is not stopped at its first sentence
+    out += s.thought_done(think.id)
+    assert "".join(m["text"] for m in messages(out) if m["type"] == "reply_text") == "Paris is big. It is old."
+    assert spoken(out) == ["Paris is big."]  # spoken from its start (the next sentence once this one is)
+    assert s.history[-1] == {"role": "assistant", "content": "Paris is big. It is old."}
+    assert s.observer.chat_rounds == 0  # a round that became the reply ended with no draft
+
+
+def test_a_round_in_flight_that_wrote_already_decides_the_reply_at_the_final_input():
+    s = chat_session()
+    job = held_job(answer(s, thinks(user(s, "What is the capital"))[0], DRAFT))
+    s.audio(job.id, np.zeros(2205, np.float32), 0, [])
+    question = "What is the capital of Spain?"
+    think = thinks(user(s, question))[0]
+    assert not s.thought(think.id, [10, 11, 30], "Paris is not", 2)  # no first sentence yet: it runs on
+    final = user(s, question, final=True)
+    assert not thinks(final) and StopThinking(think.id) not in final
+    said = messages(final)
+    assert [m["type"] for m in said] == ["audio_start", "reply", "reply_text"]
+    assert said[1]["outcome"] == "partial" and said[1]["accepted_tokens"] == 2 and said[1]["draft_tokens"] == 5
+    assert said[2]["text"] == "Paris is not" and Stop(job.id) in final  # the held sentence was not kept
+    out = s.thought(think.id, [31, END], " the capital.", None) + s.thought_done(think.id)
+    assert [m["text"] for m in messages(out) if m["type"] == "reply_text"] == [" the capital."]
+    assert spoken(out) == ["Paris is not the capital."]
+
+
+def test_a_finished_draft_over_the_final_transcript_is_taken_whole_and_the_thinker_goes_on_after_it():
+    s = chat_session()
+    question = "What is the capital of France?"
+    job = held_job(answer(s, thinks(user(s, question))[0], DRAFT))  # stopped at its first sentence
+    s.audio(job.id, np.full(4410, 0.1, np.float32), 0, [])
+    s.finished(job.id)
+    final = user(s, question, final=True)
+    said = messages(final)
+    assert said[1] == {"type": "reply", "turn_id": "t1", "outcome": "held", "rounds": 1, "draft_tokens": 5,
+                       "accepted_tokens": 5}
+    assert said[2] == {"type": "reply_text", "turn_id": "t1", "text": "Paris is big. It"}
+    assert frames(final)  # the held sentence's audio at once, before the Thinker says a word
+    [think] = thinks(final)
+    assert think.prefix == (10, 11, 12, 13, 14) and think.draft == () and think.max_tokens == 256
+    assert think.messages[-1] == {"role": "user", "content": question}
+    out = s.thought(think.id, [15, 16, END], " is old.", None) + s.thought_done(think.id)
+    assert [m["text"] for m in messages(out) if m["type"] == "reply_text"] == [" is old."]
+    assert spoken(out) == ["It is old."]
+    assert s.history[-1] == {"role": "assistant", "content": "Paris is big. It is old."}
+    assert s.observer.chat_turns == ["held"] and s.observer.held_s == {True: 0.2, False: 0.0}
+
+
+def test_a_draft_that_ended_the_reply_is_the_whole_reply_without_a_request():
+    s = chat_session()
+    job = held_job(answer(s, thinks(user(s, "Hi there"))[0], [([7], "Hello"), ([8], "!"), ([END], "")]))
+    final = user(s, "Hi there", final=True)
+    assert not thinks(final) and "t1" not in s.turns
+    said = messages(final)
+    assert said[1]["outcome"] == "held" and said[1]["accepted_tokens"] == 2  # the end token adds no text
+    assert said[2]["text"] == "Hello!"
+    done = s.audio(job.id, np.full(2205, 0.1, np.float32), 0, []) + s.finished(job.id)
+    assert frames(done) and messages(done)[-1]["type"] == "done"
+    assert s.history == [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello!"}]
+
+
+def test_a_draft_over_other_words_than_the_final_ones_is_verified():
+    s = chat_session()
+    answer(s, thinks(user(s, "What is the capital of France"))[0], DRAFT)
+    [think] = thinks(user(s, "What is the capital of France?", final=True))
+    assert think.draft == (10, 11, 12, 13, 14) and think.prefix == ()
+
+
+def test_released_held_audio_is_the_replys_and_stops_once_with_it():
+    s = chat_session()
+    job = held_job(answer(s, thinks(user(s, "What is the capital of France"))[0], DRAFT))
+    s.audio(job.id, np.full(4410, 0.1, np.float32), 0, [])
+    last = thinks(user(s, "What is the capital of France?", final=True))[0]
+    assert messages(s.thought(last.id, [10, 11, 12, 13, 14, 15], "Paris is big. It is", 5))[0]["outcome"] == "held"
+    cancel = s.receive(json.dumps({"type": "cancel", "context_id": "t1"}))
+    assert cancel.count(Stop(job.id)) == 1
+    assert s.observer.held_s == {True: 0.2, False: 0.0}  # released, not also thrown away
+
+
+def test_a_draft_for_revised_words_drops_the_held_sentence_it_no_longer_starts_with():
+    s = chat_session()
+    job = held_job(answer(s, thinks(user(s, "What is"))[0], DRAFT))
+    r2 = thinks(user(s, "What is the capital"))[0]
+    user(s, "What is the capital of Spain")  # words come while r2 runs
+    out = answer(s, r2, [([30], "Madrid is"), ([31], " big."), ([32], " Yes")], accepted=0)
+    assert Stop(job.id) in out and not [a for a in out if isinstance(a, Synthesize)]
+    assert thinks(out)[0].draft == (30, 31, 32)

@@ -6,6 +6,7 @@ microphone says SPOKEN)."""
 import asyncio
 import time
 import urllib.request
+from collections.abc import Callable
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -73,10 +74,11 @@ async def rounds_end(url: str, count: float, timeout_s: float = 120) -> None:
 
 
 async def turn(url: str, question: str, speculation: str, word_s: float = 0.15, max_tokens: int = 64,
-               settle: bool = False) -> Recorder:
-    """One turn typed a word at a time (a partial transcript at each word's end, the
-    whole question the last), then final; returns the connection's record once `done`.
-    With `settle`, each word waits for the round it started to end (the gateway's
+               settle: bool = False, words_from: int = 1, before_final: Callable[[], object] = lambda: None) -> Recorder:
+    """One turn typed a word at a time (a partial transcript at each word's end, from
+    word `words_from` on, the whole question the last), then final; returns the
+    connection's record once `done`, with what `before_final` said just before the final
+    input. With `settle`, each word waits for the round it started to end (the gateway's
     count of rounds), however loaded the machine."""
     async with connection(url) as ws:
         client = Recorder(ws)
@@ -86,11 +88,12 @@ async def turn(url: str, question: str, speculation: str, word_s: float = 0.15, 
         await client.until("ready")
         words = question.split()
         ended = settle and await asyncio.to_thread(chat_rounds, url)
-        for i in range(1, len(words) + 1):
+        for i in range(words_from, len(words) + 1):
             await client.send(type="user", turn_id="t1", text=" ".join(words[:i]), final=False)
             await asyncio.sleep(word_s)
             if settle:
-                await rounds_end(url, ended + i)
+                await rounds_end(url, ended + i - words_from + 1)
+        client.before_final = await asyncio.to_thread(before_final)
         # Nothing of a speculation reaches the client before the final input.
         client.final_at = await client.send(type="user", turn_id="t1", text=question, final=True)
         await client.until("done", "t1", timeout=120)
@@ -130,6 +133,43 @@ def test_a_verified_first_sentence_is_heard_from_held_audio(chat_gateway):
     first_audio = client.frames("t1")[0].at - client.final_at
     first_text = next(e for e in client.events if e.kind == "reply_text").at - client.final_at
     assert first_audio <= first_text + 0.1  # the audio was there before the Thinker's second piece
+
+
+def thinker_counts(port: int) -> tuple[float, float]:
+    """The Thinker's drafts verified and tokens written, once its last request has left
+    vLLM's batch."""
+    deadline = time.monotonic() + 10
+    while triton_metrics(port)[c.THINKER_RUNNING_METRIC] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # its last counts reach Triton's metrics
+    metrics = triton_metrics(port)
+    return metrics[c.THINKER_VERIFIED_METRIC], metrics[c.THINKER_TOKENS_METRIC]
+
+
+def test_a_finished_draft_over_the_final_question_is_the_replys_start_without_a_verification(chat_gateway, chat_triton):
+    off = asyncio.run(turn(chat_gateway, QUESTION, "off"))
+    # Each word's round ends before the next: the last drafts from the whole question, its first sentence held.
+    greedy = asyncio.run(turn(chat_gateway, QUESTION, "greedy", settle=True,
+                              before_final=lambda: thinker_counts(chat_triton.metrics_port)))
+    verified, _ = thinker_counts(chat_triton.metrics_port)
+    assert verified == greedy.before_final[0]  # taken whole: no verification after the final input
+    reply = greedy.messages("reply")[0]
+    assert reply["outcome"] == "held" and reply["accepted_tokens"] == reply["draft_tokens"] > 0, reply
+    assert reply_of(greedy) == reply_of(off)
+
+
+def test_a_round_in_flight_over_the_final_question_becomes_the_reply(chat_gateway, chat_triton):
+    question = "Can you name three colors of the rainbow?"
+    before = thinker_counts(chat_triton.metrics_port)
+    off = asyncio.run(turn(chat_gateway, question, "off"))
+    between = thinker_counts(chat_triton.metrics_port)
+    # One partial, the whole question, then at once the final: the round it started is in flight.
+    greedy = asyncio.run(turn(chat_gateway, question, "greedy", word_s=0, words_from=len(question.split())))
+    after = thinker_counts(chat_triton.metrics_port)
+    assert after[0] == between[0] == before[0]  # nothing verified
+    assert after[1] - between[1] == between[1] - before[1]  # the reply written once, by the round, as off writes it
+    assert greedy.messages("reply")[0]["rounds"] == 1
+    assert reply_of(greedy) == reply_of(off) and reply_of(off)
 
 
 def test_cancel_mid_reply_frees_the_thinkers_vllm_request(chat_gateway, chat_triton):
