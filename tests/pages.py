@@ -50,13 +50,14 @@ def microphone_browser(wav: Path):
 
 def fake_microphone(path: Path, text: str, before_s: float = 1.0, after_s: float = 3.0) -> Path:
     """A WAV for the fake microphone: `before_s` of silence, `text` spoken by the embedded
-    voice, `after_s` of silence; 16 kHz mono s16."""
+    voice, `after_s` of silence; mono s16 at the recognizer's rate (16 kHz)."""
     import numpy as np
 
-    from tests.speech import silence, spoken
+    from contract.models import ASR_SAMPLE_RATE as rate  # spoken()'s
+    from tests.speech import spoken
 
-    rate = 16000
-    pcm = np.concatenate([silence(before_s, rate), spoken(text, rate), silence(after_s, rate)])
+    pcm = np.concatenate([np.zeros(round(before_s * rate), np.int16), spoken(text),
+                          np.zeros(round(after_s * rate), np.int16)])
     with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
