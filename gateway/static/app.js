@@ -158,6 +158,8 @@ class Page {
     $("talk").textContent = talking ? "Stop talking" : "Talk";
     $("talk").setAttribute("aria-pressed", String(talking));
     $("end-speech").disabled = !talking;
+    if (talking) $("ttfa").textContent = "\u2013";
+    this.#showMode();
   }
 
   // A new context: the last one stopped, the microphone too, and the counts start again.
@@ -183,7 +185,8 @@ class Page {
     $("chat").hidden = !chatting;
     $("speak-mode").hidden = chatting;
     $("speak").hidden = chatting;
-    $("ttfa-label").textContent = chatting ? "end of question → first audio" : "first audio";
+    $("ttfa-label").textContent = this.#microphone ? "end of speech \u2192 first audio (voice-to-voice)"
+      : chatting ? "end of question → first audio" : "first audio";
   }
 
   // The voices this server speaks with, for both modes (the first is its default).
@@ -276,7 +279,11 @@ class Page {
   }
 
   arrived(turnId) {
-    if (this.#connection.listening) return this.#turns.arrived(turnId, performance.now());
+    if (this.#connection.listening) {
+      const ms = this.#turns.arrived(turnId, performance.now());
+      if (ms !== null) $("ttfa").textContent = `${ms} ms`; // the last turn's
+      return;
+    }
     if (this.#report.ttfaMs !== null) return;
     this.#report.ttfaMs = performance.now() - this.#sentAt;
     $("ttfa").textContent = `${this.#report.ttfaMs.toFixed(0)} ms`;

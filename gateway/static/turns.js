@@ -67,11 +67,12 @@ export class Turns {
   }
 
   // A frame of turn `id`'s reply arrived (`at`, performance.now()): the first one gives
-  // the voice-to-voice latency.
+  // the voice-to-voice latency, returned then (null for the others).
   arrived(id, at) {
     const record = this.records.find((t) => t.turn_id === id);
-    if (!record || record.voice_to_voice_ms !== null || !this.#endedAt.has(id)) return;
+    if (!record || record.voice_to_voice_ms !== null || !this.#endedAt.has(id)) return null;
     record.voice_to_voice_ms = Math.round(at - this.#endedAt.get(id));
     this.#shown.get(id).latency.textContent = `voice-to-voice ${record.voice_to_voice_ms} ms`;
+    return record.voice_to_voice_ms;
   }
 }
