@@ -227,14 +227,26 @@ MAX_MESSAGES_CHARS = 32_000  # a conversation's text, all messages together
 
 # The recognizer's request: the next audio of a listening stream, STREAM_ID (BYTES [1],
 # the stream's name, its state kept across requests until STOP), AUDIO (INT16 [-1], mono
-# PCM at ASR_SAMPLE_RATE, the stream's timeline continued, silence included), END (BOOL
-# [1], the speaker ended the utterance now: push-to-talk), STOP (BOOL [1], the stream is
-# over: an utterance in progress ends first, then its state goes). Its responses are the
-# events the request's audio caused, one a response: EVENT (BYTES [1], one of
-# ASR_EVENTS), UTTERANCE (INT32 [1], the utterance's number in the stream, from 0),
-# AUDIO_MS (INT64 [1], where in the stream's timeline: speech start or end, or for a
-# transcript the end of the audio it heard) and TEXT (BYTES [1], a transcript's words).
+# PCM at ASR_SAMPLE_RATE, the stream's timeline continued, silence included, at most
+# ASR_MAX_AUDIO_MS a request), END (BOOL [1], the speaker ended the utterance now:
+# push-to-talk), STOP (BOOL [1], the stream is over: an utterance in progress ends first,
+# then its state goes). A request's audio is heard before its END or STOP; a stream's
+# requests are heard in the order sent. A stream that sends nothing for the model's
+# `idle_s` (60 s), or one of whose requests is cancelled, is dropped (its gateway went
+# away). Its responses are the events the request's audio caused, one a response: EVENT
+# (BYTES [1], one of ASR_EVENTS), UTTERANCE (INT32 [1], the utterance's number in the
+# stream, from 0), AUDIO_MS (INT64 [1], where in the stream's timeline: speech start or
+# end, or for a transcript the end of the audio it heard) and TEXT (BYTES [1], a
+# transcript's words; empty for the other events). Per utterance, in this order:
+# speech_started; partials, each the utterance's whole stable text so far, sent only when
+# it grows and never taking back a word it showed (with PARTIALS false, none);
+# speech_stopped, once the speech is over (ENDPOINT_MS of silence after it, END, STOP, or
+# an utterance grown past about 25 s, which Whisper cannot hear whole); then exactly one
+# final, the utterance's words, which may revise the partials' and may be empty (speech
+# the recognizer heard no words in), so that every speech_started is closed. Silence, and
+# sound too short to be speech (under about 0.2 s), cause no events at all.
 ASR_SAMPLE_RATE = 16000
+ASR_MAX_AUDIO_MS = 1000
 AUDIO = "AUDIO"
 END = "END"
 EVENT = "EVENT"

@@ -10,6 +10,7 @@ from contract.voices import AR_MODEL_ENV, CHAT_MODEL_ENV, EMBEDDED_CHAT, VOICES_
 from operations.environment import GPU_CONFIG
 
 GPU_ENV = "SPEECHSTREAM_GPU"
+LISTEN_ENV = "SPEECHSTREAM_LISTEN"
 
 
 def add_voices_argument(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +40,13 @@ def add_chat_flag(parser: argparse.ArgumentParser) -> None:
     """--chat, the embedded chat model: a shorthand for --chat-model embedded."""
     parser.add_argument("--chat", dest="chat_model", action="store_const", const=EMBEDDED_CHAT,
                         help=f"voice chat on the embedded chat model: --chat-model {EMBEDDED_CHAT}")
+
+
+def add_listen_flag(parser: argparse.ArgumentParser) -> None:
+    """--listen: serve the speech recognizer (listen mode); --chat brings it too."""
+    parser.add_argument("--listen", action="store_true", default=os.environ.get(LISTEN_ENV) == "1",
+                        help=f"serve the speech recognizer (Triton's `asr` model) for listen mode; a chat model "
+                             f"serves it too (env {LISTEN_ENV}=1)")
 
 
 def add_gpu_argument(parser: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from contract.voices import VoiceError
-from operations.arguments import add_gpu_argument, add_voices_argument
+from operations.arguments import add_gpu_argument, add_listen_flag, add_voices_argument
 from operations.environment import MODEL_REPOSITORY
 from operations.supervisor import TritonServer
 
@@ -36,12 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-verbose", type=int, default=0)
     add_voices_argument(parser)
     add_gpu_argument(parser)
+    add_listen_flag(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     server = TritonServer(
         args.http_port, args.grpc_port, args.metrics_port, args.host, args.model_repository, args.log_verbose, args.voices,
-        args.ar_model, args.chat_model, args.gpu,
+        args.ar_model, args.chat_model, args.gpu, args.listen,
     )
     stopping = threading.Event()
 

@@ -25,7 +25,7 @@ log = logging.getLogger("speechstream.serve")
 
 async def run(args: argparse.Namespace) -> int:
     triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port, voices=args.voices,
-                           ar_model=args.ar_model, chat_model=args.chat_model, gpu=args.gpu)
+                           ar_model=args.ar_model, chat_model=args.chat_model, gpu=args.gpu, listen=args.listen)
     triton.start()
     stopping = threading.Event()
     supervisor = None
@@ -33,7 +33,8 @@ async def run(args: argparse.Namespace) -> int:
         await asyncio.to_thread(triton.wait_ready)
         gateway = asyncio.create_task(
             serve_forever(s.from_arguments(args, triton_urls=(f"127.0.0.1:{args.triton_grpc_port}",),
-                                             fleet_metrics_port=args.triton_metrics_port))
+                                             fleet_metrics_port=args.triton_metrics_port,
+                                             listen=args.listen or bool(args.chat_model)))  # a voice chat needs ears
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -58,6 +58,7 @@ class TritonProcess:
     ar_model: str | None = None  # an Orpheus-format model directory: serve the autoregressive family too
     chat_model: str | None = None  # a chat model directory, or EMBEDDED_CHAT: serve the Thinker too
     gpu: bool = False  # models with a configs/gpu.pbtxt load it (the AR family on the GPU)
+    listen: bool = False  # serve the recognizer (`asr`) too; a chat model brings it as well (a voice chat needs ears)
     process: subprocess.Popen | None = field(default=None, init=False)
     _stdout: object = field(default=None, init=False, repr=False)
     _stubs: list[psutil.Process] = field(default_factory=list, init=False, repr=False)
@@ -84,10 +85,12 @@ class TritonProcess:
         ]
 
     def models(self) -> tuple[str, ...]:
-        """The models this server loads: the Piper chain, and the AR family's with `ar_model`."""
+        """The models this server loads: the Piper chain, the AR family's with `ar_model`,
+        the Thinker with `chat_model`, and the recognizer with `listen` or `chat_model`."""
         piper = (c.ACOUSTIC_MODEL, c.VOCODER_MODEL, c.TTS_MODEL)
         ar = (c.TALKER_MODEL, c.CODE2WAV_MODEL, c.TTS_AR_MODEL) if self.ar_model else ()
-        return piper + ar + ((c.THINKER_MODEL,) if self.chat_model else ())
+        thinker = (c.THINKER_MODEL,) if self.chat_model else ()
+        return piper + ar + thinker + ((c.ASR_MODEL,) if self.listen or self.chat_model else ())
 
     def start(self, stdout=None) -> None:
         for voice in find_voices(self.voices).values():  # VoiceError, with what to fix, before Triton starts

@@ -39,7 +39,7 @@ from perf.chat import MODES, SYSTEM, gateway_counter, p90, questions
 from tests.speech import silence, spoken, word_error_rate
 
 MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send them
-LEAD_IN_S = 1.0
+LEAD_IN_MS = 1000
 ENDPOINT_MS = 500
 GOALS = {"greedy_ratio": 0.5, "word_error_rate": 0.10, "partial_gap_s": 0.5}
 # A dictation stream is kept in real time when its final comes within this of the endpoint.
@@ -118,7 +118,7 @@ def take(message: str | bytes, heard: Heard) -> None:
 
 def question_audio(question: str) -> tuple[np.ndarray, slice]:
     speech = spoken(question)
-    lead = silence(LEAD_IN_S)
+    lead = silence(LEAD_IN_MS)
     return np.concatenate([lead, speech]), slice(lead.size, lead.size + speech.size)
 
 

@@ -32,8 +32,9 @@ def voices_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory, voices_dir):
     """A real tritonserver on free loopback ports, serving model_repository/ with the
-    embedded voice and the voices of `voices_dir`."""
-    with running(TritonServer(*free_ports(3), voices=str(voices_dir)), tmp_path_factory.mktemp("triton")) as server:
+    embedded voice and the voices of `voices_dir`, and the speech recognizer."""
+    server = TritonServer(*free_ports(3), voices=str(voices_dir), listen=True)
+    with running(server, tmp_path_factory.mktemp("triton")) as server:
         yield server
 
 

@@ -1,6 +1,6 @@
-"""Speech for the recognizer's checks: text spoken whole by the embedded voice, in
-process, at the recognizer's rate; and the word error rate of a transcript. Used by the
-tests and by perf/voice.py."""
+"""Speech for the recognizer's checks: text spoken by the embedded voice in process, as
+a microphone would send it (int16, 16 kHz unless asked otherwise), and transcripts
+compared word by word. Used by the tests and by perf/asr.py and perf/voice.py."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import re
 import numpy as np
 import soxr
 
-from contract import models as c
+from contract.models import ASR_SAMPLE_RATE
 from contract.text import split_sentences
 from python_backends.piper.engines import AcousticEngine, VocoderEngine
-from python_backends.piper.inputs import VoiceParams
 from python_backends.piper.voice import load_voice
 
 
@@ -23,30 +22,35 @@ def _engines() -> tuple[AcousticEngine, VocoderEngine, int]:
     return AcousticEngine(voice), VocoderEngine(voice), voice.sample_rate
 
 
-def spoken(text: str, rate: int = c.ASR_SAMPLE_RATE) -> np.ndarray:
-    """`text` spoken by the embedded voice, sentence after sentence, as int16 PCM at `rate`."""
+def spoken(text: str, rate: int = ASR_SAMPLE_RATE, seed: int = 1) -> np.ndarray:
+    """`text` in the embedded voice (its own scales, a fixed seed), int16 at `rate`."""
     acoustic, vocoder, voice_rate = _engines()
-    params = VoiceParams(1.0, 0.667, 0.8)
+    params = acoustic.default_params()
+    params = type(params)(params.length_scale, params.noise_scale, params.noise_w, seed)
     pcm = np.concatenate([vocoder.vocode(acoustic.latent(s, params).latent[None])[0] for s in split_sentences(text)])
-    pcm = soxr.resample(pcm, voice_rate, rate)
-    return (np.clip(pcm, -1, 1) * 32767).astype(np.int16)
+    return (np.clip(soxr.resample(pcm, voice_rate, rate), -1, 1) * 32767).astype(np.int16)
 
 
-def silence(seconds: float, rate: int = c.ASR_SAMPLE_RATE) -> np.ndarray:
-    return np.zeros(round(seconds * rate), np.int16)
+def silence(ms: int, rate: int = ASR_SAMPLE_RATE) -> np.ndarray:
+    return np.zeros(ms * rate // 1000, np.int16)
 
 
 def words(text: str) -> list[str]:
-    """A transcript's words, compared without case or punctuation."""
-    return re.findall(r"[a-z0-9']+", text.lower().replace("\u2019", "'"))
+    """The words as said: lower case, no punctuation, hyphens as spaces."""
+    return re.sub(r"[^a-z0-9' ]", " ", text.lower().replace("\u2019", "'").replace("-", " ")).split()
 
 
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """(substitutions + deletions + insertions) ÷ the reference's words."""
-    ref, hyp = words(reference), words(hypothesis)
+def word_errors(reference: str, heard: str) -> int:
+    """Words substituted, left out or added (the edit distance over words)."""
+    ref, hyp = words(reference), words(heard)
     row = list(range(len(hyp) + 1))
     for i, r in enumerate(ref, 1):
-        previous, row[0] = row[0], i
+        previous, row[0] = row[:], i
         for j, h in enumerate(hyp, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (r != h))
-    return row[-1] / max(1, len(ref))
+            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (r != h))
+    return row[-1]
+
+
+def word_error_rate(reference: str, heard: str) -> float:
+    """word_errors ÷ the reference's words."""
+    return word_errors(reference, heard) / max(1, len(words(reference)))

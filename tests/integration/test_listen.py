@@ -63,8 +63,8 @@ def test_speech_streamed_in_real_time_gets_partials_while_spoken_then_one_final_
         client = await listening(listen_url)
         spoken_at = time.perf_counter()
         reader = asyncio.create_task(heard(client))
-        speech_end = await stream(client, np.concatenate([silence(1.0), question]))
-        await stream(client, silence(1.5))
+        speech_end = await stream(client, np.concatenate([silence(1000), question]))
+        await stream(client, silence(1500))
         await reader
         await client.ws.close()
         return client, spoken_at, speech_end
@@ -86,7 +86,7 @@ def test_speech_streamed_in_real_time_gets_partials_while_spoken_then_one_final_
 def test_silence_alone_makes_no_turn(listen_url):
     async def main():
         client = await listening(listen_url)
-        await stream(client, silence(3.0))
+        await stream(client, silence(3000))
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(1.0):
                 await client.read()
@@ -98,7 +98,7 @@ def test_silence_alone_makes_no_turn(listen_url):
 def test_end_of_speech_ends_the_turn_at_once_without_waiting_for_the_endpoint(listen_url, question):
     async def main():
         client = await listening(listen_url, endpoint_ms=5000)
-        await stream(client, np.concatenate([silence(0.5), question, silence(0.3)]))
+        await stream(client, np.concatenate([silence(500), question, silence(300)]))
         sent = await client.send(type="end_of_speech")
         messages = await heard(client, timeout=10)
         final_at = next(e.at for e in client.events if e.kind == "transcript" and e.message["final"])
@@ -113,7 +113,7 @@ def test_end_of_speech_ends_the_turn_at_once_without_waiting_for_the_endpoint(li
 
 def test_opus_packets_are_heard_as_well(listen_url, question):
     encoder = opuslib.Encoder(48000, 1, opuslib.APPLICATION_VOIP)
-    audio = np.concatenate([silence(0.5, 48000), spoken(QUESTION, 48000), silence(1.0, 48000)])
+    audio = np.concatenate([silence(500, 48000), spoken(QUESTION, 48000), silence(1000, 48000)])
     step = 48000 * MESSAGE_MS // 1000
     audio = np.pad(audio, (0, -audio.size % step))
     packets = [encoder.encode(audio[i:i + step].tobytes(), step) for i in range(0, audio.size, step)]
@@ -143,7 +143,7 @@ def test_bad_audio_gets_an_error_and_loses_nothing_else(listen_url, question):
         await client.ws.send(json.dumps({"type": "speak", "context_id": "c1", "text": "Still here."}))
         await client.until("done", "c1")  # the connection speaks on
         reader = asyncio.create_task(heard(client))
-        await stream(client, np.concatenate([silence(0.5), question, silence(1.0)]))
+        await stream(client, np.concatenate([silence(500), question, silence(1000)]))
         messages = await reader
         await client.ws.close()
         return odd, long, messages

@@ -215,7 +215,8 @@ def test_every_metric_is_documented():
 
 # Triton models
 
-TRITON_TYPES = {"TYPE_FP32": "FP32", "TYPE_INT32": "INT32", "TYPE_INT64": "INT64", "TYPE_STRING": "BYTES", "TYPE_BOOL": "BOOL"}
+TRITON_TYPES = {"TYPE_FP32": "FP32", "TYPE_INT32": "INT32", "TYPE_INT64": "INT64", "TYPE_STRING": "BYTES", "TYPE_BOOL": "BOOL",
+                "TYPE_INT16": "INT16"}
 MODELS = {
     m.TTS_MODEL: "### `tts` (decoupled BLS)",
     m.ACOUSTIC_MODEL: "### `acoustic` (decoupled)",
@@ -223,6 +224,7 @@ MODELS = {
     m.TTS_AR_MODEL: "### `tts_ar` (decoupled BLS)",
     m.TALKER_MODEL: "### `talker` (decoupled)",
     m.CODE2WAV_MODEL: "### `code2wav`",
+    m.ASR_MODEL: "## `asr`: the recognizer",
 }
 
 
@@ -266,6 +268,7 @@ def test_the_input_tables_have_the_contracts_defaults_and_ranges():
     _check_params(m.ACOUSTIC_MODEL, m.VOICE_PARAMS + (m.HEAD_PARAM,), defaults=True)
     _check_params(m.TTS_AR_MODEL, m.AR_CHUNK_PARAMS + m.AR_PARAMS, defaults=True)
     _check_params(m.TALKER_MODEL, m.AR_PARAMS, defaults=True)
+    _check_params(m.ASR_MODEL, m.ASR_PARAMS, defaults=True)
     for model in (m.TTS_MODEL, m.TTS_AR_MODEL):
         rows = _rows(model, "input")
         assert rows[m.TEXT][2] == f"1 … {_number(m.MAX_TEXT_CHARS)} characters", model
@@ -369,3 +372,8 @@ def test_the_chaos_soak_table_is_perf_soak_chaos_results():
     assert shown and sorted(row[0] for row in shown) == sorted(measured)
     for row in shown:
         assert row == digest(measured[row[0]]), row[0]
+
+
+def test_the_recognizers_table_is_perf_asr_results():
+    _header, rows = _results_table(RESULTS / "asr.md", "measure")
+    assert _table(_section(PAGES["benchmarks.md"], "## The recognizer's cost"), "measure") == rows

@@ -1,0 +1,157 @@
+"""The `asr` model's listening streams, served on an event loop (no Triton here): each
+STREAM_ID's `Utterances`, its requests heard one at a time in the order they came, on a
+pool of worker threads shared by all streams (the VAD and Whisper release the GIL, so
+streams are heard in parallel); streams that STOP, whose request is cancelled, or that
+go quiet for `idle_s` are dropped; the counts the model exports."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from contract.models import ASR_SAMPLE_RATE, InvalidRequest
+from python_backends.asr.inputs import AsrRequest
+from python_backends.asr.utterances import Event, Policy, Transcriber, Utterances, Vad
+
+log = logging.getLogger("speechstream.asr")
+
+SWEEP_EVERY_S = 5.0
+EXPORT_EVERY_S = 1.0
+
+
+@dataclass
+class AsrStats:
+    """The counts on Triton's metrics port, in AsrModel.gauges' order."""
+
+    streams: int = 0  # listening streams open now
+    passes: int = 0  # transcriber passes since the start
+    pass_seconds: float = 0.0  # their time
+    audio_seconds: float = 0.0  # audio heard since the start
+
+
+class TimedTranscriber:
+    """A transcriber whose passes are counted in `stats` (from any worker thread)."""
+
+    def __init__(self, transcriber: Transcriber, stats: AsrStats) -> None:
+        self.transcriber, self.stats = transcriber, stats
+        self.lock = threading.Lock()
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        started = time.perf_counter()
+        try:
+            return self.transcriber.transcribe(audio)
+        finally:
+            with self.lock:
+                self.stats.passes += 1
+                self.stats.pass_seconds += time.perf_counter() - started
+
+
+@dataclass
+class Stream:
+    """One listening stream: its utterances, and its requests' turn to be heard."""
+
+    utterances: Utterances
+    heard_at: float = field(default_factory=time.monotonic)  # when its latest request came
+    order: asyncio.Lock = field(default_factory=asyncio.Lock)  # FIFO: its requests are heard as they came
+    waiting: int = 0  # its requests waiting for their turn
+
+
+class Listening:
+    """Every listening stream of a model instance. `hear` is called on one event loop, in
+    the order requests arrive."""
+
+    def __init__(self, new_vad: Callable[[], Vad], transcriber: Transcriber, threads: int, max_streams: int,
+                 idle_s: float, policy: Policy = Policy(),
+                 on_stats: Callable[[AsrStats], None] = lambda stats: None,
+                 warn: Callable[[str], None] = log.warning) -> None:
+        self.stats, self.on_stats, self.warn = AsrStats(), on_stats, warn
+        self.exported_at = 0.0  # time.monotonic() of the last export
+        self.new_vad, self.transcriber = new_vad, TimedTranscriber(transcriber, self.stats)
+        self.policy, self.max_streams, self.idle_s = policy, max_streams, idle_s
+        self.workers = ThreadPoolExecutor(threads, thread_name_prefix="asr")
+        self.streams: dict[str, Stream] = {}
+        self.sweeper: asyncio.Task | None = None
+
+    async def hear(self, request: AsrRequest, cancelled: Callable[[], bool] = lambda: False) -> list[Event]:
+        """The events of `request`'s audio, END and STOP. Its stream's earlier requests are
+        heard first: the stream is taken in turn before this coroutine first awaits. A
+        stream behind (its next request already waiting: a pass took longer than the audio
+        it waited for, or a file comes faster than real time) runs no partial pass until
+        it has caught up, so that passes never leave it more than one pass behind."""
+        stream = self._stream(request.stream_id)
+        stream.waiting += 1
+        async with stream.order:
+            stream.waiting -= 1
+            if cancelled():  # its gateway went away: nobody hears this stream any more
+                self._drop(request.stream_id, stream, "its request was cancelled")
+                return []
+            partials = request.partials and not stream.waiting
+            events = await asyncio.get_running_loop().run_in_executor(
+                self.workers, stream.utterances.hear, request.audio, request.endpoint_ms, partials, request.end)
+        self.stats.audio_seconds += len(request.audio) / ASR_SAMPLE_RATE
+        if request.stop:
+            self._drop(request.stream_id, stream)
+        if time.monotonic() - self.exported_at >= EXPORT_EVERY_S:
+            self._export()
+        return events
+
+    def _stream(self, stream_id: str) -> Stream:
+        if (stream := self.streams.get(stream_id)) is None:
+            if len(self.streams) >= self.max_streams:
+                raise InvalidRequest(f"{len(self.streams)} listening streams are open; the limit is {self.max_streams}")
+            stream = self.streams[stream_id] = Stream(Utterances(self.new_vad(), self.transcriber, self.policy))
+            self._export()
+        stream.heard_at = time.monotonic()
+        return stream
+
+    def _drop(self, stream_id: str, stream: Stream, why: str = "") -> None:
+        if self.streams.get(stream_id) is not stream:  # dropped already (a STOP's requests cancelled with it)
+            return
+        del self.streams[stream_id]
+        self._export()
+        if why:
+            self.warn(f"listening stream {stream_id!r} dropped: {why}")
+
+    def _export(self) -> None:
+        """The counts to the metrics port: at once when streams open or go, else at most
+        every EXPORT_EVERY_S (each gauge set is a message to Triton's process)."""
+        self.stats.streams = len(self.streams)
+        self.exported_at = time.monotonic()
+        self.on_stats(self.stats)
+
+    def start(self) -> None:
+        """Drop idle streams from now on, every SWEEP_EVERY_S (on the running loop)."""
+        self.sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY_S)
+            self.drop_idle(time.monotonic())
+            self._export()
+
+    def drop_idle(self, now: float) -> None:
+        """Drop the streams that sent nothing for idle_s and are not being heard: their
+        gateways went away without a STOP."""
+        for stream_id, stream in list(self.streams.items()):
+            if now - stream.heard_at > self.idle_s and not stream.order.locked():
+                self._drop(stream_id, stream, f"no request for {self.idle_s:g} s")
+
+    def shutdown(self) -> None:
+        """Stop sweeping and hearing (from a thread other than the loop's, which goes on
+        running until the sweeper has stopped): passes running end first."""
+        if self.sweeper is not None:
+            asyncio.run_coroutine_threadsafe(self._stop_sweeping(), self.sweeper.get_loop()).result(timeout=5)
+        self.workers.shutdown(wait=True, cancel_futures=True)
+
+    async def _stop_sweeping(self) -> None:
+        self.sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.sweeper
