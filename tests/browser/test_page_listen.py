@@ -5,10 +5,7 @@ chat heard and answered aloud is tests/vllm/test_chat.py's (it needs the chat mo
 
 import pytest
 
-from operations.loopback import free_ports
-from operations.supervisor import TritonServer
 from tests.pages import CHROMIUM, FLAGS, REPORT, fake_microphone, http_of, microphone_browser
-from tests.servers import running
 from tests.speech import word_error_rate
 
 QUESTION = "What is your favorite kind of music to listen to on a rainy day?"
@@ -23,16 +20,10 @@ def browser(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def listening_triton(tmp_path_factory):
-    """A tritonserver that serves the recognizer (`asr`) beside the Piper chain."""
-    with running(TritonServer(*free_ports(3), listen=True), tmp_path_factory.mktemp("listening-triton")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def listen_gateway(listening_triton, module_gateways):
-    return module_gateways.start(listening_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
-                                 "--listen", name="listen-gateway").url
+def listen_gateway(triton, module_gateways):
+    """A gateway that listens, in front of the session's Triton (which serves the recognizer)."""
+    return module_gateways.start(triton.grpc_url, "--probe-interval", "0", "--admission-load", "0", "--listen",
+                                 name="listen-gateway").url
 
 
 def test_the_page_writes_what_its_microphone_hears(listen_gateway, open_page):

@@ -47,14 +47,9 @@ def chat_triton(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def chat_gateway(chat_triton, module_gateways):
+    """Chat, and listen mode: a voice chat needs ears (chat_triton serves the recognizer too)."""
     return module_gateways.start(chat_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
-                                 "--chat-model", "embedded", name="chat-gateway").url
-
-
-@pytest.fixture(scope="module")
-def listening_chat_gateway(chat_triton, module_gateways):
-    return module_gateways.start(chat_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
-                                 "--chat-model", "embedded", "--listen", name="listening-chat-gateway").url
+                                 "--chat-model", "embedded", "--listen", name="chat-gateway").url
 
 
 def chat_rounds(url: str) -> float:
@@ -244,7 +239,7 @@ def test_the_page_chats_a_question_typed_word_by_word_and_picks_voices(chat_gate
     assert 0 < report["ttfaMs"] and page.inner_text("#outcome").startswith(report["reply"]["outcome"])
 
 
-def test_the_page_answers_a_question_said_to_its_microphone_and_stops_when_spoken_over(listening_chat_gateway, open_page):
+def test_the_page_answers_a_question_said_to_its_microphone_and_stops_when_spoken_over(chat_gateway, open_page):
     """Voice chat by voice: Talk in Voice chat streams the microphone; the question is
     heard, answered in words and aloud, and its voice-to-voice time (from the moment the
     page sent the question's last sample to the reply's first audio) shown and reported.
@@ -252,7 +247,7 @@ def test_the_page_answers_a_question_said_to_its_microphone_and_stops_when_spoke
     cancels the answer (barge-in) and the page's player is empty at once, before the new
     question's own reply."""
     problems = []
-    page = open_page(http_of(listening_chat_gateway) + "/", problems)
+    page = open_page(http_of(chat_gateway) + "/", problems)
     page.check("#chat-mode")
     page.click("#talk")
     answered = "(r => r.turns.some(t => t.voice_to_voice_ms !== null) || r.errors.length)(window.speechstream)"
