@@ -1,9 +1,14 @@
 """A pytest plugin (tests/conftest.py loads it): the page in a real headless Chromium
 (Debian's), driven by Playwright, for the browser tier and the chat page's test. The page
-reports what it measured in `window.speechstream` (gateway/static/app.js)."""
+reports what it measured in `window.speechstream` (gateway/static/app.js). A module that
+talks to the page overrides `browser` with `microphone_browser(wav)`: Chromium's fake
+microphone says a WAV file, looped (`fake_microphone` makes one)."""
 
 import os
 import shutil
+import wave
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,12 +27,43 @@ FINISHED = "window.speechstream.done || window.speechstream.errors.length"
 KEY_FIELD_HINT = "\u201cAPI key\u201d field"
 
 
-@pytest.fixture(scope="module")
-def browser():
+@contextmanager
+def chromium(*flags: str) -> Iterator:
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=[*FLAGS, *flags])
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+def microphone_browser(wav: Path):
+    """Chromium whose microphone is `wav`, played in real time and looped, granted to
+    every page without asking."""
+    return chromium("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                    f"--use-file-for-fake-audio-capture={wav}")
+
+
+def fake_microphone(path: Path, text: str, before_s: float = 1.0, after_s: float = 3.0) -> Path:
+    """A WAV for the fake microphone: `before_s` of silence, `text` spoken by the embedded
+    voice, `after_s` of silence; mono s16 at the recognizer's rate (16 kHz)."""
+    import numpy as np
+
+    from contract.models import ASR_SAMPLE_RATE as rate  # spoken()'s
+    from tests.speech import spoken
+
+    pcm = np.concatenate([np.zeros(round(before_s * rate), np.int16), spoken(text),
+                          np.zeros(round(after_s * rate), np.int16)])
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.astype("<i2").tobytes())
+    return path
 
 
 @pytest.fixture

@@ -1,20 +1,28 @@
-// speechstream's page: its controls wired to a protocol v1 Connection (connection.js) and
-// its Audio (audio.js), and what they do shown: status, time to first audio, the level.
+// speechstream's page: its controls wired to a protocol v1 Connection (connection.js), its
+// Audio (audio.js) and, to talk, its Microphone (microphone.js), and what they do shown:
+// status, time to first audio, the level, the turns heard and answered (turns.js).
 
 import { Audio, RATE } from "./audio.js";
 import { Connection } from "./connection.js";
+import { Microphone } from "./microphone.js";
+import { Turns } from "./turns.js";
 
 const $ = (id) => document.getElementById(id);
 
 // What the page measured. `received`: the server sent the whole context and the page has
 // decoded it; `done`: it has also been played. Samples are counted since the last Speak,
 // question or Stop; `level` is the meter's 0..1 (-60..0 dBFS); `state` is idle, speaking,
-// busy, playing, done or error. In voice chat, ttfaMs counts from the end of the question, and
-// `reply` is the speculation's outcome. `spans`: each sentence's text_span in the text, as
-// heard; `resumes`: the times the context went on with another gateway.
+// busy, playing, done, connecting, listening or error. In voice chat, ttfaMs counts from
+// the end of the question, and `reply` is the speculation's outcome. `spans`: each sentence's text_span in the text, as
+// heard; `resumes`: the times the context went on with another gateway. Talking (listen
+// mode): `listening`, the microphone is sent; `turns`, each spoken turn (turns.js):
+// {turn_id, transcript, final, reply (its text), outcome, cancelled (barge-in),
+// voice_to_voice_ms}; `micMs`, the microphone's audio sent; `done` and the counts are then
+// the last reply's.
 const fresh = () => ({
   ttfaMs: null, decodedSamples: 0, audioMs: null, received: false, done: false, errors: [], retries: 0,
   playedSamples: 0, queuedSamples: 0, reply: null, replyText: "", spans: [], resumes: 0,
+  listening: false, turns: [],
 });
 
 // The level meter: the last 200 levels (about 4 s), newest on the right, redrawn whole.
@@ -48,6 +56,8 @@ class Page {
   #meter = new Meter($("meter"));
   #audio = new Audio(this);
   #connection = new Connection(this.#audio, this);
+  #turns = new Turns($("turns"), this.#report.turns);
+  #microphone = null; // while talking
 
   constructor() {
     $("codec").textContent = this.#audio.opus ? "Opus (WebCodecs)" : "PCM fallback";
@@ -60,13 +70,15 @@ class Page {
     $("key").onchange = () => this.#listVoices();
     this.#listVoices();
     $("stop").onclick = () => this.#stop();
+    $("talk").onclick = () => (this.#microphone ? this.#doneTalking() : this.#talk());
+    $("end-speech").onclick = () => this.#connection.endOfSpeech();
     $("speed").oninput = () => { $("speed-value").textContent = `${(+$("speed").value).toFixed(2)}\u00d7`; };
     this.#status("ready", "idle");
   }
 
   // A copy of what the page measured, taken at each read.
   get measured() {
-    return structuredClone(this.#report);
+    return structuredClone({ ...this.#report, micMs: this.#connection.sentMs });
   }
 
   async #speak() {
@@ -105,13 +117,61 @@ class Page {
     }
   }
 
-  // A new context: the last one stopped, and the counts start again.
+  // Talk: the microphone, on a connection of its own that listens (and chats in Voice
+  // chat); what is heard, and answered, shows in the turns.
+  async #talk() {
+    this.#start();
+    try {
+      this.#status("asking for the microphone\u2026", "connecting");
+      $("talk").disabled = true; // one request at a time
+      const microphone = (this.#microphone = await Microphone.open().finally(() => ($("talk").disabled = false)));
+      this.#showTalking(true);
+      await this.#connection.listen();
+      if (this.#microphone !== microphone) return; // stopped meanwhile
+      await microphone.start((pcm) => this.#connection.hear(pcm));
+      this.#report.listening = true;
+      this.#status(this.#chatting() ? "listening: ask a question\u2026" : "listening: speak\u2026", "listening");
+    } catch (e) {
+      this.#hangUp();
+      this.#connection.halt();
+      this.fail(e.code === "listen_unavailable"
+        ? "This server does not listen: it runs no speech recognizer (start it with --listen, or --chat)."
+        : e.message);
+    }
+  }
+
+  // Talk's Stop: the turn being spoken ends now and is still answered; nothing more is sent.
+  #doneTalking() {
+    this.#connection.endOfSpeech();
+    this.#hangUp();
+    this.#status("stopped listening", "idle");
+  }
+
+  #hangUp() {
+    this.#microphone?.stop();
+    this.#microphone = null;
+    this.#report.listening = false;
+    this.#showTalking(false);
+  }
+
+  #showTalking(talking) {
+    $("talk").textContent = talking ? "Stop talking" : "Talk";
+    $("talk").setAttribute("aria-pressed", String(talking));
+    $("end-speech").disabled = !talking;
+    if (talking) $("ttfa").textContent = "\u2013";
+    this.#showMode();
+  }
+
+  // A new context: the last one stopped, the microphone too, and the counts start again.
   #start() {
+    this.#hangUp();
     this.#connection.halt();
     Object.assign(this.#report, fresh());
+    this.#turns.clear(this.#report.turns);
   }
 
   #stop() {
+    this.#hangUp();
     this.#connection.halt();
     this.#status("stopped", "idle");
   }
@@ -125,7 +185,8 @@ class Page {
     $("chat").hidden = !chatting;
     $("speak-mode").hidden = chatting;
     $("speak").hidden = chatting;
-    $("ttfa-label").textContent = chatting ? "end of question → first audio" : "first audio";
+    $("ttfa-label").textContent = this.#microphone ? "end of speech \u2192 first audio (voice-to-voice)"
+      : chatting ? "end of question → first audio" : "first audio";
   }
 
   // The voices this server speaks with, for both modes (the first is its default).
@@ -186,6 +247,11 @@ class Page {
   }
 
   message(m) {
+    if (this.#connection.listening) {
+      this.#turns.replied(m);
+      if (m.type === "cancelled") this.#status("interrupted: listening\u2026", "listening"); // the player was emptied
+      return;
+    }
     if (m.type === "reply") {
       this.#report.reply = m;
       $("outcome").textContent = `${m.outcome} (kept ${m.accepted_tokens} of ${m.draft_tokens} drafted tokens, ${m.rounds} rounds)`;
@@ -196,7 +262,28 @@ class Page {
     }
   }
 
-  arrived() {
+  // Listen mode: what the recognizer heard.
+  listened(m, endedAt) {
+    const turn = this.#turns.heard(m, endedAt);
+    if (m.type === "speech_started") this.#status("hearing\u2026", "listening");
+    if (m.type === "transcript" && m.final) {
+      const answering = this.#chatting() && turn.transcript.trim();
+      this.#status(answering ? "thinking\u2026" : "listening\u2026", "listening");
+    }
+  }
+
+  // The listening connection is gone.
+  deaf(why) {
+    this.#hangUp();
+    this.fail(why);
+  }
+
+  arrived(turnId) {
+    if (this.#connection.listening) {
+      const ms = this.#turns.arrived(turnId, performance.now());
+      if (ms !== null) $("ttfa").textContent = `${ms} ms`; // the last turn's
+      return;
+    }
     if (this.#report.ttfaMs !== null) return;
     this.#report.ttfaMs = performance.now() - this.#sentAt;
     $("ttfa").textContent = `${this.#report.ttfaMs.toFixed(0)} ms`;
@@ -244,7 +331,8 @@ class Page {
   played({ ended, played }) {
     if (ended !== this.#connection.context) return;
     Object.assign(this.#report, { done: true, playedSamples: played, queuedSamples: 0 });
-    this.#status(`done: ${this.#report.audioMs} ms of audio`, "done");
+    if (this.#microphone) this.#status("listening\u2026", "listening");
+    else this.#status(`done: ${this.#report.audioMs} ms of audio`, "done");
   }
 
   progress({ level, played, queued }) {

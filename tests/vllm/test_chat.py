@@ -1,7 +1,8 @@
 """Chat mode end to end: a real tritonserver serving the embedded SmolLM2 (the `thinker`
 model, vLLM on CPU) beside the Piper chain (and the recognizer, which a chat model
 brings), and the gateway in front of it, over real WebSockets on loopback; a spoken
-conversation through speechstream-listen."""
+conversation through speechstream-listen; and the page, typed to and talked to (its
+Chromium's fake microphone says SPOKEN)."""
 
 import asyncio
 import re
@@ -21,13 +22,25 @@ from contract import models as c
 from contract import protocol as v1
 from operations.loopback import free_ports, triton_metrics
 from operations.supervisor import TritonServer
-from tests.pages import FINISHED, REPORT, http_of
+from tests.pages import FINISHED, REPORT, fake_microphone, http_of, microphone_browser
 from tests.recorder import Recorder
 from tests.servers import running
 from tests.speech import silence, spoken, word_error_rate
 
 SYSTEM = "Answer in one or two short sentences."
 QUESTION = "What is the capital of France?"
+# A question with a long answer: the microphone says it again (the file loops) while the
+# answer is still heard, which barges in.
+SPOKEN = "Tell me a story about a dragon."
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """This module's Chromium: its microphone says SPOKEN after 1 s of silence and before
+    4 s, looped (every 7 s or so)."""
+    wav = fake_microphone(tmp_path_factory.mktemp("microphone") / "spoken.wav", SPOKEN, after_s=4.0)
+    with microphone_browser(wav) as b:
+        yield b
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +53,9 @@ def chat_triton(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def chat_gateway(chat_triton, module_gateways):
+    """Chat, and listen mode: a voice chat needs ears (chat_triton serves the recognizer too)."""
     return module_gateways.start(chat_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
-                                 "--chat-model", "embedded", name="chat-gateway").url
-
-
-@pytest.fixture(scope="module")
-def listening_chat_gateway(chat_triton, module_gateways):
-    """Chat mode with ears: a gateway with --listen on the same Triton (a chat model brings the recognizer)."""
-    return module_gateways.start(chat_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
-                                 "--chat-model", "embedded", "--listen", name="listening-chat-gateway").url
+                                 "--chat-model", "embedded", "--listen", name="chat-gateway").url
 
 
 def chat_rounds(url: str) -> float:
@@ -206,7 +213,7 @@ def test_the_client_librarys_turn_sends_the_transcript_and_reads_the_reply(chat_
     assert [e for e in events if e.frame] and done["audio_ms"] > 0
 
 
-def test_speechstream_listen_talks_a_spoken_conversation(listening_chat_gateway, tmp_path):
+def test_speechstream_listen_talks_a_spoken_conversation(chat_gateway, tmp_path):
     questions = (QUESTION, "And what is the capital of Spain?")
     files = []
     for i, question in enumerate(questions):
@@ -217,7 +224,7 @@ def test_speechstream_listen_talks_a_spoken_conversation(listening_chat_gateway,
             w.setframerate(c.ASR_SAMPLE_RATE)
             w.writeframes(np.concatenate([silence(500), spoken(question)]).tobytes())
     run = subprocess.run([sys.executable, "-m", "client.listen", "--chat", *map(str, files), "--out", str(tmp_path),
-                          "--system", SYSTEM, "--max-tokens", "40", "--url", listening_chat_gateway],
+                          "--system", SYSTEM, "--max-tokens", "40", "--url", chat_gateway],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     you = [line[5:] for line in run.stdout.splitlines() if line.startswith("you: ")]
@@ -261,3 +268,37 @@ def test_the_page_chats_a_question_typed_word_by_word_and_picks_voices(chat_gate
     assert "Paris" in report["replyText"] and page.inner_text("#reply") == report["replyText"]
     assert abs(report["decodedSamples"] * 1000 / 48000 - report["audioMs"]) <= 20
     assert 0 < report["ttfaMs"] and page.inner_text("#outcome").startswith(report["reply"]["outcome"])
+
+
+def test_the_page_answers_a_question_said_to_its_microphone_and_stops_when_spoken_over(chat_gateway, open_page):
+    """Voice chat by voice: Talk in Voice chat streams the microphone; the question is
+    heard, answered in words and aloud, and its voice-to-voice time (from the moment the
+    page sent the question's last sample to the reply's first audio) shown and reported.
+    The microphone says the question again while the long answer plays: the server
+    cancels the answer (barge-in) and the page's player is empty at once, before the new
+    question's own reply."""
+    problems = []
+    page = open_page(http_of(chat_gateway) + "/", problems)
+    page.check("#chat-mode")
+    page.click("#talk")
+    answered = "(r => r.turns.some(t => t.voice_to_voice_ms !== null) || r.errors.length)(window.speechstream)"
+    page.wait_for_function(answered, timeout=120_000)
+    report = page.evaluate(REPORT)
+    assert report["errors"] == [] and problems == []
+    first = report["turns"][0]
+    assert first["final"] and word_error_rate(SPOKEN, first["transcript"]) <= 0.25, first["transcript"]
+    assert first["outcome"] in ("held", "partial", "rejected") and first["reply"]
+    assert 0 < first["voice_to_voice_ms"] < 60_000
+    shown = page.locator(f"#turns li[data-turn='{first['turn_id']}']")
+    assert shown.locator(".stats").inner_text() == f"voice-to-voice {first['voice_to_voice_ms']} ms"
+    page.wait_for_function("window.speechstream.playedSamples > 0", timeout=10_000)  # the answer is heard
+
+    cut = "(r => r.turns[0].cancelled || r.errors.length)(window.speechstream)"
+    page.wait_for_function(cut, timeout=60_000)
+    page.wait_for_timeout(300)  # the player's next reports; the new question is still being said
+    after = page.evaluate(REPORT)
+    assert after["errors"] == [] and problems == []
+    assert after["turns"][0]["cancelled"] and len(after["turns"]) >= 2
+    assert after["turns"][1]["voice_to_voice_ms"] is None  # its reply has not begun
+    assert after["queuedSamples"] == 0 and after["level"] == 0  # nothing more of the answer plays
+    assert "cut" in shown.locator(".answer").get_attribute("class")
