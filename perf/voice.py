@@ -55,6 +55,7 @@ class Heard:
     partials: list[tuple[float, str]] = field(default_factory=list)
     final: tuple[float, str] | None = None
     reply: dict | None = None
+    reply_at: float | None = None
     reply_text: str = ""
     first_audio_at: float | None = None
     done: dict | None = None
@@ -109,7 +110,7 @@ def take(message: str | bytes, heard: Heard) -> None:
     elif kind == "transcript":
         heard.partials.append((now, event["text"]))
     elif kind == "reply":
-        heard.reply = event
+        heard.reply, heard.reply_at = event, now
     elif kind == "reply_text":
         heard.reply_text += event["text"]
     elif kind == "done":
@@ -137,6 +138,8 @@ def spoken_turn(url: str, question: str, mode: str, top_k: int, max_tokens: int)
         "mode": mode, "question": question, "transcript": heard.final[1],
         "voice_to_voice_s": heard.first_audio_at - heard.speech_end_at,
         "final_after_speech_s": heard.final[0] - heard.speech_end_at,
+        "decided_after_final_s": heard.reply_at - heard.final[0],  # the reply's first piece, or a draft taken whole
+        "audio_after_final_s": heard.first_audio_at - heard.final[0],
         "word_error_rate": word_error_rate(question, heard.final[1]),
         "partial_gap_s": partial_gap_s(heard), "partials": len(heard.partials),
         **{k: heard.reply[k] for k in ("outcome", "rounds", "draft_tokens", "accepted_tokens")},
@@ -205,6 +208,8 @@ def summarize(turns: list[dict]) -> dict:
             "turns": len(mine), "voice_to_voice_median_s": statistics.median(waits),
             "voice_to_voice_p90_s": p90(waits), "ratio_to_off": statistics.median(waits) / base,
             "final_after_speech_median_s": statistics.median(t["final_after_speech_s"] for t in mine),
+            "decided_after_final_median_s": statistics.median(t["decided_after_final_s"] for t in mine),
+            "audio_after_final_median_s": statistics.median(t["audio_after_final_s"] for t in mine),
             "word_error_rate": statistics.mean(t["word_error_rate"] for t in mine),
             "partial_gap_max_s": max(t["partial_gap_s"] for t in mine),
             "outcomes": {o: sum(t["outcome"] == o for t in mine) for o in ("held", "partial", "rejected", "off")},
@@ -222,16 +227,19 @@ def table(results: dict) -> str:
         f"voice, streamed in real time in {MESSAGE_MS} ms messages, endpoint {ENDPOINT_MS} ms, replies of at most "
         f"{results['max_tokens']} tokens (embedded SmolLM2-135M on vLLM, CPU), Whisper tiny.en in Triton.",
         "",
-        "| speculation | voice→voice median ms | p90 ms | ÷ off | speech end → final ms | WER | longest partial gap ms "
-        "| held / partial / rejected | extra LLM tokens | TTS thrown away s | reply = off's |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| speculation | voice→voice median ms | p90 ms | ÷ off | speech end → final ms | final → reply decided ms "
+        "| final → first audio ms | WER | longest partial gap ms | held / partial / rejected | extra LLM tokens "
+        "| TTS thrown away s | reply = off's |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for mode, r in s.items():
         o = r["outcomes"]
         name = f"top-{results['top_k']}" if mode == "top_k" else mode
         lines.append(
             f"| {name} | {r['voice_to_voice_median_s'] * 1000:.0f} | {r['voice_to_voice_p90_s'] * 1000:.0f} "
-            f"| {r['ratio_to_off']:.2f} | {r['final_after_speech_median_s'] * 1000:.0f} | {r['word_error_rate']:.3f} "
+            f"| {r['ratio_to_off']:.2f} | {r['final_after_speech_median_s'] * 1000:.0f} "
+            f"| {r['decided_after_final_median_s'] * 1000:.0f} | {r['audio_after_final_median_s'] * 1000:.0f} "
+            f"| {r['word_error_rate']:.3f} "
             f"| {r['partial_gap_max_s'] * 1000:.0f} | {o['held']} / {o['partial']} / {o['rejected']} "
             f"| {r['extra_llm_tokens']:.0f} | {r['discarded_tts_s']:.2f} | {r['same_reply_as_off']} of {r['turns']} |")
     lines += ["", "| dictation streams at once | speech end → final median ms | max ms | longest partial gap ms "

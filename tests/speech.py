@@ -4,8 +4,10 @@ compared word by word. Used by the tests and by perf/asr.py and perf/voice.py.""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
+import time
 
 import numpy as np
 import soxr
@@ -54,3 +56,19 @@ def word_errors(reference: str, heard: str) -> int:
 def word_error_rate(reference: str, heard: str) -> float:
     """word_errors ÷ the reference's words."""
     return word_errors(reference, heard) / max(1, len(words(reference)))
+
+
+MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send them
+
+
+async def say(ws, audio: np.ndarray, rate: int = ASR_SAMPLE_RATE, then_until: asyncio.Event | None = None) -> float:
+    """Send `audio` up `ws` as a microphone does, MESSAGE_MS a message in real time, then
+    silence until `then_until` is set (when given); return when the audio's last message went out."""
+    step = rate * MESSAGE_MS // 1000
+    start, sent, said_at = time.perf_counter(), 0, 0.0
+    while sent < audio.size or (then_until is not None and not then_until.is_set()):
+        await asyncio.sleep(max(0.0, start + sent / rate - time.perf_counter()))
+        await ws.send((audio[sent:sent + step] if sent < audio.size else np.zeros(step, np.int16)).tobytes())
+        sent += step
+        said_at = said_at if sent - step >= audio.size else time.perf_counter()
+    return said_at

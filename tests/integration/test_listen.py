@@ -14,10 +14,9 @@ from client import connection
 from contract import models as c
 from contract import protocol as v1
 from tests.recorder import Recorder
-from tests.speech import silence, spoken, word_error_rate
+from tests.speech import MESSAGE_MS, say, silence, spoken, word_error_rate
 
 QUESTION = "What is your favorite kind of music to listen to on a rainy day?"
-MESSAGE_MS = 20
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +39,6 @@ async def listening(url: str, **listen) -> Recorder:
     return client
 
 
-async def stream(client: Recorder, audio: np.ndarray, rate: int = c.ASR_SAMPLE_RATE) -> float:
-    """Send `audio` as a microphone would, MESSAGE_MS a message in real time; return when its last message went out."""
-    step = rate * MESSAGE_MS // 1000
-    start = time.perf_counter()
-    for i in range(0, audio.size, step):
-        await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
-        await client.ws.send(audio[i:i + step].tobytes())
-    return time.perf_counter()
-
-
 async def heard(client: Recorder, timeout: float = 30) -> list[dict]:
     """Every message until the turn's final transcript."""
     async with asyncio.timeout(timeout):
@@ -63,8 +52,8 @@ def test_speech_streamed_in_real_time_gets_partials_while_spoken_then_one_final_
         client = await listening(listen_url)
         spoken_at = time.perf_counter()
         reader = asyncio.create_task(heard(client))
-        speech_end = await stream(client, np.concatenate([silence(1000), question]))
-        await stream(client, silence(1500))
+        speech_end = await say(client.ws, np.concatenate([silence(1000), question]))
+        await say(client.ws, silence(1500))
         await reader
         await client.ws.close()
         return client, spoken_at, speech_end
@@ -86,7 +75,7 @@ def test_speech_streamed_in_real_time_gets_partials_while_spoken_then_one_final_
 def test_silence_alone_makes_no_turn(listen_url):
     async def main():
         client = await listening(listen_url)
-        await stream(client, silence(3000))
+        await say(client.ws, silence(3000))
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(1.0):
                 await client.read()
@@ -98,7 +87,7 @@ def test_silence_alone_makes_no_turn(listen_url):
 def test_end_of_speech_ends_the_turn_at_once_without_waiting_for_the_endpoint(listen_url, question):
     async def main():
         client = await listening(listen_url, endpoint_ms=5000)
-        await stream(client, np.concatenate([silence(500), question, silence(300)]))
+        await say(client.ws, np.concatenate([silence(500), question, silence(300)]))
         sent = await client.send(type="end_of_speech")
         messages = await heard(client, timeout=10)
         final_at = next(e.at for e in client.events if e.kind == "transcript" and e.message["final"])
@@ -143,7 +132,7 @@ def test_bad_audio_gets_an_error_and_loses_nothing_else(listen_url, question):
         await client.ws.send(json.dumps({"type": "speak", "context_id": "c1", "text": "Still here."}))
         await client.until("done", "c1")  # the connection speaks on
         reader = asyncio.create_task(heard(client))
-        await stream(client, np.concatenate([silence(500), question, silence(1000)]))
+        await say(client.ws, np.concatenate([silence(500), question, silence(1000)]))
         messages = await reader
         await client.ws.close()
         return odd, long, messages

@@ -25,7 +25,7 @@ from operations.supervisor import TritonServer
 from tests.pages import FINISHED, REPORT, fake_microphone, http_of, microphone_browser
 from tests.recorder import Recorder
 from tests.servers import running
-from tests.speech import silence, spoken, word_error_rate
+from tests.speech import say, silence, spoken, word_error_rate
 
 SYSTEM = "Answer in one or two short sentences."
 QUESTION = "What is the capital of France?"
@@ -211,6 +211,57 @@ def test_the_client_librarys_turn_sends_the_transcript_and_reads_the_reply(chat_
     kinds = [e.kind for e in events if e.kind]
     assert kinds[0] == "reply" and "reply_text" in kinds and kinds[-1] == "done"
     assert [e for e in events if e.frame] and done["audio_ms"] > 0
+
+
+async def spoken_turn(url: str, audio: np.ndarray, speculation: str, barge_in: np.ndarray | None = None) -> Recorder:
+    """One question said to a listen-mode connection (`audio` in real time, then silence),
+    read until its reply is `done`, or, with `barge_in`, until that speech, said once the
+    reply's audio starts, has cancelled it. `said_at`: when the question's last sample went out."""
+    async with connection(url) as ws:
+        client = Recorder(ws)
+        await client.until("ready")
+        await client.send(type="config", format="pcm_s16le", listen={},
+                          chat={"speculation": speculation, "system": SYSTEM, "max_tokens": 64})
+        await client.until("ready")
+        quiet = asyncio.Event()
+        microphone = asyncio.create_task(say(ws, audio, then_until=quiet))
+        if barge_in is None:
+            await client.until("done", "turn-1", timeout=120)
+        else:
+            while not client.frames("turn-1"):
+                await client.read()
+            quiet.set()
+            await microphone
+            microphone = asyncio.create_task(say(ws, barge_in))
+            await client.until("cancelled", "turn-1", timeout=30)
+        quiet.set()
+        client.said_at = await microphone
+        return client
+
+
+def test_a_spoken_question_is_answered_after_its_speech_ends_greedy_as_off_would(chat_gateway):
+    question = "What is the capital of France?"
+    audio = np.concatenate([silence(1000), spoken(question)])
+    off = asyncio.run(spoken_turn(chat_gateway, audio, "off"))
+    greedy = asyncio.run(spoken_turn(chat_gateway, audio, "greedy"))
+    for client in (off, greedy):
+        (final,) = [m for m in client.messages("transcript") if m["final"]]
+        assert word_error_rate(question, final["text"]) <= 0.1, final
+        stopped_at = next(e.at for e in client.events if e.kind == "speech_stopped")
+        replied = [e.at for e in client.events if e.context_id == "turn-1" and e.kind in ("reply", "reply_text", "audio_start")
+                   or e.frame is not None]
+        assert replied and min(replied) > max(client.said_at, stopped_at)  # nothing of the reply before the speech ended
+    assert greedy.messages("reply")[0]["outcome"] != "off" and reply_of(greedy) == reply_of(off)
+
+
+def test_speech_over_a_reply_being_spoken_cancels_it_and_keeps_only_what_was_heard(chat_gateway):
+    question = spoken("Tell me a long story about a dragon and a knight.")
+    client = asyncio.run(spoken_turn(chat_gateway, np.concatenate([silence(500), question]), "off",
+                                     barge_in=np.concatenate([silence(300), spoken("Stop, please."), silence(800)])))
+    kinds = [(e.kind, e.context_id) for e in client.events if e.kind in ("speech_started", "cancelled")]
+    # The reply's audio may all have been sent (`done`) before the new speech: still
+    # playing by the listener's clock, it is cancelled all the same.
+    assert kinds[-2:] == [("speech_started", "turn-2"), ("cancelled", "turn-1")]
 
 
 def test_speechstream_listen_talks_a_spoken_conversation(chat_gateway, tmp_path):
