@@ -25,12 +25,11 @@ class Recognized:
     message: str
 
 
-class Listening:
-    """One connection's microphone: its audio in, the recognizer's events out."""
+class Microphone:
+    """One connection's microphone in listen mode: its audio in, the recognizer's events out."""
 
-    def __init__(self, config: ListenConfig, session_id: str) -> None:
+    def __init__(self, config: ListenConfig) -> None:
         self.config = config
-        self.session_id = session_id
         self.decoder = MicrophoneDecoder(config.format, config.sample_rate, c.ASR_SAMPLE_RATE, v1.LISTEN_MAX_MESSAGE_MS)
         self._first_at: float | None = None  # when the first audio came
         self._flooding = False  # audio ran too far ahead, and the client was told

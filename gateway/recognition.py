@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
@@ -21,8 +20,6 @@ from contract import models as c
 from contract import protocol as v1
 from gateway.backends import Backends
 from gateway.synthesis import SynthesisFailed, infer_input, on_backend
-
-log = logging.getLogger("speechstream.gateway")
 
 STOP_WAIT_S = 2.0  # how long a closing stream waits for the recognizer's last events
 
@@ -46,6 +43,7 @@ class Recognition:
         self._requests: asyncio.Queue[dict | None] = asyncio.Queue()
         self._stopped = asyncio.Event()  # the recognizer answered STOP whole
         self._ids = itertools.count()
+
     def hear(self, audio: np.ndarray | None, end: bool = False) -> None:
         """Send the next audio (int16 at ASR_SAMPLE_RATE), or the end of the utterance."""
         inputs = [infer_input(c.ENDPOINT_MS, np.array([self.endpoint_ms], np.int32))]

@@ -36,7 +36,7 @@ from contract.voices import EMBEDDED_ONLY, VoiceInfo
 from gateway.actions import Action, Close, Hear, Job, Send, Stop, Synthesize
 from gateway.audio import FrameEncoder, pre_skip
 from gateway.chat import Held
-from gateway.listening import Listening
+from gateway.listening import Microphone
 from gateway.protocol import (
     TEXT_TYPES,
     Config,
@@ -182,7 +182,7 @@ class Session:
         self._jobs = 0
         self.chat = chat  # a Thinker serves chat mode
         self.listen = listen  # a recognizer serves listen mode
-        self.listening: Listening | None = None  # once a config asked for it
+        self.microphone: Microphone | None = None  # once a config asked for it
         self._replies: dict[str, Context] = {}  # chat replies' contexts, kept after `done` while their audio plays
         # Chat turns, until their reply is written (each reply is a context of its turn's id).
         self.turns = Turns(self, observer, voices, limits.chat_speculation_chars)
@@ -234,19 +234,19 @@ class Session:
             raise ProtocolError(
                 v1.MESSAGE_TOO_LARGE, f"message of {size} bytes; the limit is {self.limits.max_message_bytes}"
             )
-        if isinstance(frame, bytes) and self.listening is not None:
+        if isinstance(frame, bytes) and self.microphone is not None:
             return frame  # the microphone's audio
         return parse_message(frame, tuple(self.voices), self.limits.max_text_chars)
 
     def _handle(self, message: Config | ContextMessage | UserMessage | EndOfSpeech | bytes) -> list[Action]:
         if isinstance(message, bytes):
-            return self.listening.audio(message, self.clock())
+            return self.microphone.audio(message, self.clock())
         if isinstance(message, Config):
             return self._configure(message)
         if isinstance(message, UserMessage):
             return self._user(message)
         if isinstance(message, EndOfSpeech):
-            if self.listening is None:
+            if self.microphone is None:
                 raise ProtocolError(v1.INVALID_MESSAGE, "end_of_speech is for listen mode: send a config with `listen` first")
             return [Hear(end=True)]
         if message.type == "cancel" and message.context_id in self.turns:
@@ -263,7 +263,7 @@ class Session:
         return self._submit(context, *context.segmenter.flush(), Mark.FLUSH if message.type == "flush" else Mark.CLOSE)
 
     def _configure(self, config: Config) -> list[Action]:
-        if self._last_stream_number or self.turns.ids or self.listening is not None:
+        if self._last_stream_number or self.turns.ids or self.microphone is not None:
             raise ProtocolError(v1.CONFIG_TOO_LATE, "config must come before the first speak, text, user or audio")
         if config.listen is not None and not self.listen:
             raise ProtocolError(v1.LISTEN_UNAVAILABLE, "this server runs no speech recognizer")
@@ -271,7 +271,7 @@ class Session:
             raise ProtocolError(v1.CHAT_UNAVAILABLE, "this server runs no chat model: `listen` without `chat` dictates")
         self.config = config
         if config.listen is not None:
-            self.listening = Listening(config.listen, self.id)
+            self.microphone = Microphone(config.listen)
         return [self._ready()]
 
     def _text(self, context: Context | None, message: ContextMessage) -> list[Action]:
@@ -464,9 +464,9 @@ class Session:
     def recognized(self, kind: str, utterance: object, audio_ms: int, text: str) -> list[Action]:
         """A recognizer event (one of contract.models.ASR_EVENTS) of `utterance`, a key
         unique in the connection: its message, and in chat mode what the spoken turn does."""
-        if self.listening is None:
+        if self.microphone is None:
             return []
-        event = self.listening.recognized(kind, utterance, audio_ms, text)
+        event = self.microphone.recognized(kind, utterance, audio_ms, text)
         actions: list[Action] = [Send(event.message)]
         if self.config.chat is None:
             return actions  # dictation
@@ -513,7 +513,7 @@ class Session:
     def open_reply(self, turn_id: str) -> list[Action]:
         context, opened = self._open(ContextMessage("text", turn_id))
         context.closed = True  # the reply alone speaks on it
-        if self.listening is not None:
+        if self.microphone is not None:
             context.words = []
             self._replies[turn_id] = context
         return opened
