@@ -19,9 +19,7 @@ from gateway.protocol import ListenConfig, ProtocolError, encode
 class Recognized:
     """One recognizer event of an utterance: its turn and the message the client gets."""
 
-    kind: str  # one of contract.models.ASR_EVENTS
     turn_id: str
-    text: str
     message: str
 
 
@@ -63,7 +61,7 @@ class Microphone:
             self._turns[utterance] = f"turn-{self._last_turn}"
         turn_id = self._turns[utterance]
         if kind == c.SPEECH_STARTED or kind == c.SPEECH_STOPPED:
-            return Recognized(kind, turn_id, text, encode(kind, turn_id=turn_id, audio_ms=audio_ms))
+            return Recognized(turn_id, encode(kind, turn_id=turn_id, audio_ms=audio_ms))
         if kind == c.FINAL:
             del self._turns[utterance]
-        return Recognized(kind, turn_id, text, encode("transcript", turn_id=turn_id, text=text, final=kind == c.FINAL))
+        return Recognized(turn_id, encode("transcript", turn_id=turn_id, text=text, final=kind == c.FINAL))

@@ -115,6 +115,16 @@ def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
 
 
+def beside_off(mine: list[dict], off: dict[str, dict]) -> dict:
+    """What a mode's turns came to, each beside off's turn on the same question."""
+    return {
+        "outcomes": {o: sum(t["outcome"] == o for t in mine) for o in ("held", "partial", "rejected", "off")},
+        "extra_llm_tokens": statistics.mean(t["llm_tokens"] - off[t["question"]]["llm_tokens"] for t in mine),
+        "discarded_tts_s": statistics.mean(t["held_discarded_s"] for t in mine),
+        "same_reply_as_off": sum(t["reply"] == off[t["question"]]["reply"] for t in mine),
+    }
+
+
 def summarize(turns: list[dict]) -> dict:
     off = {t["question"]: t for t in turns if t["mode"] == "off"}
     base = statistics.median(t["wait_s"] for t in off.values())
@@ -126,13 +136,10 @@ def summarize(turns: list[dict]) -> dict:
         summary[mode] = {
             "turns": len(mine), "wait_median_s": statistics.median(waits), "wait_p90_s": p90(waits),
             "ratio_to_off": statistics.median(waits) / base,
-            "outcomes": {o: sum(t["outcome"] == o for t in mine) for o in ("held", "partial", "rejected", "off")},
             "accepted_per_draft_token": sum(t["accepted_tokens"] for t in mine) / drafted if drafted else None,
-            "extra_llm_tokens": statistics.mean(t["llm_tokens"] - off[t["question"]]["llm_tokens"] for t in mine),
             "extra_triton_cpu_s": statistics.mean(t["triton_cpu_s"] - off[t["question"]]["triton_cpu_s"] for t in mine),
             "held_tts_s": statistics.mean(t["held_released_s"] + t["held_discarded_s"] for t in mine),
-            "discarded_tts_s": statistics.mean(t["held_discarded_s"] for t in mine),
-            "same_reply_as_off": sum(t["reply"] == off[t["question"]]["reply"] for t in mine),
+            **beside_off(mine, off),
         }
     return summary
 

@@ -35,7 +35,7 @@ import websockets
 from contract import models as c
 from operations.loopback import Servers, cpu_seconds, triton_metrics
 from operations.process_tree import stub_of
-from perf.chat import MODES, SYSTEM, gateway_counter, p90, questions
+from perf.chat import MODES, SYSTEM, beside_off, gateway_counter, p90, questions
 from tests.speech import silence, spoken, word_error_rate
 
 MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send them
@@ -212,10 +212,7 @@ def summarize(turns: list[dict]) -> dict:
             "audio_after_final_median_s": statistics.median(t["audio_after_final_s"] for t in mine),
             "word_error_rate": statistics.mean(t["word_error_rate"] for t in mine),
             "partial_gap_max_s": max(t["partial_gap_s"] for t in mine),
-            "outcomes": {o: sum(t["outcome"] == o for t in mine) for o in ("held", "partial", "rejected", "off")},
-            "extra_llm_tokens": statistics.mean(t["llm_tokens"] - off[t["question"]]["llm_tokens"] for t in mine),
-            "discarded_tts_s": statistics.mean(t["held_discarded_s"] for t in mine),
-            "same_reply_as_off": sum(t["reply"] == off[t["question"]]["reply"] for t in mine),
+            **beside_off(mine, off),
         }
     return summary
 

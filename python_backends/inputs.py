@@ -29,14 +29,19 @@ def decode(name: str, value: object) -> str:
         raise InvalidRequest(f"{name} is not valid UTF-8: {e}") from None
 
 
+def read_string(inputs: Mapping[str, np.ndarray], name: str, what: str = "") -> str:
+    """Input `name`, required (`what` says what it is), holding exactly one UTF-8 string."""
+    if name not in inputs:
+        raise InvalidRequest(f"{name} is required{': ' + what if what else ''}")
+    raw = inputs[name].reshape(-1)
+    if raw.size != 1:
+        raise InvalidRequest(f"{name} must hold exactly one string, got {raw.size}")
+    return decode(name, raw[0])
+
+
 def read_text(inputs: Mapping[str, np.ndarray], max_chars: int) -> str:
     """The request's text: UTF-8, not blank, at most `max_chars` characters."""
-    if TEXT not in inputs:
-        raise InvalidRequest(f"{TEXT} is required")
-    raw = inputs[TEXT].reshape(-1)
-    if raw.size != 1:
-        raise InvalidRequest(f"{TEXT} must hold exactly one string, got {raw.size}")
-    text = decode(TEXT, raw[0])
+    text = read_string(inputs, TEXT)
     if not text.strip():
         raise InvalidRequest(f"{TEXT} is empty")
     if len(text) > max_chars:

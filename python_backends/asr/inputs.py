@@ -19,7 +19,7 @@ from contract.models import (
     STREAM_ID,
     InvalidRequest,
 )
-from python_backends.inputs import decode, read_params
+from python_backends.inputs import read_params, read_string
 
 MAX_STREAM_ID_CHARS = 256
 MAX_AUDIO_SAMPLES = ASR_MAX_AUDIO_MS * ASR_SAMPLE_RATE // 1000
@@ -36,12 +36,7 @@ class AsrRequest:
 
 
 def read_stream_id(inputs: Mapping[str, np.ndarray]) -> str:
-    if STREAM_ID not in inputs:
-        raise InvalidRequest(f"{STREAM_ID} is required: the listening stream's name")
-    raw = inputs[STREAM_ID].reshape(-1)
-    if raw.size != 1:
-        raise InvalidRequest(f"{STREAM_ID} must hold exactly one string, got {raw.size}")
-    name = decode(STREAM_ID, raw[0])
+    name = read_string(inputs, STREAM_ID, "the listening stream's name")
     if not name or len(name) > MAX_STREAM_ID_CHARS:
         raise InvalidRequest(f"{STREAM_ID} must have 1 to {MAX_STREAM_ID_CHARS} characters, not {len(name)}")
     return name

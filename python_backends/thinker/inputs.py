@@ -19,7 +19,7 @@ from contract.models import (
     TOP_K,
     InvalidRequest,
 )
-from python_backends.inputs import decode, read_params
+from python_backends.inputs import read_params, read_string
 
 ROLES = ("system", "user", "assistant")
 
@@ -36,11 +36,8 @@ class ThinkerRequest:
 
 def read_messages(inputs: Mapping[str, np.ndarray]) -> list[dict[str, str]]:
     """MESSAGES: a JSON list of {role, content}, the last from the user."""
-    raw = inputs[MESSAGES].reshape(-1)
-    if raw.size != 1:
-        raise InvalidRequest(f"{MESSAGES} must hold exactly one string, got {raw.size}")
     try:
-        messages = json.loads(decode(MESSAGES, raw[0]))
+        messages = json.loads(read_string(inputs, MESSAGES))
     except json.JSONDecodeError as e:
         raise InvalidRequest(f"{MESSAGES} is not JSON: {e}") from None
     if not isinstance(messages, list) or not messages:
