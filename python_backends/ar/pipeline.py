@@ -62,9 +62,14 @@ async def _sentence_audio(
     chunker, frames = FrameChunker(chunking), []
     async with aclosing(stages.talk(text)) as talk:
         async for new in talk:
+            # Checked where work is issued: at each of the Talker's outputs (a grown chunk
+            # is hundreds of frames the engine would go on writing for nobody) and before
+            # each decode. The Talker stops with the loop.
+            if is_cancelled():
+                return
             frames.append(new)
             for chunk in chunker.push(len(new)):
-                if is_cancelled():  # checked where work is issued: the Talker stops with the loop
+                if is_cancelled():
                     return
                 yield await _decode(stages, np.concatenate(frames), chunk, samples_per_frame)
     for chunk in chunker.finish():

@@ -23,12 +23,13 @@ def decode(frames: np.ndarray) -> np.ndarray:
 
 class Stages:
     def __init__(self, frames_of, batch=3):
-        self.frames_of, self.batch, self.windows = frames_of, batch, []
+        self.frames_of, self.batch, self.windows, self.batches_read = frames_of, batch, [], 0
 
     async def talk(self, text):
         frames = self.frames_of[text]
         for i in range(0, len(frames), self.batch):
             await asyncio.sleep(0)
+            self.batches_read += 1
             yield frames[i : i + self.batch]
 
     async def decode(self, window):
@@ -83,3 +84,12 @@ def test_a_cancelled_request_stops_at_once():
     chunks = collect([Sentence(0, 1, "a"), Sentence(2, 3, "b")], stages, ChunkParams(1, 2, 1, 1), cancel_after=2)
     assert len(chunks) == 2
     assert all(c.sentence_index == 0 for c in chunks)
+
+
+def test_a_cancel_between_chunks_stops_the_talker_at_its_next_frames():
+    """A grown chunk is many Talker outputs away: the cancel is seen at the next one, not
+    when that chunk is due."""
+    stages = Stages({"a": np.zeros((200, 7), dtype=np.int64)}, batch=1)
+    chunks = collect([Sentence(0, 1, "a")], stages, ChunkParams(1, 100, 1, 1), cancel_after=1)
+    assert len(chunks) == 1
+    assert stages.batches_read <= 1 + 1 + 1  # the first chunk, its right context, the one that saw the cancel
