@@ -39,7 +39,7 @@ RUN apt-get update \
 WORKDIR /opt/speechstream
 COPY pyproject.toml README.md ./
 COPY contract contract
-COPY media media
+COPY speechstream speechstream
 COPY gateway gateway
 # The gateway's dependencies only: no onnxruntime, no tritonserver.
 RUN pip install --no-cache-dir ".[gateway]"

@@ -17,7 +17,6 @@ from pathlib import Path
 from aiohttp import web
 
 from contract import models as c
-from contract import protocol as v1
 from contract.text import split_sentences
 from contract.voices import VoiceInfo
 from gateway.access import (
@@ -45,6 +44,7 @@ from gateway.speech_api import (
 )
 from gateway.synthesis import SynthesisFailed, Synthesizer
 from gateway.transcripts import TRANSCRIPTION_MODELS
+from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract import models as c
-from contract import protocol as v1
 from gateway.actions import Hear
 from gateway.audio import MicrophoneDecoder
 from gateway.protocol import ListenConfig, ProtocolError, encode
+from speechstream import protocol as v1
 
 
 @dataclass(frozen=True)

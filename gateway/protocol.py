@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract import models as c
-from contract import protocol as v1
+from speechstream import protocol as v1
 
 
 class ProtocolError(Exception):

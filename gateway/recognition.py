@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import numpy as np
 
 from contract import models as c
-from contract import protocol as v1
 from gateway.backends import Backends
 from gateway.synthesis import SynthesisFailed, infer_input, on_backend
+from speechstream import protocol as v1
 
 STOP_WAIT_S = 2.0  # how long a closing stream waits for the recognizer's last events
 

@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Awaitable
 
 from aiohttp import WSCloseCode, web
 
-from contract import protocol as v1
 from contract.voices import VoiceError
 from gateway import discovery, fleet, http_api, transcription_api
 from gateway import settings as s
@@ -33,6 +32,7 @@ from gateway.guard import listen
 from gateway.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.settings import Settings
 from gateway.websocket import stream
+from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 # How long shutdown waits for handlers still running once the WebSockets are closed (an

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 from aiohttp import web
 
-from contract import protocol as v1
 from contract.voices import find_voices
 from gateway import discovery
 from gateway.access import KeyFailures, log_refusal
@@ -26,6 +25,7 @@ from gateway.session import Limits, Session
 from gateway.settings import Settings
 from gateway.synthesis import Synthesizer
 from gateway.thinking import Thinker
+from speechstream import protocol as v1
 
 # A hint for a client refused a stream: its own streams end in seconds, not milliseconds.
 STREAM_RETRY_MS = 1000

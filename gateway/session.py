@@ -30,7 +30,6 @@ from typing import Protocol
 import numpy as np
 
 from contract import models as c
-from contract import protocol as v1
 from contract.text import Sentence
 from contract.voices import EMBEDDED_ONLY, VoiceInfo
 from gateway.actions import Action, Close, Hear, Job, Send, Stop, Synthesize
@@ -51,6 +50,7 @@ from gateway.protocol import error as error_message  # the frame; Session.error 
 from gateway.segmenter import Segmenter, batches
 from gateway.settings import Settings
 from gateway.turns import ChatObserver, Turns
+from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 

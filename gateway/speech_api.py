@@ -20,7 +20,7 @@ from contract.models import CLIENT_PARAMS, LENGTH_SCALE, SPEAKER
 from contract.voices import VoiceInfo
 from gateway.audio import FrameEncoder
 from gateway.protocol import OPENAI_VOICES, ProtocolError, is_unicode, resolve_voice, voice_params
-from media.containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
+from speechstream.media.containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
 
 # OpenAI's speech model names, listed by GET /v1/models; any name is accepted.
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")

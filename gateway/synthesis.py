@@ -29,9 +29,9 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from contract import models as c
-from contract import protocol as v1
 from gateway.backends import NOT_PROBED, Backend, Backends, NoBackend
 from gateway.resumption import Resumption, TtsChunk
+from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 

@@ -19,7 +19,6 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from contract import models as c
-from contract import protocol as v1
 from gateway.backends import Backends
 from gateway.http_api import FAILURE_STATUS, METRIC_CODES, api_error, refusal_error, refused
 from gateway.recognition import Recognition
@@ -28,7 +27,8 @@ from gateway.settings import Settings
 from gateway.speech_api import ApiError
 from gateway.synthesis import SynthesisFailed
 from gateway.transcripts import Transcript, TranscriptionRequest, parse_transcription_form, transcription_body
-from media.decoding import AudioTooLong, UndecodableAudio, decode_audio
+from speechstream import protocol as v1
+from speechstream.media.decoding import AudioTooLong, UndecodableAudio, decode_audio
 
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 FIELD_BYTES = 64 * 1024  # a text field's most: a prompt is a few hundred words

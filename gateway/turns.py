@@ -12,11 +12,11 @@ import logging
 from collections.abc import KeysView, Mapping
 from typing import Protocol
 
-from contract import protocol as v1
 from contract.voices import VoiceInfo
 from gateway import chat as ch
 from gateway.actions import Action, Job, Send, Stop, StopThinking, Synthesize, Think
 from gateway.protocol import ChatConfig, Config, ProtocolError, Speculation, UserMessage, encode
+from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 

@@ -18,7 +18,6 @@ from http import HTTPStatus
 
 from aiohttp import WSMsgType, web
 
-from contract import protocol as v1
 from gateway.access import Refusal, log_refusal, refused_origin, unauthorized
 from gateway.actions import Action, Close, Hear, Job, Send, Stop, StopThinking, Synthesize, Think
 from gateway.admission import Waiter
@@ -27,6 +26,7 @@ from gateway.recognition import Recognition
 from gateway.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.session import Session
 from gateway.synthesis import Resuming, SynthesisFailed
+from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 

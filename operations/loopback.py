@@ -19,9 +19,9 @@ from typing import IO
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from contract import protocol as v1
 from operations.environment import PROJECT_ROOT
 from operations.supervisor import TritonServer
+from speechstream import protocol as v1
 
 
 def free_ports(n: int) -> list[int]:

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 
 from websockets.exceptions import WebSocketException
 
-from client import SpeechClient, SpeechError
 from operations.supervisor import TritonServer
+from speechstream.client import SpeechClient, SpeechError
 
 # (name, the model whose stub it hits or None for tritonserver, the signal, seconds stopped)
 FAULTS = (

@@ -28,9 +28,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from client import SpeechClient
 from contract import models as c
 from operations.loopback import Servers, cpu_seconds, triton_metrics
+from speechstream.client import SpeechClient
 
 MODES = ("off", "greedy", "top_k")
 CHARS_PER_S = 10.0

@@ -23,10 +23,10 @@ from typing import Protocol
 import aiohttp
 import websockets
 
-from client import SpeechClient, SpeechError, audio_end_s
 from contract.models import PLAYER_LEAD_S
 from perf.metrics import Stream, WavProgress
 from perf.playback import stalls
+from speechstream.client import SpeechClient, SpeechError, audio_end_s
 
 STREAM_TIMEOUT_S = 600.0  # one utterance (32 whole WAVs at once on a busy machine take minutes)
 

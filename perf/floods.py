@@ -12,7 +12,7 @@ import socket
 
 from websockets.frames import Frame, Opcode
 
-from contract import protocol as v1
+from speechstream import protocol as v1
 
 HANDSHAKE = (f"GET {v1.PROTOCOL_PATH} HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import psutil
 
-from client import SpeechClient, audio_end_s
 from operations.loopback import Servers, cpu_seconds
 from perf.workloads import workload
+from speechstream.client import SpeechClient, audio_end_s
 
 
 async def speak_until(url: str, deadline: float) -> float:

@@ -12,8 +12,8 @@ import argparse
 import asyncio
 import statistics
 
-from client import SpeechClient, audio_end_s
 from perf.workloads import WORKLOADS, workload
+from speechstream.client import SpeechClient, audio_end_s
 
 
 async def measure(url: str, text: str) -> tuple[float, float, float]:

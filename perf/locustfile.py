@@ -33,10 +33,10 @@ from locust import User, events, task
 # perf/ is not an installed package, and locust puts only this file's folder on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client import SyncSpeechClient, audio_end_s  # noqa: E402
-from contract.protocol import PROTOCOL_PATH  # noqa: E402
 from perf.playback import stalls  # noqa: E402
 from perf.workloads import WORKLOADS, workload  # noqa: E402
+from speechstream.client import SyncSpeechClient, audio_end_s  # noqa: E402
+from speechstream.protocol import PROTOCOL_PATH  # noqa: E402
 
 BACKOFF_S = 1.0  # after a failure: a gateway that is down is not hammered in a loop
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contract.models import PLAYER_LEAD_S
-from contract.protocol import SERVER_BUSY
 from perf.playback import stalls
+from speechstream.protocol import SERVER_BUSY
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Any
 
 import websockets
 
-from client import Event, Router, connection
-from contract import protocol as v1
+from speechstream import protocol as v1
+from speechstream.client import Event, Router, connection
 
 
 class Recorder:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
 
-from contract import protocol as v1
 from operations.loopback import start_gateway, stop
 from operations.supervisor import TritonServer
+from speechstream import protocol as v1
 
 
 @contextlib.contextmanager

@@ -6,8 +6,8 @@ import asyncio
 import random
 import time
 
-from client import SpeechClient
 from perf.soak.listener import random_text
+from speechstream.client import SpeechClient
 
 
 async def calibrate(url: str, seconds: float, streams: int, rng: random.Random) -> float:

@@ -13,10 +13,10 @@ from dataclasses import replace
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from client import Router, connection
 from perf.soak.tally import ABORTED, CANCELLED, COMPLETED, Failed, Failure, Heard, Tally
 from perf.soak.utterance import Utterance
 from perf.workloads import harvard_sentences
+from speechstream.client import Router, connection
 
 PARAGRAPH_SENTENCES = 8  # as perf.workloads' "paragraph"
 LEAD_S = 1.0  # a player holds about a second of audio ahead of playback

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from client import Event
-from contract import protocol as v1
 from perf.playback import Player, Stall
 from perf.soak.tally import CANCELLED, COMPLETED, Failure
+from speechstream import protocol as v1
+from speechstream.client import Event
 
 
 @dataclass

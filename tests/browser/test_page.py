@@ -201,8 +201,8 @@ def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, open_
     import json
     import time
 
-    from client import SyncSpeechClient
     from perf.workloads import workload
+    from speechstream.client import SyncSpeechClient
 
     # No room past the load for a stream ahead of its listener: the holder, reading nothing, is.
     port = gateways.start(triton.grpc_url, "--admission-load", "0.01", "--admission-slack", "0",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from client import SyncSpeechClient
+from speechstream.client import SyncSpeechClient
 from tests.integration.test_speech_http import SEED, TEXT
 from tests.servers import Gateway, Gateways
 

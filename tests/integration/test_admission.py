@@ -11,10 +11,10 @@ import urllib.request
 
 import pytest
 
-from client import SpeechClient, SpeechError, connection
-from contract import protocol as v1
 from operations.loopback import gateway_metric
 from perf.workloads import workload
+from speechstream import protocol as v1
+from speechstream.client import SpeechClient, SpeechError, connection
 from tests.integration.test_discovery import open_context, wait_for
 from tests.recorder import Recorder, holding_connection
 

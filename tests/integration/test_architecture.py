@@ -25,7 +25,7 @@ def test_the_import_contracts_are_kept():
     assert "BROKEN" not in result.stdout
 
 
-PACKAGES = ("contract", "python_backends", "gateway", "client", "media", "operations")
+PACKAGES = ("speechstream", "contract", "python_backends", "gateway", "operations")
 
 
 @pytest.mark.parametrize("module,line", [
@@ -35,8 +35,10 @@ PACKAGES = ("contract", "python_backends", "gateway", "client", "media", "operat
     ("contract/models.py", "import aiohttp"),  # the contract is pure
     ("contract/text.py", "from gateway import protocol"),  # and imports no process's package
     ("gateway/service.py", "from python_backends import chunking"),  # the gateway runs no stage code
-    ("client/events.py", "from gateway import protocol"),  # the client is apart from the gateway
-    ("client/resume.py", "import websockets"),  # the client's core is sans I/O
+    ("speechstream/client/events.py", "from gateway import protocol"),  # the client is apart from the gateway
+    ("speechstream/client/resume.py", "import websockets"),  # the client's core is sans I/O
+    ("speechstream/client/asyncio_client.py", "from contract import models"),  # what users install is apart from the server
+    ("speechstream/protocol.py", "import websockets"),  # protocol v1's vocabulary is pure
     ("operations/environment.py", "from operations import supervisor"),  # operations in layers
     ("python_backends/failover.py", "import tritonclient"),  # a pure stage module
     ("python_backends/piper/pipeline.py", "from python_backends.ar import connector"),  # sibling families

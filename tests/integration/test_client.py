@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
-from client import SpeechClient, SpeechError, SyncSpeechClient
-from contract import protocol as v1
 from perf.workloads import workload
+from speechstream import protocol as v1
+from speechstream.client import SpeechClient, SpeechError, SyncSpeechClient
 
 
 def contiguous(frames: list[v1.AudioFrame]) -> bool:

@@ -11,8 +11,8 @@ import wave
 import numpy as np
 import pytest
 
-from client import SpeechClient, SpeechStarted, SpeechStopped, Transcript
-from media.decoding import decode_audio
+from speechstream.client import SpeechClient, SpeechStarted, SpeechStopped, Transcript
+from speechstream.media.decoding import decode_audio
 from tests.speech import silence, spoken, word_error_rate
 
 QUESTION = "What is your favorite kind of music to listen to on a rainy day?"
@@ -72,7 +72,7 @@ def test_a_wav_dictated_in_real_time_through_the_client_gets_its_finals(listen_g
 
 def test_speechstream_listen_prints_a_line_per_utterance(listen_gateway, recording):
     path, _ = recording
-    run = subprocess.run([sys.executable, "-m", "client.listen", str(path), "--fast", "--url", listen_gateway.url],
+    run = subprocess.run([sys.executable, "-m", "speechstream.client.listen", str(path), "--fast", "--url", listen_gateway.url],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
@@ -82,6 +82,6 @@ def test_speechstream_listen_prints_a_line_per_utterance(listen_gateway, recordi
 
 def test_speechstream_listen_on_a_gateway_without_a_recognizer_says_so(gateway, recording):
     path, _ = recording
-    run = subprocess.run([sys.executable, "-m", "client.listen", str(path), "--url", gateway],
+    run = subprocess.run([sys.executable, "-m", "speechstream.client.listen", str(path), "--url", gateway],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and run.stderr.startswith("speechstream-listen: listen_unavailable"), run.stderr

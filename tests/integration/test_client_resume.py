@@ -9,8 +9,8 @@ import signal
 import numpy as np
 import pytest
 
-from client import Event, SpeechClient
 from perf.workloads import harvard_sentences
+from speechstream.client import Event, SpeechClient
 from tests.unit.test_client_resume import READY, assert_one_timeline
 
 

@@ -11,10 +11,10 @@ import urllib.request
 
 import pytest
 
-from contract import protocol as v1
 from operations.loopback import free_ports
 from operations.supervisor import TritonServer
 from perf.workloads import workload
+from speechstream import protocol as v1
 from tests.dns_server import dns_server
 from tests.recorder import Recorder, holding_connection
 from tests.servers import Gateway, Gateways, running

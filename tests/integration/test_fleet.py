@@ -26,11 +26,11 @@ import urllib.request
 import pytest
 import yaml
 
-from client import SpeechClient, connection
-from contract import protocol as v1
 from operations.loopback import free_ports, stop, wait_for_http
 from operations.supervisor import TritonServer
 from perf.workloads import harvard_sentences, workload
+from speechstream import protocol as v1
+from speechstream.client import SpeechClient, connection
 from tests.dns_server import dns_server
 from tests.integration.test_discovery import (
     finish,

@@ -9,10 +9,10 @@ import time
 import psutil
 import pytest
 
-from client import SyncSpeechClient
-from contract import protocol as v1
 from gateway.settings import Settings
 from perf import floods
+from speechstream import protocol as v1
+from speechstream.client import SyncSpeechClient
 
 HEAD_S = 3.0
 DEFAULTS = Settings()

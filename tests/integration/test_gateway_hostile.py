@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import pytest
 import websockets
 
-from client import connection
-from contract import protocol as v1
 from gateway.settings import Settings
 from perf.workloads import workload
+from speechstream import protocol as v1
+from speechstream.client import connection
 from tests.recorder import Recorder
 
 LIMITS = Settings()  # the session gateway runs with the defaults

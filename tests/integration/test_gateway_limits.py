@@ -16,8 +16,8 @@ import pytest
 import websockets
 
 from contract import models as c
-from contract import protocol as v1
 from operations.loopback import free_ports
+from speechstream import protocol as v1
 from tests.recorder import Recorder
 from tests.servers import Gateway, Gateways
 

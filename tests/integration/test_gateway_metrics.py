@@ -6,9 +6,9 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from client import connection
-from contract import protocol as v1
 from contract.voices import EMBEDDED
+from speechstream import protocol as v1
+from speechstream.client import connection
 from tests.recorder import Recorder
 
 

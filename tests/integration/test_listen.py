@@ -10,9 +10,9 @@ import numpy as np
 import opuslib
 import pytest
 
-from client import connection
 from contract import models as c
-from contract import protocol as v1
+from speechstream import protocol as v1
+from speechstream.client import connection
 from tests.recorder import Recorder
 from tests.speech import MESSAGE_MS, say, silence, spoken, word_error_rate
 

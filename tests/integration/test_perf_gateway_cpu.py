@@ -2,8 +2,8 @@
 
 import pytest
 
-from contract import protocol as v1
 from perf.gateway_cpu import measure
+from speechstream import protocol as v1
 
 
 def test_the_gateways_cpu_is_read_over_whole_paragraphs_of_audio(triton, gateways):

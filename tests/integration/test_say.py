@@ -11,8 +11,8 @@ import av
 import pytest
 from websockets.sync.server import serve
 
-from client import say
 from perf.workloads import workload
+from speechstream.client import say
 
 
 @pytest.mark.parametrize("suffix", [".ogg", ".wav", ".flac"])
@@ -21,7 +21,7 @@ def test_say_writes_a_file_of_the_spoken_duration(gateway, tmp_path, suffix):
     text.write_text(workload("short"), encoding="utf-8")
     out = tmp_path / f"speech{suffix}"
     run = subprocess.run(
-        [sys.executable, "-m", "client.say", "--file", str(text), "--out", str(out), "--url", gateway, "--seed", "3"],
+        [sys.executable, "-m", "speechstream.client.say", "--file", str(text), "--out", str(out), "--url", gateway, "--seed", "3"],
         capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr
@@ -43,7 +43,7 @@ def test_play_streams_pcm_into_the_player(gateway, tmp_path):
     sink = tmp_path / "played.raw"
     player = f"{sys.executable} -c \"import shutil,sys; shutil.copyfileobj(sys.stdin.buffer, open(r'{sink}', 'wb'))\""
     run = subprocess.run(
-        [sys.executable, "-m", "client.say", workload("short"), "--play", "--player", player, "--url", gateway],
+        [sys.executable, "-m", "speechstream.client.say", workload("short"), "--play", "--player", player, "--url", gateway],
         capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr
@@ -57,7 +57,7 @@ def test_voice_picks_one_of_the_servers_voices_and_an_unknown_one_is_refused(gat
 
     def run(voice):
         return subprocess.run(
-            [sys.executable, "-m", "client.say", "Guten Tag.", "--out", str(tmp_path / "x.wav"), "--url", gateway,
+            [sys.executable, "-m", "speechstream.client.say", "Guten Tag.", "--out", str(tmp_path / "x.wav"), "--url", gateway,
              "--voice", voice], capture_output=True, text=True, timeout=120)
 
     assert run(GERMAN).returncode == 0
@@ -67,7 +67,7 @@ def test_voice_picks_one_of_the_servers_voices_and_an_unknown_one_is_refused(gat
 
 def test_say_reports_an_unreachable_server(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "client.say", "Hi.", "--out", str(tmp_path / "x.wav"), "--url", "ws://127.0.0.1:9/v1/stream"],
+        [sys.executable, "-m", "speechstream.client.say", "Hi.", "--out", str(tmp_path / "x.wav"), "--url", "ws://127.0.0.1:9/v1/stream"],
         capture_output=True, text=True, timeout=60,
     )
     assert run.returncode == 1 and "speechstream-say:" in run.stderr

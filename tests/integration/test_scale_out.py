@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from client import connection
 from contract import models as c
-from contract import protocol as v1
 from operations.loopback import free_ports, gateway_metric, triton_metrics
 from operations.supervisor import TritonServer
 from perf.workloads import workload
+from speechstream import protocol as v1
+from speechstream.client import connection
 from tests.integration.test_triton_faults import kill_tree, readiness
 from tests.recorder import Recorder
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from client import SpeechClient, SpeechError
-from contract.protocol import PROTOCOL_PATH, SERVER_DRAINING, SYNTHESIS_FAILED
 from operations.loopback import free_ports, stop, wait_for_http
 from operations.process_tree import alive, stub_of
 from operations.shared_memory import SHM_PREFIX
 from perf.workloads import workload
+from speechstream.client import SpeechClient, SpeechError
+from speechstream.protocol import PROTOCOL_PATH, SERVER_DRAINING, SYNTHESIS_FAILED
 
 STOP_ROUNDS = 2  # of 20 paragraphs at once, before the SIGTERM
 

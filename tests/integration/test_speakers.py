@@ -17,15 +17,15 @@ import onnxruntime as ort
 import openai
 import pytest
 
-from client import connection
 from contract import models as c
-from contract import protocol as v1
 from contract.text import split_sentences
 from contract.voices import find_voices
 from operations.triton_client import StreamError, stream
 from python_backends.piper.engines import AcousticEngine, VocoderEngine
 from python_backends.piper.inputs import VoiceParams
 from python_backends.piper.voice import load_voice
+from speechstream import protocol as v1
+from speechstream.client import connection
 from tests.audio import snr_db
 from tests.recorder import Recorder
 from tests.voices import TRIO

@@ -13,12 +13,12 @@ from urllib.parse import urlparse
 import numpy as np
 import pytest
 
-from client import connection
 from contract import models as c
-from contract import protocol as v1
 from operations.loopback import free_ports
 from operations.supervisor import TritonServer
 from perf.workloads import workload
+from speechstream import protocol as v1
+from speechstream.client import connection
 from tests.audio import snr_db
 from tests.recorder import Recorder
 from tests.servers import Gateways, running

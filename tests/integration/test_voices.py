@@ -11,11 +11,11 @@ import numpy as np
 import openai
 import pytest
 
-from client import connection
 from contract.text import split_sentences
 from contract.voices import EMBEDDED, find_voices
 from python_backends.piper.engines import AcousticEngine
 from python_backends.piper.voice import load_voice
+from speechstream.client import connection
 from tests.recorder import Recorder
 from tests.voices import GERMAN, GERMAN_RATE
 

@@ -2,7 +2,7 @@
 hears, typed and in order (a dictated turn, a spoken chat turn's reply on its turn id, a
 barge-in's late `cancelled`, the connection's errors), beside a context of the client's
 own; the microphone's timeline that voice-to-voice latency starts from; and what
-speechstream-listen makes of the events (client/listen.py's Conversation and output)."""
+speechstream-listen makes of the events (speechstream/client/listen.py's Conversation and output)."""
 
 import asyncio
 import json
@@ -11,7 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from client import (
+from speechstream import protocol as v1
+from speechstream.client import (
     Event,
     Microphone,
     Router,
@@ -21,9 +22,8 @@ from client import (
     SyncSpeechClient,
     Transcript,
 )
-from client.events import heard
-from client.listen import REPLY_RATE, SETTLE_S, STEP, Conversation, Lines, Pacer
-from contract import protocol as v1
+from speechstream.client.events import heard
+from speechstream.client.listen import REPLY_RATE, SETTLE_S, STEP, Conversation, Lines, Pacer
 from tests.unit.test_client_routing import READY, FakeSocket, FakeSyncSocket, done, frame, msg, start
 
 

@@ -1,4 +1,4 @@
-"""Resuming a context on another gateway: the rule sans I/O (client.resume's Progress and
+"""Resuming a context on another gateway: the rule sans I/O (speechstream.client.resume's Progress and
 Splice, against a scripted gateway, cut at every message), the client over fake sockets,
 and end to end, two real gateways in front of one real Triton, the first stopped by
 SIGTERM mid-paragraph."""
@@ -11,9 +11,9 @@ import pytest
 import websockets
 from websockets.frames import Close
 
-from client import Event, Progress, Reconnect, Router, SpeechClient, SpeechError, frame_samples
-from client.events import CONNECTION_CLOSED, RESUME_FAILED
-from contract import protocol as v1
+from speechstream import protocol as v1
+from speechstream.client import Event, Progress, Reconnect, Router, SpeechClient, SpeechError, frame_samples
+from speechstream.client.events import CONNECTION_CLOSED, RESUME_FAILED
 
 RATE, FRAME = 8000, 160  # 20 ms frames
 

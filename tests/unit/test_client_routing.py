@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from client import Router, SpeechClient, SpeechError, SyncSpeechClient, audio_end_s
-from contract import protocol as v1
+from speechstream import protocol as v1
+from speechstream.client import Router, SpeechClient, SpeechError, SyncSpeechClient, audio_end_s
 from tests.recorder import Recorder
 
 READY = {"type": "ready", "session_id": "s", "format": "opus", "sample_rate": 48000, "channels": 1, "frame_ms": 20, "voices": []}

@@ -10,10 +10,10 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from contract import models as c
-from contract import protocol as v1
 from contract.voices import AR_MODEL_ENV, VOICES_ENV
 from operations.environment import GPU_CONFIG
 from operations.supervisor import TritonServer
+from speechstream import protocol as v1
 
 ROOT = Path(__file__).parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

@@ -4,8 +4,8 @@ import opuslib
 import pytest
 import soxr
 
-from contract import protocol as v1
 from gateway.audio import G711_CODECS, FrameEncoder, pre_skip
+from speechstream import protocol as v1
 
 SOURCE = 22050
 

@@ -1,11 +1,11 @@
 from collections import Counter
 
 from contract import models as c
-from contract import protocol as v1
 from gateway import fleet
 from gateway.backends import Backend, Backends, choose
 from gateway.service import Gateway, admits
 from gateway.settings import Settings
+from speechstream import protocol as v1
 
 
 def backend(url, up=True, outstanding=0):

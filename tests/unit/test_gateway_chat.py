@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from contract import protocol as v1
 from gateway import chat as ch
 from gateway.actions import Stop, StopThinking, Synthesize, Think
 from gateway.protocol import Speculation
 from gateway.session import Limits, Session
+from speechstream import protocol as v1
 from tests.unit.test_gateway_session import Clock, Recorder, frames, messages
 
 END = 2  # the chat model's end token in these tests

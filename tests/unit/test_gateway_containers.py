@@ -11,7 +11,7 @@ import pytest
 import soundfile
 
 from gateway.audio import FrameEncoder
-from media.containers import FRAME_FORMATS, ContainerWriter
+from speechstream.media.containers import FRAME_FORMATS, ContainerWriter
 
 SOURCE_RATE, FRAME_MS = 22050, 20
 

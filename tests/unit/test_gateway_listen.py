@@ -9,9 +9,9 @@ import opuslib
 import pytest
 
 from contract import models as c
-from contract import protocol as v1
 from gateway.actions import Hear, Stop, StopThinking, Synthesize, Think
 from gateway.session import Limits, Session
+from speechstream import protocol as v1
 from tests.unit.test_gateway_session import Clock, Recorder, messages
 
 VOICE_RATE = 22050

@@ -3,8 +3,8 @@ import json
 import pytest
 
 from contract import models as c
-from contract import protocol as v1
 from gateway import protocol as p
+from speechstream import protocol as v1
 
 VOICES = ("en_US-joe-medium",)
 

@@ -6,8 +6,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract import protocol as v1
 from gateway import protocol as p
+from speechstream import protocol as v1
 
 VOICES = ("en_US-joe-medium",)
 MAX_TEXT = 200

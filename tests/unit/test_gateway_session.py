@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from contract import models as c
-from contract import protocol as v1
 from contract.voices import EMBEDDED
 from gateway import protocol as p
 from gateway.actions import Close, Job, Send, Stop, Synthesize
 from gateway.segmenter import REQUEST_CHARS
 from gateway.session import Limits, Session
+from speechstream import protocol as v1
 
 RATE = EMBEDDED.sample_rate
 

@@ -12,12 +12,12 @@ import json
 import numpy as np
 import pytest
 
-from contract import protocol as v1
 from contract.voices import EMBEDDED
 from gateway.actions import Synthesize
 from gateway.service import Gateway
 from gateway.settings import Settings
 from gateway.websocket import Connection, ConnectionClosed, JobUnwanted
+from speechstream import protocol as v1
 
 
 class SlowSocket:

@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 
 from contract import models as m
-from contract import protocol as p
 from gateway import settings as s
-from media.containers import CONTENT_TYPES
+from speechstream import protocol as p
+from speechstream.media.containers import CONTENT_TYPES
 
 ROOT = Path(__file__).parents[2]
 DOCS = ROOT / "docs"

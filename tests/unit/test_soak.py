@@ -12,7 +12,6 @@ from collections import Counter
 
 import pytest
 
-from contract import protocol as v1
 from perf import chaos
 from perf.soak import goals, summary
 from perf.soak.__main__ import parse_args
@@ -20,6 +19,7 @@ from perf.soak.listener import Listener
 from perf.soak.report import results_name, table, write
 from perf.soak.tally import ABORTED, CANCELLED, COMPLETED, Failed, Failure, Heard, Tally
 from perf.soak.utterance import Utterance
+from speechstream import protocol as v1
 
 FRAME_S = 0.02
 
@@ -54,7 +54,7 @@ def feed(u: Utterance, router, raw: str | bytes):
 
 
 def test_a_frame_in_time_is_no_stall_and_a_late_one_is_a_stall_of_its_lateness(clock):
-    from client import Router
+    from speechstream.client import Router
     router, u = Router(), Utterance("u1", FRAME_S)
     feed(u, router, message("audio_start", stream=1))
     for seq in range(50):  # one second of audio at once: the player holds it
@@ -68,7 +68,7 @@ def test_a_frame_in_time_is_no_stall_and_a_late_one_is_a_stall_of_its_lateness(c
 
 
 def test_a_resume_goes_on_with_the_frames_and_its_gap_is_marked(clock):
-    from client import Router
+    from speechstream.client import Router
     router, u = Router(), Utterance("u1", FRAME_S)
     feed(u, router, message("audio_start", stream=1))
     feed(u, router, frame(0))
@@ -85,7 +85,7 @@ def test_a_resume_goes_on_with_the_frames_and_its_gap_is_marked(clock):
 
 
 def test_a_resuming_after_the_last_frame_breaks_the_protocol(clock):
-    from client import Router
+    from speechstream.client import Router
     router, u = Router(), Utterance("u1", FRAME_S)
     feed(u, router, message("audio_start", stream=1))
     feed(u, router, frame(0, last=True))
@@ -94,7 +94,7 @@ def test_a_resuming_after_the_last_frame_breaks_the_protocol(clock):
 
 
 def test_an_error_ends_the_stall_under_way(clock):
-    from client import Router
+    from speechstream.client import Router
     router, u = Router(), Utterance("u1", FRAME_S)
     feed(u, router, message("audio_start", stream=1))
     feed(u, router, frame(0))

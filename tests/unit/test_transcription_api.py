@@ -14,7 +14,6 @@ from aiohttp import FormData
 from aiohttp.test_utils import TestClient, TestServer
 
 from contract import models as c
-from contract import protocol as v1
 from gateway.backends import Backend, Backends
 from gateway.server import application
 from gateway.service import Gateway
@@ -23,7 +22,8 @@ from gateway.speech_api import ApiError
 from gateway.synthesis import SynthesisFailed
 from gateway.transcription_api import TRANSCRIPTIONS_PATH, recognize
 from gateway.transcripts import Transcript, TranscriptionRequest, parse_transcription_form, transcription_body
-from media.decoding import AudioTooLong, UndecodableAudio, decode_audio
+from speechstream import protocol as v1
+from speechstream.media.decoding import AudioTooLong, UndecodableAudio, decode_audio
 from tests.audio import FILE_FORMATS, encode_file
 
 RATE = 16000

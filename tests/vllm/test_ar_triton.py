@@ -18,7 +18,6 @@ import openai
 import psutil
 import pytest
 
-from client import connection
 from contract import models as c
 from operations.loopback import free_ports, triton_metrics
 from operations.process_tree import session_of
@@ -27,6 +26,7 @@ from operations.supervisor import TritonServer
 from operations.triton_client import Stream, StreamError, infer, stream
 from perf import perf_analyzer as pa
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME, frame_budget
+from speechstream.client import connection
 from tests.audio import snr_db
 from tests.processes import shm_mapped_by
 from tests.recorder import Recorder

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client import SpeechClient, connection
 from contract import models as c
-from contract import protocol as v1
 from operations.loopback import free_ports, triton_metrics
 from operations.supervisor import TritonServer
+from speechstream import protocol as v1
+from speechstream.client import SpeechClient, connection
 from tests.pages import FINISHED, REPORT, fake_microphone, http_of, microphone_browser
 from tests.recorder import Recorder
 from tests.servers import running
@@ -275,7 +275,7 @@ def test_speechstream_listen_talks_a_spoken_conversation(chat_gateway, tmp_path)
             w.setsampwidth(2)
             w.setframerate(c.ASR_SAMPLE_RATE)
             w.writeframes(np.concatenate([silence(500), spoken(question)]).tobytes())
-    run = subprocess.run([sys.executable, "-m", "client.listen", "--chat", *map(str, files), "--out", str(tmp_path),
+    run = subprocess.run([sys.executable, "-m", "speechstream.client.listen", "--chat", *map(str, files), "--out", str(tmp_path),
                           "--system", SYSTEM, "--max-tokens", "40", "--url", chat_gateway],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr

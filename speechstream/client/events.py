@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Union
 
-from contract import protocol as v1
+from speechstream import protocol as v1
 
 # A context ends, for a client, with its `done`, its `cancelled`, or an `error` naming it.
 ENDING = ("done", "cancelled", "error")

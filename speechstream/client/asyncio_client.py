@@ -1,6 +1,6 @@
 """The asyncio client: `SpeechClient`, several contexts on one connection, a reader task
-routing every event (client.events) to its context; with `resume=True`, when a gateway
-goes away its open contexts go on over a new connection (client.resume). In listen mode
+routing every event (speechstream.client.events) to its context; with `resume=True`, when a gateway
+goes away its open contexts go on over a new connection (speechstream.client.resume). In listen mode
 it sends the microphone's audio and hears the turns the server's recognizer finds."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 
 import websockets
 
-from client.events import (
+from speechstream import protocol as v1
+from speechstream.client.events import (
     CONNECTION_CLOSED,
     RESUME_FAILED,
     Event,
@@ -31,8 +32,7 @@ from client.events import (
     pcm_ms,
     raise_error,
 )
-from client.resume import RESUMABLE_CLOSES, Progress, Splice
-from contract import protocol as v1
+from speechstream.client.resume import RESUMABLE_CLOSES, Progress, Splice
 
 
 def connection(url: str, api_key: str | None = None, **options: Any) -> websockets.connect:

@@ -1,12 +1,12 @@
 """The protocol-v1 client, in the manner of the `websockets` library: two clients side by
 side over one sans-I/O core.
 
-- client.events: received messages and frames → events naming their contexts (`Router`).
-- client.resume: how a context goes on over another connection (`Progress`, `Splice`).
-- client.asyncio_client: `SpeechClient`, several contexts per connection, resuming.
-- client.sync_client: `SyncSpeechClient`, blocking, one utterance at a time.
-- client.say: `speechstream-say`.
-- client.listen: `speechstream-listen`, dictation and spoken conversations from files.
+- speechstream.client.events: received messages and frames → events naming their contexts (`Router`).
+- speechstream.client.resume: how a context goes on over another connection (`Progress`, `Splice`).
+- speechstream.client.asyncio_client: `SpeechClient`, several contexts per connection, resuming.
+- speechstream.client.sync_client: `SyncSpeechClient`, blocking, one utterance at a time.
+- speechstream.client.say: `speechstream-say`.
+- speechstream.client.listen: `speechstream-listen`, dictation and spoken conversations from files.
 
     async with await SpeechClient.connect("ws://127.0.0.1:8080/v1/stream") as client:
         async for frame in client.speak("Hello there."):
@@ -16,8 +16,8 @@ side over one sans-I/O core.
         pcm = b"".join(frame.payload for frame in client.speak("Hello there."))
 """
 
-from client.asyncio_client import Context, Reconnect, SpeechClient, connection
-from client.events import (
+from speechstream.client.asyncio_client import Context, Reconnect, SpeechClient, connection
+from speechstream.client.events import (
     Event,
     Heard,
     Microphone,
@@ -29,8 +29,8 @@ from client.events import (
     audio_end_s,
     frame_samples,
 )
-from client.resume import Anchor, Progress, Splice
-from client.sync_client import SyncSpeechClient
+from speechstream.client.resume import Anchor, Progress, Splice
+from speechstream.client.sync_client import SyncSpeechClient
 
 __all__ = [
     "Anchor", "Context", "Event", "Heard", "Microphone", "Progress", "Reconnect", "Router", "SpeechClient",

@@ -20,8 +20,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from client.events import Event, frame_samples
-from contract import protocol as v1
+from speechstream import protocol as v1
+from speechstream.client.events import Event, frame_samples
 
 # Close codes after which the same speech goes on over a new connection: going away (a
 # gateway that drained), service restart. Any other close ends the contexts with an error.

@@ -31,11 +31,11 @@ from pathlib import Path
 import numpy as np
 import websockets
 
-from client.asyncio_client import SpeechClient
-from client.events import Event, Heard, Microphone, SpeechError, SpeechStarted, SpeechStopped, Transcript
-from client.say import refusal_hint
-from contract.protocol import LISTEN_DEFAULT_ENDPOINT_MS, LISTEN_MAX_AHEAD_S, PROTOCOL_PATH
-from media.decoding import AudioTooLong, UndecodableAudio, decode_audio
+from speechstream.client.asyncio_client import SpeechClient
+from speechstream.client.events import Event, Heard, Microphone, SpeechError, SpeechStarted, SpeechStopped, Transcript
+from speechstream.client.say import refusal_hint
+from speechstream.media.decoding import AudioTooLong, UndecodableAudio, decode_audio
+from speechstream.protocol import LISTEN_DEFAULT_ENDPOINT_MS, LISTEN_MAX_AHEAD_S, PROTOCOL_PATH
 
 RATE = 16000  # the microphone's: the recognizer's own, so nothing is resampled
 MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send them

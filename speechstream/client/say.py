@@ -25,10 +25,10 @@ from pathlib import Path
 
 import websockets
 
-from client.asyncio_client import SpeechClient
-from client.events import SpeechError, audio_end_s
-from contract.protocol import PROTOCOL_PATH
-from media.containers import FRAME_FORMATS, ContainerWriter
+from speechstream.client.asyncio_client import SpeechClient
+from speechstream.client.events import SpeechError, audio_end_s
+from speechstream.media.containers import FRAME_FORMATS, ContainerWriter
+from speechstream.protocol import PROTOCOL_PATH
 
 RATE = 48000
 FRAME_MS = 20

@@ -1,7 +1,7 @@
 """The blocking client: `SyncSpeechClient`, one utterance at a time, over
 websockets.sync or any socket with send/recv/close (the Locust users' websocket-client);
 in listen mode, a microphone. It routes with the same sans-I/O core as the asyncio
-client (client.events)."""
+client (speechstream.client.events)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 import websockets.sync.client
 
-from client.events import (
+from speechstream import protocol as v1
+from speechstream.client.events import (
     Event,
     Heard,
     Microphone,
@@ -25,7 +26,6 @@ from client.events import (
     pcm_ms,
     raise_error,
 )
-from contract import protocol as v1
 
 
 class SyncSocket(Protocol):
