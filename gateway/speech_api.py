@@ -28,6 +28,10 @@ STREAM_FORMATS = ("audio", "sse")
 DEFAULT_FORMAT = "mp3"  # as OpenAI's: clients that name no format expect it
 RATES = {"pcm": 24000, "wav": 24000, "flac": 24000, "opus": 48000, "mp3": 24000, "aac": 24000}  # OpenAI's pcm is 24 kHz
 FRAME_MS = 20
+# Formats sent whole whatever the request: a FLAC header written before the audio cannot
+# say its length (total samples 0, "unknown"), which libsndfile refuses; and FLAC is no
+# low-latency format.
+ALWAYS_WHOLE = ("flac",)
 # OpenAI's Python SDK names itself on every request, and asks for the body as it comes
 # only from `with_streaming_response`; without that header it reads the whole body
 # before returning (its own test, in _base_client.py, is on the same header).
@@ -61,7 +65,7 @@ class SpeechRequest:
     stream_format: str
     extra_params: tuple[tuple[str, float | int], ...] = ()  # noise_scale, noise_w, seed, speaker
     pace: float = 1.0  # the voice's own length_scale: speed 1
-    stream: bool = True  # False: the whole body at once, with exact sizes in WAV and FLAC headers
+    stream: bool = True  # False: the whole body at once (SSE: in one event), with exact sizes in WAV and FLAC headers
 
     @property
     def length_scale(self) -> float:
@@ -138,6 +142,7 @@ def parse_speech_request(
         raise ApiError("'stream' must be true or false", "stream")
     if not stream and stream_format == "sse":
         raise ApiError("'stream': false needs stream_format 'audio'", "stream")
+    stream = stream and fmt not in ALWAYS_WHOLE
     speed = body.get("speed", 1.0)
     low, high = 1 / _SPEED.maximum, 1 / _SPEED.minimum
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
@@ -163,7 +168,8 @@ def _extra_params(body: dict) -> tuple[tuple[str, float | int], ...]:
 class SpeechBody:
     """The response body of one request: voice-rate PCM in, body bytes out as soon as
     the container has them (frames encoded, muxed, and wrapped in events for SSE); or,
-    for a request with `stream` false, all of it from `finish`, its headers complete."""
+    for a request with `stream` false (FLAC's, always), all of it from `finish`, its
+    headers complete."""
 
     def __init__(self, request: SpeechRequest, source_rate: int) -> None:
         self._encoder = FrameEncoder(source_rate, request.sample_rate, FRAME_MS, request.frame_format)
@@ -186,7 +192,7 @@ class SpeechBody:
         """The body's last bytes: the padded last frame, the container's trailer, `done`."""
         data = self._wrap(self._mux(self._encoder.finish()) + self._writer.finish())
         if self._whole is not None:
-            return self._whole.getvalue()
+            data = self._wrap(self._whole.getvalue())
         return data + sse_done() if self._sse else data
 
     def _mux(self, payloads: list[bytes]) -> bytes:

@@ -115,22 +115,48 @@ def test_the_sdks_calls_not_streamed_read_back_to_the_spoken_length(gateway, spo
         assert flac_total_samples(data) == spoken_samples
 
 
-@pytest.mark.parametrize("fmt", ["wav", "flac"])
-def test_a_streamed_body_says_its_length_is_unknown_and_is_read_to_its_end(gateway, spoken_samples, fmt):
+def test_a_streamed_wav_says_its_length_is_unknown_and_is_read_to_its_end(gateway, spoken_samples):
     with client(gateway).audio.speech.with_streaming_response.create(
-        model="tts-1", voice="alloy", input=TEXT, response_format=fmt, extra_body={"seed": SEED},
+        model="tts-1", voice="alloy", input=TEXT, response_format="wav", extra_body={"seed": SEED},
     ) as response:
         assert response.headers["transfer-encoding"] == "chunked" and "content-length" not in response.headers
         data = response.read()
     with av.open(io.BytesIO(data)) as container:  # FFmpeg, as browsers and ffplay read it
         assert sum(frame.samples for frame in container.decode(audio=0)) == spoken_samples
-    if fmt == "wav":
-        assert riff_sizes(data)[:2] == (UNKNOWN_WAV_SIZE, UNKNOWN_WAV_SIZE)
-        assert len(soundfile.read(io.BytesIO(data), dtype="int16")[0]) == spoken_samples
-        with wave.open(io.BytesIO(data)) as w:  # it believes 2**31 - 1 frames, and reads what there is
-            assert len(w.readframes(w.getnframes())) == 2 * spoken_samples
+    assert riff_sizes(data)[:2] == (UNKNOWN_WAV_SIZE, UNKNOWN_WAV_SIZE)
+    assert len(soundfile.read(io.BytesIO(data), dtype="int16")[0]) == spoken_samples
+    with wave.open(io.BytesIO(data)) as w:  # it believes 2**31 - 1 frames, and reads what there is
+        assert len(w.readframes(w.getnframes())) == 2 * spoken_samples
+
+
+@pytest.mark.parametrize("asked", ["with_streaming_response", "stream true", "sse"])
+def test_flac_asked_as_a_stream_comes_whole_and_every_reader_reads_it_to_the_spoken_length(gateway, spoken_samples,
+                                                                                            asked):
+    """A streamed FLAC header could not say its length, which libsndfile refuses: FLAC
+    comes whole whatever the request, with its exact length."""
+    if asked == "with_streaming_response":
+        with client(gateway).audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=TEXT, response_format="flac", extra_body={"seed": SEED},
+        ) as response:
+            data, headers = response.read(), response.headers
     else:
-        assert flac_total_samples(data) == 0  # unknown, which libsndfile cannot read (test_gateway_containers)
+        fields = {"stream": True} if asked == "stream true" else {"stream_format": "sse"}
+        request = urllib.request.Request(
+            base_url(gateway) + "/audio/speech", method="POST", headers={"Content-Type": "application/json"},
+            data=json.dumps({"model": "tts-1", "voice": "alloy", "input": TEXT, "response_format": "flac",
+                             "seed": SEED, **fields}).encode(),
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            data, headers = response.read(), response.headers
+    assert int(headers["content-length"]) == len(data)
+    if asked == "sse":
+        (delta, done) = [json.loads(line[6:]) for line in data.decode().splitlines() if line.startswith("data: ")]
+        assert (delta["type"], done["type"]) == ("speech.audio.delta", "speech.audio.done")
+        data = base64.b64decode(delta["audio"])
+    assert flac_total_samples(data) == spoken_samples
+    assert len(soundfile.read(io.BytesIO(data), dtype="int16")[0]) == spoken_samples
+    with av.open(io.BytesIO(data)) as container:
+        assert sum(frame.samples for frame in container.decode(audio=0)) == spoken_samples
 
 
 def test_a_request_without_the_sdks_headers_streams_unless_told_not_to(gateway):

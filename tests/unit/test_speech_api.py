@@ -122,7 +122,7 @@ def speech_body(fmt: str, stream_format: str = "audio") -> tuple[bytes, list[byt
     return b"".join(pieces), pieces
 
 
-@pytest.mark.parametrize("fmt", ["wav", "flac", "opus", "mp3", "aac"])
+@pytest.mark.parametrize("fmt", ["wav", "opus", "mp3", "aac"])
 def test_a_speech_body_streams_a_container_of_the_pushed_length(fmt):
     data, pieces = speech_body(fmt)
     assert pieces[0] or pieces[1]  # bytes leave before the end
@@ -160,11 +160,24 @@ def test_the_stream_field_wins_over_the_default_and_sse_always_streams():
     assert (stream(True), stream(False)) == (True, False)
     assert stream(False, stream=True) and not stream(True, stream=False)
     assert stream(False, stream_format="sse")
+    # FLAC comes whole whatever is asked: its streamed header could not say its length.
+    assert not stream(True, response_format="flac", stream=True)
+    assert not stream(True, response_format="flac", stream_format="sse")
+
+
+@pytest.mark.parametrize("stream_format", ["audio", "sse"])
+def test_flac_asked_as_a_stream_comes_whole_from_finish_with_its_exact_length(stream_format):
+    data, pieces = speech_body("flac", stream_format)
+    assert pieces[:-1] == [b"", b"", b""]  # nothing before the end
+    if stream_format == "sse":
+        *deltas, done = [json.loads(line[6:]) for line in data.decode().splitlines() if line.startswith("data: ")]
+        assert len(deltas) == 1 and done == {"type": "speech.audio.done"}
+        data = base64.b64decode(deltas[0]["audio"])
+    assert flac_total_samples(data) == 24000  # a second at 24 kHz, whole 20 ms frames
+    assert len(soundfile.read(io.BytesIO(data))[0]) == 24000
 
 
 def test_a_body_not_streamed_comes_whole_from_finish_with_exact_sizes():
-    streamed, _ = speech_body("flac")
-    assert flac_total_samples(streamed) == 0  # unknown while streaming
     assert riff_sizes(speech_body("wav")[0])[:2] == (UNKNOWN_WAV_SIZE, UNKNOWN_WAV_SIZE)
     for fmt in ("wav", "flac"):
         body = SpeechBody(parse(model="m", input="Hi.", voice="alloy", response_format=fmt, stream=False), 22050)
