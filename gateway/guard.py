@@ -240,9 +240,10 @@ class GuardedConnection(asyncio.Protocol):
             self.inner.connection_lost(exc)
 
 
-async def listen(handler: Callable[[], asyncio.Protocol], settings: Settings) -> asyncio.Server:
+async def listen(handler: Callable[[], asyncio.Protocol], settings: Settings, reuse_port: bool = False) -> asyncio.Server:
     """Listen on the settings' address, each connection guarded, then given to `handler`
-    (aiohttp's `AppRunner.server`)."""
+    (aiohttp's `AppRunner.server`); with `reuse_port`, beside other processes on it."""
     counts = ConnectionCounts(settings.max_connections, settings.max_connections_per_client)
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: GuardedConnection(counts, handler), settings.host, settings.port)
+    return await loop.create_server(lambda: GuardedConnection(counts, handler), settings.host, settings.port,
+                                    reuse_port=reuse_port)

@@ -28,6 +28,7 @@ from gateway.access import (
     request_id,
     unauthorized,
 )
+from gateway.metrics import merged
 from gateway.pace import Pace
 from gateway.protocol import OPENAI_VOICES, ProtocolError
 from gateway.resumption import TtsChunk
@@ -44,6 +45,7 @@ from gateway.speech_api import (
 )
 from gateway.synthesis import SynthesisFailed, Synthesizer
 from gateway.transcripts import TRANSCRIPTION_MODELS
+from gateway.workers import siblings_say
 from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
@@ -209,22 +211,49 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: 200 while at least one Triton can synthesize (up, and its last probe
-    passed) and the gateway is not stopping, else 503; the body says why."""
+    passed) and the gateway is not stopping, else 503; the body says why. Of several
+    workers, whichever answers answers for all: ready only while every one is."""
     gateway = request.app[GATEWAY]
+    ready, body = readiness(gateway)
+    if gateway.worker:
+        answers = await siblings_say(gateway.worker, "/readyz")
+        each = {gateway.worker.index: ready, **{i: a is not None and a[0] == HTTPStatus.OK for i, a in answers.items()}}
+        ready = all(each.values())
+        body = {**body, "ready": ready, "workers": {str(i): each[i] for i in sorted(each)}}
+    return json_response(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE, body)
+
+
+async def worker_readyz(request: web.Request) -> web.Response:
+    """A worker's own readiness, on its loopback port."""
+    ready, body = readiness(request.app[GATEWAY])
+    return json_response(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE, body)
+
+
+def readiness(gateway: Gateway) -> tuple[bool, dict]:
     backends = gateway.backends.all
     ready = any(b.ready for b in backends) and not gateway.draining
-    return json_response(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE, {
-        "ready": ready, "draining": gateway.draining, "backends": {b.url: b.state for b in backends},
-    })
+    return ready, {"ready": ready, "draining": gateway.draining, "backends": {b.url: b.state for b in backends}}
 
 
 async def metrics(request: web.Request) -> web.Response:
     """The metrics, behind the API key when there is one (Prometheus sends it as a bearer
-    token: `authorization: {credentials: KEY}` in its scrape config)."""
+    token: `authorization: {credentials: KEY}` in its scrape config). Of several workers,
+    every worker's, each sample labelled with its `worker` (one that does not answer
+    within a second is left out)."""
     gateway = request.app[GATEWAY]
     if refusal := unauthorized(request, gateway.settings, gateway.key_failures):
         return refusal.as_text()
     body, content_type = gateway.metrics.exposition()
+    if gateway.worker:
+        answers = await siblings_say(gateway.worker, "/metrics")
+        texts = {gateway.worker.index: body.decode(), **{i: a[1] for i, a in answers.items() if a is not None}}
+        body = merged(dict(sorted(texts.items())))
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def worker_metrics(request: web.Request) -> web.Response:
+    """A worker's own metrics, on its loopback port."""
+    body, content_type = request.app[GATEWAY].metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 

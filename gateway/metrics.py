@@ -7,10 +7,12 @@ counters and histograms are updated where the events happen.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from gateway.backends import Backend, Backends
@@ -94,6 +96,27 @@ class Metrics:
     def exposition(self) -> tuple[bytes, str]:
         """The text format and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def merged(expositions: Mapping[int, str]) -> bytes:
+    """Several gateway workers' metrics as one exposition, each sample labelled with its
+    `worker` (workers.py): a family's samples from all of them under one HELP and TYPE."""
+    families: dict[str, Metric] = {}
+    for worker, text in expositions.items():
+        for family in text_string_to_metric_families(text):
+            into = families.setdefault(family.name, Metric(family.name, family.documentation, family.type, family.unit))
+            into.samples += [s._replace(labels={**s.labels, "worker": str(worker)}) for s in family.samples]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Parsed(families.values()))
+    return generate_latest(registry)
+
+
+class _Parsed(Collector):
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
 
 
 class BackendGauges(Collector):

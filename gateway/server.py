@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import faulthandler
 import logging
+import os
 import resource
 import signal
 import weakref
@@ -32,6 +33,7 @@ from gateway.guard import listen
 from gateway.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.settings import Settings
 from gateway.websocket import stream
+from gateway.workers import WORKER_ENV, Worker, from_environment, serve_workers
 from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
@@ -65,6 +67,18 @@ def application(gateway: Gateway) -> web.Application:
     return app
 
 
+async def answer_for_itself(gateway: Gateway, worker: Worker) -> web.AppRunner:
+    """A worker's own /metrics and /readyz, on its loopback port, for its siblings to read."""
+    app = web.Application()
+    app[GATEWAY] = gateway
+    app.router.add_get("/metrics", http_api.worker_metrics)
+    app.router.add_get("/readyz", http_api.worker_readyz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", worker.port).start()
+    return runner
+
+
 async def background_tasks(app: web.Application) -> AsyncIterator[None]:
     """The Triton health watch, the DNS watch, the fleet's load and the admission
     queue's pump, for the app's lifetime; then the gRPC channels, which the stopped
@@ -95,27 +109,37 @@ async def close_websockets(app: web.Application) -> None:
         await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
 
 
-async def serve_forever(settings: Settings) -> None:
+def serving(settings: Settings) -> Awaitable[None]:
+    """The gateway, or its workers (--gateway-workers), until cancelled."""
+    return serve_workers(settings) if settings.gateway_workers > 1 else serve_forever(settings)
+
+
+async def serve_forever(settings: Settings, worker: Worker | None = None) -> None:
     """Serve until cancelled; then drain (new streams refused, /readyz 503, the streams
     being spoken given up to `drain_s` to end) and shut down as aiohttp does: stop
-    listening, close the WebSockets, wait for handlers, stop the background tasks."""
-    gateway = Gateway(settings)
+    listening, close the WebSockets, wait for handlers, stop the background tasks. A
+    worker shares the port and answers for itself on its loopback port too."""
+    gateway = Gateway(settings, worker)
     # aiohttp's keepalive timeout runs from the connection's start until a request's head
     # is read, and between requests: the bound on slow and silent clients.
     runner = web.AppRunner(application(gateway), access_log=None, keepalive_timeout=settings.header_timeout_s,
                            shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     raise_open_file_limit(settings.max_connections)
-    listener = await listen(runner.server, settings)
+    listener = await listen(runner.server, settings, reuse_port=worker is not None)
+    own = await answer_for_itself(gateway, worker) if worker else None
     try:
         tritons = f"the A records of {gateway.service}" if gateway.service else ", ".join(settings.triton_urls)
-        log.info("gateway on http://%s:%d (WebSocket %s), Triton at %s", settings.host, settings.port,
+        which = f"worker {worker.index} (pid {os.getpid()})" if worker else "gateway"
+        log.info("%s on http://%s:%d (WebSocket %s), Triton at %s", which, settings.host, settings.port,
                  v1.PROTOCOL_PATH, tritons)
         await asyncio.Event().wait()
     finally:
         await gateway.drain(settings.drain_s)
         log.info("gateway stopping: closing %d WebSockets", sum(not ws.closed for ws in runner.app[WEBSOCKETS]))
         listener.close()
+        if own:
+            await own.cleanup()
         await runner.cleanup()
 
 
@@ -140,8 +164,13 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # SIGUSR1 writes every thread's stack to stderr, even with the event loop stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if WORKER_ENV in os.environ:  # one of several, started by serve_workers
+        worker, settings = from_environment(os.environ[WORKER_ENV])
+        gateway = serve_forever(settings, worker)
+    else:
+        gateway = serving(s.from_arguments(args))
     try:
-        asyncio.run(until_signalled(serve_forever(s.from_arguments(args))))
+        asyncio.run(until_signalled(gateway))
     except (VoiceError, discovery.BadAddress) as e:
         log.error("%s", e)
         raise SystemExit(2) from None

@@ -25,6 +25,7 @@ from gateway.session import Limits, Session
 from gateway.settings import Settings
 from gateway.synthesis import Synthesizer
 from gateway.thinking import Thinker
+from gateway.workers import Worker
 from speechstream import protocol as v1
 
 # A hint for a client refused a stream: its own streams end in seconds, not milliseconds.
@@ -41,8 +42,9 @@ log = logging.getLogger("speechstream.gateway")
 
 
 class Gateway:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, worker: Worker | None = None) -> None:
         self.settings = settings
+        self.worker = worker  # one of several gateway processes on the port (workers.py)
         # VoiceError, saying what to fix, at start-up
         self.voices = find_voices(settings.voices, ar=settings.ar_model is not None)
         self.limits = Limits.of(settings)

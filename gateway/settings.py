@@ -66,6 +66,12 @@ class Settings:
         64, "streams that may wait for capacity (a client's config 'queue': true) instead of 'server_busy'; "
         "past it they are refused as the others"
     )
+    gateway_workers: int = _setting(
+        1, "gateway processes serving --port together (SO_REUSEPORT: the kernel spreads new connections over them), "
+        "each admitting through the fleet's count (--fleet-metrics-port) as separate gateways do; --max-connections "
+        "is shared among them, the per-client caps apply to each; /metrics and /readyz answer for all of them",
+        env="GATEWAY_WORKERS",
+    )
     max_connections: int = _setting(
         1000, "open connections (HTTP and WebSocket) in all; past it a new one gets 503 and is closed (0 for no cap)"
     )

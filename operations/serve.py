@@ -16,7 +16,7 @@ import threading
 
 from contract.voices import VoiceError
 from gateway import settings as s
-from gateway.server import serve_forever
+from gateway.server import serving
 from operations.arguments import add_chat_flag, add_gpu_argument
 from operations.supervisor import TritonServer
 
@@ -32,7 +32,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         await asyncio.to_thread(triton.wait_ready)
         gateway = asyncio.create_task(
-            serve_forever(s.from_arguments(args, triton_urls=(f"127.0.0.1:{args.triton_grpc_port}",),
+            serving(s.from_arguments(args, triton_urls=(f"127.0.0.1:{args.triton_grpc_port}",),
                                              fleet_metrics_port=args.triton_metrics_port,
                                              listen=args.listen or bool(args.chat_model)))  # a voice chat needs ears
         )
