@@ -303,6 +303,8 @@ class ChunkedStream(tts.ChunkedStream):
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         output_emitter.initialize(request_id=utils.shortuuid(), sample_rate=self._tts.sample_rate,
                                   num_channels=1, mime_type="audio/pcm")
+        if not self._input_text.strip():
+            return  # nothing to say: no context to open
         speech = _Speech(self._tts, await self._tts._client(self._conn_options.timeout), output_emitter)
         try:
             await speech.speak(self._input_text)
