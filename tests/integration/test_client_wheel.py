@@ -82,3 +82,17 @@ def test_installed_apart_from_the_repository_the_client_imports_and_loads_nothin
     ))
     assert got["file"].startswith(str(installed)) and got["loaded"] == []
     assert got["path"] == "/v1/stream"
+
+
+def test_installed_apart_from_the_repository_the_livekit_plugin_imports_beside_livekit_agents(installed):
+    got = imports(installed, (
+        "import json, speechstream.livekit\n"
+        "from livekit.agents import tts\n"
+        "plugin = speechstream.livekit.TTS(sample_rate=16000)\n"
+        f"loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({SERVER_PACKAGES!r}))\n"
+        "print(json.dumps({'file': speechstream.livekit.__file__, 'loaded': loaded,"
+        " 'tts': isinstance(plugin, tts.TTS), 'streaming': plugin.capabilities.streaming,"
+        " 'rate': plugin.sample_rate}))\n"
+    ))
+    assert got["file"].startswith(str(installed)) and got["loaded"] == []
+    assert got["tts"] and got["streaming"] and got["rate"] == 16000
