@@ -36,6 +36,8 @@ from typing import Any
 
 import websockets
 from loguru import logger
+from pipecat.audio.resamplers.base_audio_resampler import BaseAudioResampler
+from pipecat.audio.utils import create_stream_resampler
 from pipecat.frames.frames import CancelFrame, EndFrame, ErrorFrame, Frame, TTSAudioRawFrame, TTSStoppedFrame
 from pipecat.processors.frame_processor import FrameProcessorSetup
 from pipecat.services.settings import TTSSettings
@@ -257,10 +259,13 @@ class SpeechstreamTTSService(TTSService):
     async def _receive(self, context: Context) -> None:
         """Hand a context's audio and word timings to its audio context, through `done`
         (or `cancelled`, or an error); then end the audio context."""
+        # A resampler of its own, where the pipeline's rate is not the server's: it holds
+        # the last few ms back, flushed at the end, so no turn's tail opens the next.
+        resampler = None if self._server_rate == self.sample_rate else create_stream_resampler(clear_after_secs=None)
         try:
             async for event in context.events():
                 if self._contexts.get(context.id) is context:  # not interrupted
-                    await self._handle(context.id, event)
+                    await self._handle(context.id, event, resampler)
         except SpeechError as e:
             if self._contexts.get(context.id) is context:
                 await self.push_error(error_msg=f"{self}: context {context.id}: {e}", exception=e)
@@ -269,17 +274,21 @@ class SpeechstreamTTSService(TTSService):
         if self._contexts.get(context.id) is context:
             del self._contexts[context.id]
             if self.audio_context_available(context.id):
+                if resampler is not None and (tail := await resampler.flush()):
+                    await self.append_to_audio_context(context.id, self._audio(tail, context.id))
                 await self.append_to_audio_context(context.id, TTSStoppedFrame(context_id=context.id))
                 await self.remove_audio_context(context.id)
 
-    async def _handle(self, context_id: str, event: Event) -> None:
+    async def _handle(self, context_id: str, event: Event, resampler: BaseAudioResampler | None) -> None:
         if event.frame is not None:
             audio = event.frame.payload
-            if self._server_rate != self.sample_rate:
-                audio = await self._resampler.resample(audio, self._server_rate, self.sample_rate)
-            await self.append_to_audio_context(
-                context_id, TTSAudioRawFrame(audio, self.sample_rate, 1, context_id=context_id))
+            if resampler is not None:
+                audio = await resampler.resample(audio, self._server_rate, self.sample_rate)
+            await self.append_to_audio_context(context_id, self._audio(audio, context_id))
         elif event.kind == "timestamps":
             await self.add_word_timestamps(word_times(event.message), context_id)
         elif event.kind == "resuming":
             logger.info(f"{self}: context {context_id} resuming after {event.message.get('code')}")
+
+    def _audio(self, pcm: bytes, context_id: str) -> TTSAudioRawFrame:
+        return TTSAudioRawFrame(pcm, self.sample_rate, 1, context_id=context_id)

@@ -95,6 +95,28 @@ def test_each_turn_reports_its_time_to_first_byte(turns):
     assert len(turns["ttfb"]) == 3 and all(0 < s < 5 for s in turns["ttfb"])
 
 
+def test_a_rate_the_server_does_not_serve_is_asked_above_and_resampled_turn_by_turn(gateway, said):
+    # Two TTSSpeakFrames (a bot's greeting: a turn each) at 22.05 kHz: the server sends
+    # 24 kHz, the service resamples each turn apart, its tail flushed at its end (not
+    # held into the next turn).
+    got = drive("speak", gateway, "22050", "0", TEXT)
+    assert got["errors"] == [] and got["connected"] == 1
+    for turn in got["turns"]:
+        assert turn["rates"] == [22050] and turn["rms"] > 0.02
+        assert 0 <= turn["samples"] * 1000 / 22050 - said["audio_ms"] <= FRAME_MS
+    assert got["turns"][0]["samples"] == got["turns"][1]["samples"]
+
+
+def test_a_connection_the_gateway_closed_as_idle_is_replaced_at_the_next_turn(triton, gateways, said):
+    # The gateway closes a connection idle for --idle-timeout with 1000, which is not
+    # resumed: the next turn opens a new one, and speaks whole.
+    idle = gateways.start(triton.grpc_url, "--probe-interval", "0", "--admission-load", "0", "--idle-timeout", "1")
+    got = drive("speak", idle.url, str(RATE), "2", TEXT)
+    assert got["errors"] == [] and (got["connected"], got["disconnected"]) == (2, 2)
+    for turn in got["turns"]:
+        assert 0 <= turn["samples"] * 1000 / RATE - said["audio_ms"] <= FRAME_MS
+
+
 def test_a_gateway_going_away_mid_turn_is_resumed_on_the_next(triton, gateways):
     """Two gateways; the first is told to stop at the turn's third audio frame (SIGTERM,
     `--drain 1`) and closes with 1001 mid-paragraph: the turn goes on on the second,
