@@ -5,14 +5,15 @@ driven by tests/integration/test_pipecat.py, and by perf for time to first audio
 
     .venv-agents/bin/python tests/pipecat_driver.py turns URL RATE SEED TEXT LONG
     .venv-agents/bin/python tests/pipecat_driver.py resume URL_A URL_B PID SEED TEXT
-    .venv-agents/bin/python tests/pipecat_driver.py speak URL RATE PAUSE_S TEXT
+    .venv-agents/bin/python tests/pipecat_driver.py speak URL RATE PAUSE_S TEXT [VOICE]
     .venv-agents/bin/python tests/pipecat_driver.py ttfa URL N TEXT
 
 - `turns`: three LLM turns on one service, fed as an LLM feeds them (a start frame, the
   text in deltas, an end frame): TEXT; LONG, interrupted at its first audio; TEXT again.
 - `resume`: one turn of TEXT with the service given both gateways; at the turn's third
   audio frame the first gateway (process PID) is told to stop (SIGTERM).
-- `speak`: TEXT twice as a TTSSpeakFrame, PAUSE_S seconds apart, at the pipeline's RATE.
+- `speak`: TEXT twice as a TTSSpeakFrame, PAUSE_S seconds apart, at the pipeline's RATE;
+  the second in VOICE, where given, set with a TTSUpdateSettingsFrame between them.
 - `ttfa`: N pipelines at once, each speaking TEXT as one turn: the seconds from its first
   text frame queued to its first audio frame out of the service, per turn.
 """
@@ -47,11 +48,13 @@ from pipecat.frames.frames import (  # noqa: E402
     TTSStartedFrame,
     TTSStoppedFrame,
     TTSTextFrame,
+    TTSUpdateSettingsFrame,
 )
 from pipecat.metrics.metrics import TTFBMetricsData  # noqa: E402
 from pipecat.pipeline.pipeline import Pipeline  # noqa: E402
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker  # noqa: E402
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor  # noqa: E402
+from pipecat.services.settings import TTSSettings  # noqa: E402
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from speechstream.pipecat import SpeechstreamTTSService  # noqa: E402
@@ -226,14 +229,17 @@ async def resume(url_a: str, url_b: str, pid: int, seed: int, text: str) -> dict
             "connected": bot.connected, "errors": bot.errors}
 
 
-async def speak(url: str, rate: int, pause_s: float, text: str) -> dict:
-    """TEXT twice as a TTSSpeakFrame (a bot's greeting), `pause_s` apart."""
+async def speak(url: str, rate: int, pause_s: float, text: str, voice: str | None) -> dict:
+    """TEXT twice as a TTSSpeakFrame (a bot's greeting), `pause_s` apart; the second with
+    `voice`, where given, set as a bot sets it at run time."""
     bot = Bot(url, rate, SEED_OF_SPEAK)
     await bot.start()
     contexts = []
     for i in range(2):
         if i:
             await asyncio.sleep(pause_s)
+            if voice:
+                await bot.worker.queue_frame(TTSUpdateSettingsFrame(delta=TTSSettings(voice=voice)))
         await bot.worker.queue_frame(TTSSpeakFrame(text))
         contexts.append(await asyncio.wait_for(bot.sink.new_context.get(), 30))
         await asyncio.wait_for(bot.sink._future(bot.sink.stopped, contexts[-1]), 60)
@@ -269,8 +275,8 @@ async def run(mode: str, args: list[str]) -> dict:
             url_a, url_b, pid, seed, text = args
             return await resume(url_a, url_b, int(pid), int(seed), text)
         if mode == "speak":
-            url, rate, pause_s, text = args
-            return await speak(url, int(rate), float(pause_s), text)
+            url, rate, pause_s, text, *voice = args
+            return await speak(url, int(rate), float(pause_s), text, voice[0] if voice else None)
         if mode == "ttfa":
             url, n, text = args
             return await ttfa(url, int(n), text)

@@ -17,6 +17,7 @@ from perf.workloads import harvard_sentences
 from speechstream.client import SyncSpeechClient
 from tests.integration.test_agent_frameworks import PYTHON, ROOT
 from tests.integration.test_speech_http import SEED, TEXT
+from tests.voices import GERMAN
 
 DRIVER = ROOT / "tests" / "pipecat_driver.py"
 RATE = 16000  # neither the server's default (48 kHz) nor Pipecat's (24 kHz): the pipeline's
@@ -33,10 +34,11 @@ def drive(*args: str, timeout: float = 180) -> dict:
     return json.loads(run.stdout.splitlines()[-1])
 
 
-def reference(url: str, text: str, rate: int) -> dict:
+def reference(url: str, text: str, rate: int, **voice: str) -> dict:
     """The text as protocol v1 speaks it with the same seed: its audio_ms and its words'
     start times."""
-    with SyncSpeechClient.connect(url, format="pcm_s16le", sample_rate=rate, seed=SEED, timestamps=True) as client:
+    config = {"format": "pcm_s16le", "sample_rate": rate, "seed": SEED, "timestamps": True, **voice}
+    with SyncSpeechClient.connect(url, **config) as client:
         told = [e.message for e in client.events(text) if e.kind == "timestamps"]
         return {"audio_ms": client.done["audio_ms"], "words": [w for m in told for w in m["words"]],
                 "start_s": [ms / 1000 for m in told for ms in m["start_ms"]]}
@@ -105,6 +107,16 @@ def test_a_rate_the_server_does_not_serve_is_asked_above_and_resampled_turn_by_t
         assert turn["rates"] == [22050] and turn["rms"] > 0.02
         assert 0 <= turn["samples"] * 1000 / 22050 - said["audio_ms"] <= FRAME_MS
     assert got["turns"][0]["samples"] == got["turns"][1]["samples"]
+
+
+def test_a_voice_set_at_run_time_speaks_from_the_next_turn(gateway, said):
+    german = reference(gateway, TEXT, RATE, voice=GERMAN)
+    assert german["audio_ms"] > 1.1 * said["audio_ms"]  # the voices tell apart (tests/voices.py)
+    # A TTSSpeakFrame in the default voice, TTSUpdateSettingsFrame(voice=GERMAN), another.
+    got = drive("speak", gateway, str(RATE), "0", TEXT, GERMAN)
+    assert got["errors"] == [] and got["connected"] == 1
+    for turn, voice in zip(got["turns"], (said, german), strict=True):
+        assert 0 <= turn["samples"] * 1000 / RATE - voice["audio_ms"] <= FRAME_MS
 
 
 def test_a_connection_the_gateway_closed_as_idle_is_replaced_at_the_next_turn(triton, gateways, said):
