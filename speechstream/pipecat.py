@@ -48,8 +48,9 @@ from speechstream import protocol as v1
 from speechstream.client import Context, Event, SpeechClient, SpeechError
 
 DEFAULT_URL = "ws://127.0.0.1:8080/v1/stream"
-# A send that fails for these means the connection is gone, not that the message was wrong.
-GONE = (SpeechError, websockets.ConnectionClosed, OSError)
+# A send or connect that fails with these failed for the connection (closed, refused,
+# unreachable; SpeechError: the client's reader ended with it), not for the message.
+GONE = (SpeechError, websockets.WebSocketException, OSError, TimeoutError)
 
 
 def server_rate(rate: int) -> int:
@@ -146,7 +147,8 @@ class SpeechstreamTTSService(TTSService):
 
     @property
     def client(self) -> SpeechClient | None:
-        """The connection open now (None before setup, or after it ended)."""
+        """The service's connection: None before setup and after stop; one the server
+        ended (not resumed) stays here until the next turn replaces it."""
         return self._client
 
     #
