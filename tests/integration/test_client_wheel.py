@@ -96,3 +96,21 @@ def test_installed_apart_from_the_repository_the_livekit_plugin_imports_beside_l
     ))
     assert got["file"].startswith(str(installed)) and got["loaded"] == []
     assert got["tts"] and got["streaming"] and got["rate"] == 16000
+
+
+def test_installed_the_pipecat_service_imports_beside_pipecat_and_loads_nothing_of_the_servers(wheel, installed):
+    with zipfile.ZipFile(wheel) as z:
+        (metadata,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        extra = [line for line in z.read(metadata).decode().splitlines()
+                 if line.startswith("Requires-Dist: pipecat-ai")]
+    assert extra and 'extra == "pipecat"' in extra[0]
+    got = imports(installed, (
+        "import json, pipecat, speechstream.pipecat\n"
+        "from speechstream.pipecat import SpeechstreamTTSService\n"
+        "from pipecat.services.tts_service import TTSService\n"
+        f"loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({SERVER_PACKAGES!r}))\n"
+        "print(json.dumps({'file': speechstream.pipecat.__file__, 'loaded': loaded,"
+        " 'service': issubclass(SpeechstreamTTSService, TTSService), 'pipecat': pipecat.__file__}))\n"
+    ))
+    assert got["file"].startswith(str(installed)) and got["loaded"] == []
+    assert got["service"] and not got["pipecat"].startswith(str(installed))
