@@ -23,10 +23,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -37,27 +35,16 @@ from livekit.agents import tts as agents_tts  # noqa: E402
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT  # noqa: E402
 
 from speechstream.livekit import TTS  # noqa: E402
+from tests.agent_turns import deltas, gateway_metrics  # noqa: E402
 
 GAUGES = ("speechstream_connections", "speechstream_contexts", "speechstream_active_streams",
           "speechstream_audio_seconds_total", "speechstream_errors_total")
 
 
-def deltas(text: str) -> list[str]:
-    """The text as an LLM streams it: pieces of up to 4 characters, spaces leading."""
-    return re.findall(r"\s*\S{1,4}", text) + ([tail] if (tail := text[len(text.rstrip()):]) else [])
-
-
 def metrics(url: str) -> dict[str, float]:
-    """The gateway's GAUGES (summed over their labels), from its /metrics."""
-    http = url.replace("ws://", "http://").replace("wss://", "https://").rsplit("/v1/", 1)[0]
-    with urllib.request.urlopen(f"{http}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    got = dict.fromkeys(GAUGES, 0.0)
-    for line in text.splitlines():
-        name = line.split("{")[0].split(" ")[0]
-        if name in got:
-            got[name] += float(line.rsplit(" ", 1)[1])
-    return got
+    """The gateway's GAUGES (0 for one it has not yet), summed over their labels."""
+    got = gateway_metrics(url)
+    return {name: got.get(name, 0.0) for name in GAUGES}
 
 
 def summary(frames: list, words: list) -> dict:

@@ -23,12 +23,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import sys
 import time
 import traceback
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -58,22 +56,9 @@ from pipecat.services.settings import TTSSettings  # noqa: E402
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from speechstream.pipecat import SpeechstreamTTSService  # noqa: E402
+from tests.agent_turns import deltas, gateway_metrics  # noqa: E402
 
 SEED_OF_SPEAK = 11  # tests/integration/test_speech_http.py's SEED
-
-
-def deltas(text: str) -> list[str]:
-    """The text as an LLM streams it: a word and the space before it at a time."""
-    return re.findall(r"\s*\S+", text)
-
-
-def gateway_metrics(url: str) -> dict[str, float]:
-    """The gateway's Prometheus samples without labels (ws://HOST:PORT/... → /metrics)."""
-    base = url.replace("ws://", "http://").split("/v1/")[0]
-    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
-        lines = r.read().decode().splitlines()
-    samples = (line.split(" ") for line in lines if line and not line.startswith("#"))
-    return {sample[0]: float(sample[1]) for sample in samples if "{" not in sample[0]}
 
 
 class Sink(FrameProcessor):
