@@ -1,0 +1,17 @@
+"""perf/frameworks.py's report: each plugin's median against our client's in its shape."""
+
+from perf.frameworks import report
+
+
+def test_each_plugin_is_set_against_the_client_in_its_shape(capsys):
+    seconds = {
+        (1, "pipecat (a socket each)"): [0.110, 0.100, 0.120],
+        (1, "client, a socket each"): [0.070, 0.080, 0.075],
+        (1, "livekit (one socket)"): [0.090],
+        (1, "client, one socket"): [0.095],
+    }
+    report(seconds, [1])
+    rows = {line.split(" | ")[1]: line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["pipecat (a socket each)"][2:] == ["3", "110.0", "118.0", "+35.0"]
+    assert rows["livekit (one socket)"][3:] == ["90.0", "90.0", "-5.0"]
+    assert rows["client, one socket"][-1] == ""
