@@ -11,7 +11,8 @@ def test_each_plugin_is_set_against_the_client_in_its_shape(capsys):
         (1, "client, one socket"): [0.095],
     }
     report(seconds, [1])
-    rows = {line.split(" | ")[1]: line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines()[2:]}
-    assert rows["pipecat (a socket each)"][2:] == ["3", "110.0", "118.0", "+35.0"]
-    assert rows["livekit (one socket)"][3:] == ["90.0", "90.0", "-5.0"]
-    assert rows["client, one socket"][-1] == ""
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in capsys.readouterr().out.splitlines()[2:]]
+    rows = {row[1]: row[2:] for row in cells}
+    assert rows["pipecat (a socket each)"] == ["3", "110.0", "118.0", "+35.0"]  # p90 within what was measured
+    assert rows["livekit (one socket)"] == ["1", "90.0", "90.0", "-5.0"]
+    assert rows["client, one socket"] == ["1", "95.0", "95.0", ""]
