@@ -7,7 +7,8 @@ Starts Triton and the gateway on free ports, then, per round and level, interlea
 `turns` turns at once through Pipecat's service (a pipeline and a socket each, as a
 voice-agent server runs one per call: tests/pipecat_driver.py), through LiveKit's plugin
 (`turns` streams on one TTS, one socket: tests/livekit_driver.py), and through our
-asyncio client in each of those two shapes. A turn is an LLM's reply sent as it streams
+asyncio client in each of those two shapes; and Pipecat's own floor, the same turns
+through a service that answers at once (what its pipeline alone takes). A turn is an LLM's reply sent as it streams
 (tests/agent_turns.py: all its pieces at once, then its end); its time to first audio is
 from its first piece to its first audio frame. The frameworks run in their own
 environment (.venv-agents), so each of their runs is a process of its own; the client's
@@ -36,9 +37,9 @@ DRIVERS = {"pipecat": "tests/pipecat_driver.py", "livekit": "tests/livekit_drive
 REPLY = "Sure, the capital of France is Paris. It has been the seat of its government for centuries."
 
 
-def plugin(framework: str, url: str, turns: int) -> list[float]:
-    """The driver's `ttfa` mode: seconds to first audio of each of `turns` turns at once."""
-    run = subprocess.run([str(AGENTS_PYTHON), DRIVERS[framework], "ttfa", url, str(turns), REPLY], cwd=PROJECT_ROOT,
+def plugin(framework: str, url: str, turns: int, mode: str = "ttfa") -> list[float]:
+    """The driver's `mode`: seconds to first audio of each of `turns` turns at once."""
+    run = subprocess.run([str(AGENTS_PYTHON), DRIVERS[framework], mode, url, str(turns), REPLY], cwd=PROJECT_ROOT,
                          capture_output=True, text=True, timeout=300)
     if run.returncode != 0:
         raise RuntimeError(f"{framework}: {run.stderr[-2000:]}")
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
                         "client, a socket each": lambda: asyncio.run(client(servers.url, n, n)),
                         "livekit (one socket)": lambda: plugin("livekit", servers.url, n),
                         "client, one socket": lambda: asyncio.run(client(servers.url, n, 1)),
+                        "pipecat's own floor": lambda: plugin("pipecat", servers.url, n, "ttfa-floor"),
                     }
                     for path, measure in runs.items():
                         seconds.setdefault((n, path), []).extend(measure())

@@ -6,7 +6,7 @@ driven by tests/integration/test_pipecat.py, and by perf for time to first audio
     .venv-agents/bin/python tests/pipecat_driver.py turns URL RATE SEED TEXT LONG
     .venv-agents/bin/python tests/pipecat_driver.py resume URL_A URL_B PID SEED TEXT
     .venv-agents/bin/python tests/pipecat_driver.py speak URL RATE PAUSE_S TEXT [VOICE]
-    .venv-agents/bin/python tests/pipecat_driver.py ttfa URL N TEXT
+    .venv-agents/bin/python tests/pipecat_driver.py {ttfa,ttfa-floor} URL N TEXT
 
 - `turns`: three LLM turns on one service, fed as an LLM feeds them (a start frame, the
   text in deltas, an end frame): TEXT; LONG, interrupted at its first audio; TEXT again.
@@ -15,7 +15,8 @@ driven by tests/integration/test_pipecat.py, and by perf for time to first audio
 - `speak`: TEXT twice as a TTSSpeakFrame, PAUSE_S seconds apart, at the pipeline's RATE;
   the second in VOICE, where given, set with a TTSUpdateSettingsFrame between them.
 - `ttfa`: N pipelines at once, each speaking TEXT as one turn: the seconds from its first
-  text frame queued to its first audio frame out of the service, per turn.
+  text frame queued to its first audio frame out of the service, per turn. `ttfa-floor`:
+  the same through a service that answers at once (AnswerAtOnce), Pipecat's own share.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +55,7 @@ from pipecat.pipeline.pipeline import Pipeline  # noqa: E402
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker  # noqa: E402
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor  # noqa: E402
 from pipecat.services.settings import TTSSettings  # noqa: E402
+from pipecat.services.tts_service import TextAggregationMode, TTSService  # noqa: E402
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from speechstream.pipecat import SpeechstreamTTSService  # noqa: E402
@@ -108,11 +111,29 @@ class Sink(FrameProcessor):
                 for d in f.data if isinstance(d, TTFBMetricsData) and "Speechstream" in d.processor]
 
 
+class AnswerAtOnce(TTSService):
+    """Pipecat's own floor for perf.frameworks: a TTS service whose audio is there the
+    moment its text is (a frame of silence for each text frame), on the same audio
+    context path as ours; what a turn takes through it is the pipeline's alone."""
+
+    def __init__(self) -> None:
+        # Its turn ends (TTSStoppedFrame) a moment after its last text: nothing more comes.
+        super().__init__(text_aggregation_mode=TextAggregationMode.TOKEN, push_text_frames=False,
+                         push_start_frame=True, push_stop_frames=True, stop_frame_timeout_s=0.2)
+
+    def can_generate_metrics(self) -> bool:
+        return True
+
+    async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
+        yield TTSAudioRawFrame(bytes(2 * self.sample_rate // 50), self.sample_rate, 1, context_id=context_id)
+
+
 class Bot:
     """One pipeline, the service and a sink, run by a runner of its own."""
 
-    def __init__(self, url: str | list[str], rate: int, seed: int | None = None) -> None:
-        self.tts = SpeechstreamTTSService(url=url, voice_params={} if seed is None else {"seed": seed})
+    def __init__(self, url: str | list[str], rate: int, seed: int | None = None, floor: bool = False) -> None:
+        self.tts = AnswerAtOnce() if floor else SpeechstreamTTSService(
+            url=url, voice_params={} if seed is None else {"seed": seed})
         self.sink = Sink()
         self.errors: list[str] = []
         self.connected = self.disconnected = 0
@@ -233,10 +254,15 @@ async def speak(url: str, rate: int, pause_s: float, text: str, voice: str | Non
             "connected": bot.connected, "disconnected": bot.disconnected, "errors": bot.errors}
 
 
-async def ttfa(url: str, n: int, text: str) -> dict:
-    """N bots at once, each one turn: from its first text frame queued to its first audio."""
-    bots = [Bot(url, 24000) for _ in range(n)]
+async def ttfa(url: str, n: int, text: str, floor: bool = False) -> dict:
+    """N bots at once, each one turn after a warm-up turn of its own (the connection and
+    the server warm, as the other paths of perf.frameworks): from its first text frame
+    queued to its first audio."""
+    bots = [Bot(url, 24000, floor=floor) for _ in range(n)]
     await asyncio.gather(*(bot.start() for bot in bots))
+    for bot in bots:
+        warm_up, _ = await bot.say("Ready.")
+        await asyncio.wait_for(bot.sink._future(bot.sink.stopped, warm_up), 120)
 
     async def one(bot: Bot) -> float:
         context, queued = await bot.say(text)
@@ -262,9 +288,9 @@ async def run(mode: str, args: list[str]) -> dict:
         if mode == "speak":
             url, rate, pause_s, text, *voice = args
             return await speak(url, int(rate), float(pause_s), text, voice[0] if voice else None)
-        if mode == "ttfa":
+        if mode in ("ttfa", "ttfa-floor"):
             url, n, text = args
-            return await ttfa(url, int(n), text)
+            return await ttfa(url, int(n), text, floor=mode == "ttfa-floor")
         raise ValueError(f"unknown mode {mode!r}")
     except BaseException:
         traceback.print_exc()
