@@ -155,8 +155,11 @@ def test_a_gateway_going_away_mid_turn_is_resumed_on_the_next(triton, gateways):
     check_times(times, whole["start_s"])
 
 
-def test_the_driver_reports_time_to_first_audio_per_concurrent_turn(gateway):
+def test_the_driver_reports_time_to_first_audio_per_concurrent_turn_and_pipecats_own_floor(gateway):
     got = drive("ttfa", gateway, "3", TEXT)
     assert got["errors"] == [] and len(got["ttfa_s"]) == 3
     assert all(0 < s < 10 for s in got["ttfa_s"])
+    floor = drive("ttfa-floor", gateway, "3", TEXT)  # no server: a service with its audio at once
+    assert floor["errors"] == [] and len(floor["ttfa_s"]) == 3
+    assert 0 < max(floor["ttfa_s"]) < min(got["ttfa_s"])
 
