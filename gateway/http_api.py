@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Mapping
 from http import HTTPStatus
 from pathlib import Path
 
+import numpy as np
 from aiohttp import web
 
 from contract import models as c
@@ -43,6 +44,7 @@ from gateway.speech_api import (
     parse_speech_request,
     streams_by_default,
 )
+from gateway.ssml import Pause
 from gateway.synthesis import SynthesisFailed, Synthesizer
 from gateway.transcripts import TRANSCRIPTION_MODELS
 from gateway.workers import siblings_say
@@ -158,17 +160,23 @@ async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest, vo
     """The text's audio, cut into sentences once (off the event loop: up to 0.1 s for the
     longest text) and sent in requests of whole sentences (segmenter.batches): each
     request is synthesized to its end, so this bounds the work for a client that stops
-    reading. A request resuming after an outage only delays the body."""
-    sentences = await asyncio.to_thread(
-        split_sentences, speech_request.text, c.MAX_SENTENCE_CHARS, voice.language_family
-    )
-    for i, batch in enumerate(batches(sentences)):
-        texts = [s.text for s in batch]
-        request = synthesizer.synthesize(texts, speech_request.voice_params, client, voice.name, mid_stream=i > 0)
-        async with contextlib.aclosing(request) as chunks:
-            async for chunk in chunks:
-                if isinstance(chunk, TtsChunk):
-                    yield chunk
+    reading. A request resuming after an outage only delays the body. SSML's pauses are
+    silence between, and each of its rates is spoken in requests of its own."""
+    requests = 0
+    for piece in speech_request.pieces:
+        if isinstance(piece, Pause):
+            yield TtsChunk(np.zeros(piece.ms * voice.sample_rate // 1000, np.float32), 0, [])
+            continue
+        sentences = await asyncio.to_thread(split_sentences, piece.text, c.MAX_SENTENCE_CHARS, voice.language_family)
+        for batch in batches(sentences):
+            texts = [s.text for s in batch]
+            request = synthesizer.synthesize(texts, speech_request.params_at(piece.rate), client, voice.name,
+                                             mid_stream=requests > 0)
+            requests += 1
+            async with contextlib.aclosing(request) as chunks:
+                async for chunk in chunks:
+                    if isinstance(chunk, TtsChunk):
+                        yield chunk
 
 
 async def read_speech_request(

@@ -70,6 +70,7 @@ class Config:
     voice_params: tuple[tuple[str, float | int], ...] = ()
     chat: ChatConfig | None = None  # chat mode's settings, when the config carries `chat`
     listen: ListenConfig | None = None  # listen mode's settings, when the config carries `listen`
+    ssml: bool = False  # every `speak` is an SSML document (gateway/ssml.py)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class ContextMessage:
     # the connection's config (None and () keep the config's)
     voice: str | None = None
     voice_params: tuple[tuple[str, float | int], ...] = ()
+    ssml: bool | None = None  # speak only: its text is an SSML document (None: as the config says)
 
 
 CONTEXT_TYPES = ("speak", "text", "flush", "close", "cancel")
@@ -163,7 +165,7 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
         raise ProtocolError(v1.INVALID_FIELD, f"frame_ms {frame_ms} is not one of {v1.FRAME_MS}")
     return Config(
         voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), _field(message, "queue", bool, False),
-        voice_params(message), parse_chat(message), parse_listen(message),
+        voice_params(message), parse_chat(message), parse_listen(message), _field(message, "ssml", bool, False),
     )
 
 
@@ -259,7 +261,10 @@ def parse_context_message(message: dict, max_text_chars: int, voices: tuple[str,
             raise ProtocolError(v1.INVALID_FIELD, "text holds a lone surrogate (\\ud800-\\udfff escape)", context_id)
         if len(text) > max_text_chars:
             raise ProtocolError(v1.TEXT_TOO_LONG, f"text has {len(text)} characters; the limit is {max_text_chars}", context_id)
-        return ContextMessage(kind, context_id, text, parse_voice(message, voices, None), voice_params(message))
+        ssml = _field(message, "ssml", bool)
+        if ssml is not None and kind != "speak":
+            raise ProtocolError(v1.INVALID_FIELD, "'ssml' is for speak: an SSML document comes whole", context_id)
+        return ContextMessage(kind, context_id, text, parse_voice(message, voices, None), voice_params(message), ssml)
     return ContextMessage(kind, context_id, text)
 
 

@@ -49,6 +49,7 @@ from gateway.protocol import (
 from gateway.protocol import error as error_message  # the frame; Session.error sends it
 from gateway.segmenter import Segmenter, batches
 from gateway.settings import Settings
+from gateway.ssml import Pause, Spoken, SsmlError, read_ssml
 from gateway.turns import ChatObserver, Turns
 from speechstream import protocol as v1
 
@@ -58,6 +59,13 @@ log = logging.getLogger("speechstream.gateway")
 class Mark(enum.Enum):
     FLUSH = "flush"  # deliver every sample so far; the context goes on
     CLOSE = "close"  # deliver every sample so far; the context ends
+
+
+@dataclass(frozen=True)
+class Rate:
+    """SSML's <prosody rate>: the sentences after it are spoken `rate` times as fast."""
+
+    rate: float
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,7 @@ class Context:
     voice_params: tuple[tuple[str, float | int], ...]  # the config's, with the opening message's over them
     encoder: FrameEncoder
     segmenter: Segmenter
-    queue: deque[Sentence | Mark] = field(default_factory=deque)
+    queue: deque[Sentence | Mark | Pause | Rate] = field(default_factory=deque)  # Pause: SSML's <break>
     closed: bool = False
     job: Job | None = None  # the synthesis in flight
     seq: int = 0
@@ -133,6 +141,7 @@ class Context:
     # A chat reply's words as spoken, (word, end in ms of its audio), so that barge-in
     # keeps in the conversation what was heard; None for other contexts.
     words: list[tuple[str, float]] | None = None
+    rate: float = 1.0  # the speed of the sentences now spoken, as SSML's <prosody rate> set it
 
     @property
     def busy(self) -> bool:
@@ -290,13 +299,40 @@ class Session:
                 f"{waiting} characters are already waiting for synthesis; the limit is {self.limits.max_text_chars}",
                 message.context_id,
             )
+        ssml = message.ssml if message.ssml is not None else self.config.ssml
+        document = self._read_ssml(message) if message.type == "speak" and ssml else None
         actions: list[Action] = []
         if context is None:
             context, actions = self._open(message)
+        if document is not None:
+            return actions + self._submit(context, *self._ssml_queue(context, document), Mark.CLOSE)
         sentences = context.segmenter.append(message.text)
         if message.type == "speak":
             return actions + self._submit(context, *sentences, *context.segmenter.flush(), Mark.CLOSE)
         return actions + self._submit(context, *sentences)
+
+    @staticmethod
+    def _read_ssml(message: ContextMessage) -> list[Spoken | Pause]:
+        try:
+            return read_ssml(message.text)
+        except SsmlError as e:
+            raise ProtocolError(v1.INVALID_SSML, str(e), message.context_id) from None
+
+    @staticmethod
+    def _ssml_queue(context: Context, document: list[Spoken | Pause]) -> list[Sentence | Pause | Rate]:
+        """An SSML document's queue: each stretch of text cut into sentences of its own,
+        after the rate it is read at where that changes; its pauses between."""
+        items: list[Sentence | Pause | Rate] = []
+        rate = context.rate
+        for piece in document:
+            if isinstance(piece, Pause):
+                items.append(piece)
+                continue
+            if piece.rate != rate:
+                items.append(Rate(piece.rate))
+                rate = piece.rate
+            items += context.segmenter.append(piece.text) + context.segmenter.flush()
+        return items
 
     def _open(self, message: ContextMessage) -> tuple[Context, list[Action]]:
         """A new context with the message's voice and parameters over the config's, and
@@ -360,15 +396,30 @@ class Session:
             if isinstance(context.queue[0], Mark):
                 actions += self._deliver_mark(context, context.queue.popleft())
                 continue
+            if isinstance(context.queue[0], Rate):
+                context.rate = context.queue.popleft().rate
+                continue
+            if isinstance(context.queue[0], Pause):
+                silence = np.zeros(context.queue.popleft().ms * context.encoder.source_rate // 1000, np.float32)
+                actions += self._frames(context, context.encoder.push(silence))
+                continue
             run = []
             while context.queue and isinstance(context.queue[0], Sentence):
                 run.append(context.queue.popleft())
             batch = next(batches(run))
             context.queue.extendleft(reversed(run[len(batch) :]))
             start_ms = context.encoder.position_ms
-            context.job = Job(self.new_job(), context.id, tuple(batch), context.voice, context.voice_params, start_ms)
+            context.job = Job(self.new_job(), context.id, tuple(batch), context.voice, self._params(context), start_ms)
             actions.append(Synthesize(context.job))
         return actions
+
+    def _params(self, context: Context) -> tuple[tuple[str, float | int], ...]:
+        """The context's voice parameters, its length scale divided by SSML's rate."""
+        if context.rate == 1.0:
+            return context.voice_params
+        params = dict(context.voice_params)
+        params[c.LENGTH_SCALE] = params.get(c.LENGTH_SCALE, self.voices[context.voice].length_scale) / context.rate
+        return tuple(params.items())
 
     def _deliver_mark(self, context: Context, mark: Mark) -> list[Action]:
         """Every sample so far goes out (the partial frame padded); then `flushed`, or

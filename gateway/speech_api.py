@@ -20,6 +20,7 @@ from contract.models import CLIENT_PARAMS, LENGTH_SCALE, SPEAKER
 from contract.voices import VoiceInfo
 from gateway.audio import FrameEncoder
 from gateway.protocol import OPENAI_VOICES, ProtocolError, is_unicode, resolve_voice, voice_params
+from gateway.ssml import Pause, Spoken, SsmlError, looks_like_ssml, read_ssml
 from speechstream.media.containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
 
 # OpenAI's speech model names, listed by GET /v1/models; any name is accepted.
@@ -66,10 +67,22 @@ class SpeechRequest:
     extra_params: tuple[tuple[str, float | int], ...] = ()  # noise_scale, noise_w, seed, speaker
     pace: float = 1.0  # the voice's own length_scale: speed 1
     stream: bool = True  # False: the whole body at once (SSE: in one event), with exact sizes in WAV and FLAC headers
+    document: tuple[Spoken | Pause, ...] | None = None  # the input read as SSML (gateway/ssml.py)
 
     @property
     def length_scale(self) -> float:
         return self.pace / self.speed
+
+    @property
+    def pieces(self) -> tuple[Spoken | Pause, ...]:
+        """What to say: the SSML's text at its rates and its pauses, or the input as it is."""
+        return self.document if self.document is not None else (Spoken(self.text),)
+
+    def params_at(self, rate: float) -> tuple[tuple[str, float | int], ...]:
+        """The voice parameters for text read `rate` times as fast (SSML's <prosody rate>)."""
+        if rate == 1:
+            return self.voice_params
+        return ((LENGTH_SCALE, self.length_scale / rate),) + self.extra_params
 
     @property
     def frame_format(self) -> str:
@@ -150,7 +163,22 @@ def parse_speech_request(
     extra = _extra_params(body)
     if problem := voices[voice].speaker_problem(dict(extra).get(SPEAKER, 0)):
         raise ApiError(problem, "speaker")
-    return SpeechRequest(text, voice, fmt, float(speed), stream_format, extra, voices[voice].length_scale, stream)
+    return SpeechRequest(text, voice, fmt, float(speed), stream_format, extra, voices[voice].length_scale, stream,
+                         _document(body, text))
+
+
+def _document(body: dict, text: str) -> tuple[Spoken | Pause, ...] | None:
+    """The input read as SSML: when `ssml` says so, or, without it, when the input is a
+    <speak> document (as Azure's, Google's and Polly's clients send it)."""
+    ssml = body.get("ssml", looks_like_ssml(text))
+    if not isinstance(ssml, bool):
+        raise ApiError("'ssml' must be true or false", "ssml")
+    if not ssml:
+        return None
+    try:
+        return tuple(read_ssml(text))
+    except SsmlError as e:
+        raise ApiError(str(e), "input") from None
 
 
 def _extra_params(body: dict) -> tuple[tuple[str, float | int], ...]:

@@ -47,12 +47,13 @@ CHAT_UNAVAILABLE = "chat_unavailable"  # a `user` message to a server that runs 
 LISTEN_UNAVAILABLE = "listen_unavailable"  # `listen` asked of a server that runs no recognizer
 AUDIO_NOT_ACCEPTED = "audio_not_accepted"  # microphone audio that breaks listen mode's rules (size, rate, format)
 RECOGNITION_FAILED = "recognition_failed"  # Triton's recognizer failed the microphone's stream
+INVALID_SSML = "invalid_ssml"  # a `speak` read as SSML that is not valid SSML; the message names the element
 ERROR_CODES = (
     INVALID_JSON, INVALID_MESSAGE, UNKNOWN_TYPE, MISSING_FIELD, INVALID_FIELD, UNKNOWN_VOICE, UNSUPPORTED_FORMAT,
     BINARY_NOT_ACCEPTED, CONFIG_TOO_LATE, UNKNOWN_CONTEXT, CONTEXT_EXISTS, CONTEXT_CLOSED, TEXT_TOO_LONG,
     TOO_MANY_CONTEXTS, TOO_MANY_STREAMS, SERVER_BUSY, SERVER_DRAINING, MESSAGE_TOO_LARGE, IDLE_TIMEOUT, BACKEND_UNAVAILABLE,
     SYNTHESIS_FAILED, INTERNAL_ERROR, CHAT_UNAVAILABLE, LISTEN_UNAVAILABLE, AUDIO_NOT_ACCEPTED,
-    RECOGNITION_FAILED,
+    RECOGNITION_FAILED, INVALID_SSML,
 )
 
 # Listen mode: the microphone's audio, sent up as binary messages (one continuous

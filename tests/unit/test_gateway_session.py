@@ -342,3 +342,51 @@ def test_each_context_may_open_with_its_own_voice_and_parameters_over_the_config
     assert (error["code"], error["context_id"]) == (v1.UNKNOWN_VOICE, "u") and "u" not in s.contexts
     (error,) = messages(send(s, type="speak", context_id="v", text="Hi.", length_scale=9))
     assert (error["code"], error["context_id"]) == (v1.INVALID_FIELD, "v") and "out of range" in error["message"]
+
+
+def test_an_ssml_speak_pauses_for_its_breaks_and_speaks_each_rate_in_a_job_of_its_own():
+    """SSML's breaks are silence in the context's own time (the next sentence's
+    timestamps move by them); <prosody rate> divides the length scale of its sentences."""
+    s, _, _ = session()
+    s.start()
+    send(s, type="config", timestamps=True, format="pcm_s16le", sample_rate=48000)
+    speak = ('<speak>Hi.<break time="1s"/><prosody rate="x-slow">Good day.</prosody> '
+             '<say-as interpret-as="characters">OK</say-as></speak>')
+    (first,) = jobs(actions := send(s, type="speak", context_id="a", text=speak, ssml=True))
+    assert [x.text for x in first.sentences] == ["Hi."] and c.LENGTH_SCALE not in dict(first.voice_params)
+    s.audio(first.id, speech(0.5), 0, [("Hi", 0, RATE // 2)])
+    after_break = s.finished(first.id)
+    (slow,) = jobs(after_break)
+    sent = np.concatenate([np.frombuffer(f.payload, "<i2") for f in frames(after_break)])
+    assert slow.start_ms == pytest.approx(1500, abs=1)  # the first sentence's 0.5 s, then the break's 1 s
+    assert len(sent) >= 48000 and not sent[-45000:].any()  # the resampler's tail of "Hi.", then silence
+    assert [x.text for x in slow.sentences] == ["Good day."]
+    assert dict(slow.voice_params)[c.LENGTH_SCALE] == pytest.approx(EMBEDDED.length_scale / 0.5)
+    (stamps,) = messages(s.audio(slow.id, speech(1.0), 0, [("Good", 0, RATE // 2), ("day", RATE // 2, RATE)]))
+    assert stamps["start_ms"] == [1500, 2000] and stamps["text_span"] == [3, 12]  # in the text read: "Hi.Good day."
+    (normal,) = jobs(s.finished(slow.id))
+    assert [x.text for x in normal.sentences] == ["O K"] and c.LENGTH_SCALE not in dict(normal.voice_params)
+    assert messages(actions)[0]["type"] == "audio_start"
+
+
+def test_invalid_ssml_is_refused_naming_the_element_and_opens_no_context():
+    s, recorder, _ = session()
+    s.start()
+    actions = send(s, type="speak", context_id="a", text='<speak>Hi <break time="soon"/></speak>', ssml=True)
+    (error,) = messages(actions)
+    assert error["code"] == v1.INVALID_SSML and '<break time="soon">' in error["message"] and error["context_id"] == "a"
+    assert s.contexts == {} and not jobs(actions)
+    (job,) = jobs(send(s, type="speak", context_id="a", text="<speak>Fine.</speak>", ssml=True))  # the connection goes on
+    assert [x.text for x in job.sentences] == ["Fine."]
+
+
+def test_ssml_is_read_where_the_config_says_so_and_only_on_speak():
+    s, _, _ = session()
+    s.start()
+    send(s, type="config", ssml=True)
+    (job,) = jobs(send(s, type="speak", context_id="a", text='<speak><sub alias="Doctor">Dr.</sub> Who.</speak>'))
+    assert [x.text for x in job.sentences] == ["Doctor Who."]
+    (plain,) = jobs(send(s, type="speak", context_id="b", text="<speak>As text.</speak>", ssml=False))
+    assert " ".join(x.text for x in plain.sentences) == "<speak>As text. </speak>"
+    (error,) = messages(send(s, type="text", context_id="c", text="<speak>", ssml=True))
+    assert error["code"] == v1.INVALID_FIELD
