@@ -73,7 +73,8 @@ def test_connections_spread_over_the_workers_and_metrics_and_readiness_answer_fo
 async def by_worker(port: int, each: int) -> dict[str, list[Recorder]]:
     """Warmed connections (test_admission's) until each worker holds `each`, sorted by
     the worker they landed on, as its connections gauge says; the extra ones closed. Each
-    warm-up waits until no worker counts the last one in flight: it would be refused."""
+    warm-up waits until no worker counts the last one in flight (it would be refused), and
+    so does the return."""
     held: dict[str, list[Recorder]] = {"0": [], "1": []}
     for _ in range(8 * each):
         await asyncio.to_thread(wait_for, lambda: not any(samples(port, ELSEWHERE).values()), "no stream elsewhere")
@@ -86,6 +87,8 @@ async def by_worker(port: int, each: int) -> dict[str, list[Recorder]]:
         else:
             await client.ws.close()
         if min(map(len, held.values())) == each:
+            await asyncio.to_thread(wait_for, lambda: not any(samples(port, ELSEWHERE).values()),
+                                    "the last warm-up no longer counted")
             return held
     raise AssertionError(f"the kernel put nearly every connection on one worker: {held}")
 
