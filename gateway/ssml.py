@@ -27,6 +27,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 MAX_BREAK_MS = 10_000  # Polly's limit (Azure's is 5 s)
+# All of a document's breaks together: a message of a few kB must not ask for hours of
+# silence, which the gateway would encode at once.
+MAX_PAUSES_MS = 60_000
 # Azure's strengths, in ms; a break with neither attribute is `medium`.
 BREAK_STRENGTHS = {"none": 0, "x-weak": 250, "weak": 500, "medium": 750, "strong": 1000, "x-strong": 1250}
 RATE_WORDS = {"x-slow": 0.5, "slow": 0.64, "medium": 1.0, "default": 1.0, "fast": 1.55, "x-fast": 2.0}
@@ -70,7 +73,10 @@ def read_ssml(document: str) -> list[Spoken | Pause]:
         raise SsmlError(f"SSML is not well-formed XML: {e}") from None
     if _name(root) != "speak":
         raise SsmlError(f"SSML's root must be <speak>, not <{_name(root)}>")
-    return _merged(_read(root, 1.0))
+    read = _merged(_read(root, 1.0))
+    if sum(item.ms for item in read if isinstance(item, Pause)) > MAX_PAUSES_MS:
+        raise SsmlError(f"<break>: a document's breaks may add up to {MAX_PAUSES_MS // 1000} s at most")
+    return read
 
 
 def _name(element: ET.Element) -> str:

@@ -55,6 +55,7 @@ def test_what_is_not_supported_is_read_as_text():
     ('<speak><say-as interpret-as="cardinal">many</say-as></speak>', '<say-as interpret-as="cardinal">'),
     ('<speak><say-as interpret-as="date" format="mdy">13/40/2024</say-as></speak>', "no such month"),
     ('<!DOCTYPE lol [<!ENTITY a "aaaa">]><speak>&a;</speak>', "document type or entities"),
+    ("<speak>" + '<break time="10s"/>' * 7 + "</speak>", "add up to 60 s at most"),  # not hours of silence
 ])
 def test_invalid_ssml_is_refused_naming_the_element(document, names):
     with pytest.raises(SsmlError, match=names.replace("(", r"\(")):
