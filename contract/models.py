@@ -8,6 +8,7 @@ check requests with it; the gateway, perf and the tests build requests from it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 ACOUSTIC_MODEL = "acoustic"
@@ -81,6 +82,20 @@ SEED = "SEED"
 SPEAKER = "SPEAKER"
 # Input of every model that speaks with a voice: its name (BYTES [1]; the default voice without it).
 VOICE = "VOICE"
+# Optional input of `tts` (BYTES [sentences], one element per element of SENTENCES) and
+# `acoustic` (BYTES [1]): IPA for spans of a sentence's text, spoken instead of espeak-ng's
+# reading of them (SSML's <phoneme>), as JSON [[start, end, "ipa"], ...]: spans [start,
+# end) in code points of the sentence, in order and apart; "" (or []) for none. The
+# words of the span are still the sentence's words, timed. The AR family reads the text.
+PHONEMES = "PHONEMES"
+# One sentence's element of PHONEMES, decoded: ((start, end, ipa), ...).
+Phonemes = tuple[tuple[int, int, str], ...]
+
+
+def encode_phonemes(phonemes: Phonemes) -> str:
+    """One element of PHONEMES."""
+    return json.dumps([list(span) for span in phonemes], ensure_ascii=False) if phonemes else ""
+
 
 # Input of `acoustic`: send the sentence's first HEAD_FRAMES frames as a response of
 # their own, ahead of its other frames (0, the default: the sentence in one piece).
@@ -297,11 +312,13 @@ def model_inputs(model: str) -> list[dict]:
     """Input declarations of `model`, as Triton's auto-complete config expects them."""
     voice = [_tensor(VOICE, "TYPE_STRING", [1], optional=True)]
     if model == ACOUSTIC_MODEL:
-        return [_tensor(TEXT, "TYPE_STRING", [1])] + voice + _params(VOICE_PARAMS) + _params((HEAD_PARAM,))
+        phonemes = [_tensor(PHONEMES, "TYPE_STRING", [1], optional=True)]
+        return [_tensor(TEXT, "TYPE_STRING", [1])] + phonemes + voice + _params(VOICE_PARAMS) + _params((HEAD_PARAM,))
     if model == TTS_MODEL:
         text = [_tensor(TEXT, "TYPE_STRING", [1], optional=True)]
         sentences = [_tensor(SENTENCES, "TYPE_STRING", [-1], optional=True)]
-        return text + sentences + voice + _params(VOICE_PARAMS) + _params(CHUNK_PARAMS)
+        phonemes = [_tensor(PHONEMES, "TYPE_STRING", [-1], optional=True)]
+        return text + sentences + phonemes + voice + _params(VOICE_PARAMS) + _params(CHUNK_PARAMS)
     if model == VOCODER_MODEL:
         return [_tensor(LATENT, "TYPE_FP32", [-1, -1])] + voice + [_tensor(SPEAKER, "TYPE_INT64", [1], optional=True)]
     if model == TALKER_MODEL:

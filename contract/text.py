@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pysbd
 
-from contract.models import MAX_SENTENCE_CHARS
+from contract.models import MAX_SENTENCE_CHARS, Phonemes
 
 DEFAULT_LANGUAGE = "en"
 
@@ -24,11 +24,13 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 @dataclass(frozen=True)
 class Sentence:
-    """One sentence: its text and its span ``[start, end)`` in the request text."""
+    """One sentence: its text, its span ``[start, end)`` in the request text, and IPA
+    for spans of its text (SSML's ``<phoneme>``; see contract.models.PHONEMES)."""
 
     start: int
     end: int
     text: str
+    phonemes: Phonemes = ()
 
 
 @functools.cache

@@ -44,7 +44,7 @@ from gateway.speech_api import (
     parse_speech_request,
     streams_by_default,
 )
-from gateway.ssml import Pause
+from gateway.ssml import Pause, with_phonemes
 from gateway.synthesis import SynthesisFailed, Synthesizer
 from gateway.transcripts import TRANSCRIPTION_MODELS
 from gateway.workers import siblings_say
@@ -168,9 +168,8 @@ async def synthesize(synthesizer: Synthesizer, speech_request: SpeechRequest, vo
             yield TtsChunk(np.zeros(piece.ms * voice.sample_rate // 1000, np.float32), 0, [])
             continue
         sentences = await asyncio.to_thread(split_sentences, piece.text, c.MAX_SENTENCE_CHARS, voice.language_family)
-        for batch in batches(sentences):
-            texts = [s.text for s in batch]
-            request = synthesizer.synthesize(texts, speech_request.params_at(piece.rate), client, voice.name,
+        for batch in batches(with_phonemes(sentences, piece, 0)):
+            request = synthesizer.synthesize(batch, speech_request.params_at(piece.rate), client, voice.name,
                                              mid_stream=requests > 0)
             requests += 1
             async with contextlib.aclosing(request) as chunks:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contract.text import Sentence
+
 RETRY_S = 0.25  # the wait before issuing again, times the attempts of this outage...
 RETRY_MAX_S = 1.0  # ...up to this
 
@@ -34,7 +36,7 @@ class TtsChunk:
 class Resumption:
     """Where a request stands in its sentences, and whether and when to issue the rest again."""
 
-    def __init__(self, sentences: Sequence[str], mid_stream: bool = False) -> None:
+    def __init__(self, sentences: Sequence[Sentence], mid_stream: bool = False) -> None:
         self.sentences = tuple(sentences)
         # Whether the listener hears this request's audio after audio it heard already: a
         # stream's first request that finds no server up fails at once, as a new stream
@@ -50,7 +52,7 @@ class Resumption:
         self.attempts = 0  # issues again in this outage
 
     @property
-    def rest(self) -> tuple[str, ...]:
+    def rest(self) -> tuple[Sentence, ...]:
         """The sentences the request issued now speaks."""
         return self.sentences[self.first :]
 

@@ -38,6 +38,11 @@ class Segmenter:
     def pending(self) -> str:
         return self._buffer
 
+    @property
+    def end(self) -> int:
+        """Where the next text appended starts in all the text appended so far."""
+        return self._offset + len(self._buffer)
+
     def append(self, text: str) -> list[Sentence]:
         """Add a delta; return the sentences it completed, in order."""
         self._buffer += text

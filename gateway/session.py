@@ -49,7 +49,7 @@ from gateway.protocol import (
 from gateway.protocol import error as error_message  # the frame; Session.error sends it
 from gateway.segmenter import Segmenter, batches
 from gateway.settings import Settings
-from gateway.ssml import Pause, Spoken, SsmlError, read_ssml
+from gateway.ssml import Pause, Spoken, SsmlError, read_ssml, with_phonemes
 from gateway.turns import ChatObserver, Turns
 from speechstream import protocol as v1
 
@@ -331,7 +331,8 @@ class Session:
             if piece.rate != rate:
                 items.append(Rate(piece.rate))
                 rate = piece.rate
-            items += context.segmenter.append(piece.text) + context.segmenter.flush()
+            at = context.segmenter.end
+            items += with_phonemes(context.segmenter.append(piece.text) + context.segmenter.flush(), piece, at)
         return items
 
     def _open(self, message: ContextMessage) -> tuple[Context, list[Action]]:

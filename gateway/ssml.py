@@ -5,11 +5,11 @@ each at a rate, and pauses.
 - `<speak>` (the root), `<p>` and `<s>` (each ends a sentence), `<break time|strength>`
   (a pause), `<prosody rate>` (the rate of what it holds; nested rates multiply),
   `<say-as interpret-as="characters|spell-out|cardinal|number|ordinal|date|telephone">`
-  (the words to read), `<sub alias>` (the alias is read).
-- Read as its text: `<phoneme>` (the voice's own pronunciation: phonemes are not passed
-  to Triton), `<say-as>` of another kind, `<prosody>`'s other attributes, and any other
-  element (`<emphasis>`, `<voice>`, `<lang>`, `<mark>`, vendors' own): nothing it holds is
-  dropped.
+  (the words to read), `<sub alias>` (the alias is read), `<phoneme alphabet="ipa" ph>`
+  (its text spoken as the IPA given, in the Piper family; the AR family reads the text).
+- Read as its text: `<phoneme>` in another alphabet, `<say-as>` of another kind,
+  `<prosody>`'s other attributes, and any other element (`<emphasis>`, `<voice>`,
+  `<lang>`, `<mark>`, vendors' own): nothing it holds is dropped.
 - Invalid SSML is an SsmlError naming the element: XML that does not parse, a root other
   than `<speak>`, a value that cannot be read (`<break time="abc">`). A document type or
   entity declaration is refused before parsing (no entity expansion).
@@ -22,9 +22,13 @@ spelled letters), and their `text_span`s index the text read: the concatenation 
 from __future__ import annotations
 
 import re
+import unicodedata
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from contract.models import Phonemes
+from contract.text import Sentence
 
 MAX_BREAK_MS = 10_000  # Polly's limit (Azure's is 5 s)
 # All of a document's breaks together: a message of a few kB must not ask for hours of
@@ -37,6 +41,9 @@ MIN_RATE, MAX_RATE = 0.25, 4.0  # as the HTTP API's `speed`
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
 DATE_FORMATS = ("mdy", "dmy", "ymd", "md", "dm", "ym", "my")
+# What IPA is written with beside letters and diacritics: spaces, syllable breaks, typed
+# stress and length marks.
+IPA_MARKS = frozenset(" .'-:")
 
 
 class SsmlError(ValueError):
@@ -45,10 +52,12 @@ class SsmlError(ValueError):
 
 @dataclass(frozen=True)
 class Spoken:
-    """Text read at `rate` times the voice's speed; it begins a sentence and ends one."""
+    """Text read at `rate` times the voice's speed, spans of it spoken as the IPA
+    `phonemes` give; it begins a sentence and ends one."""
 
     text: str
     rate: float = 1.0
+    phonemes: Phonemes = ()
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,10 @@ def _read(element: ET.Element, rate: float) -> Iterator[Spoken | Pause | None]:
         yield Spoken(element.attrib["alias"], rate)
     elif name == "say-as":
         yield Spoken(_say_as(element), rate)
+    elif name == "phoneme" and element.attrib.get("alphabet", "ipa") == "ipa":
+        text = "".join(element.itertext())
+        lead, end = len(text) - len(text.lstrip()), len(text.rstrip())
+        yield Spoken(text, rate, ((lead, end, _ipa(element)),) if end > lead else ())
     else:
         if name == "prosody" and "rate" in element.attrib:
             rate = _clamped_rate(element, rate * _rate(element))
@@ -114,11 +127,33 @@ def _merged(items: Iterator[Spoken | Pause | None]) -> list[Spoken | Pause]:
     joinable = False
     for item in items:
         if isinstance(item, Spoken) and joinable and isinstance(out[-1], Spoken) and out[-1].rate == item.rate:
-            out[-1] = Spoken(out[-1].text + item.text, item.rate)
+            at = len(out[-1].text)
+            moved = tuple((a + at, b + at, ipa) for a, b, ipa in item.phonemes)
+            out[-1] = Spoken(out[-1].text + item.text, item.rate, out[-1].phonemes + moved)
         elif item is not None:
             out.append(item)
         joinable = isinstance(item, Spoken)
     return [item for item in out if not isinstance(item, Spoken) or item.text.strip()]
+
+
+def with_phonemes(sentences: Sequence[Sentence], spoken: Spoken, at: int) -> list[Sentence]:
+    """`sentences`, cut from text in which `spoken`'s begins at `at`, each with the IPA
+    spans of `spoken` that lie within it; a span across a sentence's end is read as text."""
+    return [
+        replace(s, phonemes=tuple((a + at - s.start, b + at - s.start, ipa) for a, b, ipa in spoken.phonemes
+                                  if s.start <= a + at and b + at <= s.end))
+        for s in sentences
+    ]
+
+
+def _ipa(element: ET.Element) -> str:
+    """<phoneme>'s `ph`: letters, diacritics and IPA's marks only."""
+    if not (ph := element.attrib.get("ph", "").strip()):
+        raise SsmlError("<phoneme>: ph, the phonemes in IPA, is required")
+    for ch in ph:
+        if ch not in IPA_MARKS and unicodedata.category(ch) not in ("Ll", "Lu", "Lm", "Lo", "Mn", "Sk"):
+            raise SsmlError(f"<phoneme ph=\"{ph}\">: {ch!r} is no IPA symbol")
+    return ph
 
 
 def _break_ms(element: ET.Element) -> int:

@@ -29,6 +29,7 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from contract import models as c
+from contract.text import Sentence
 from gateway.backends import NOT_PROBED, Backend, Backends, NoBackend
 from gateway.resumption import Resumption, TtsChunk
 from speechstream import protocol as v1
@@ -89,16 +90,19 @@ def _input_names(model: str) -> frozenset[str]:
 
 
 def tts_request(
-    sentences: Sequence[str], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
+    sentences: Sequence[Sentence], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
     voice: str = c.DEFAULT_VOICE, model: str = c.TTS_MODEL,
 ) -> dict:
     """A request to `model` (`tts`, or the AR family's `tts_ar`) for sentences already
     cut, in `voice`; `params` are (tensor name, value) pairs, those the model does not
-    take left out (the AR family has no Piper scales); `client` names who asked, for the
-    model's fair share."""
-    inputs = [infer_input(c.SENTENCES, np.array([s.encode() for s in sentences], dtype=object))]
+    take left out (the AR family has no Piper scales, nor PHONEMES: it reads the text);
+    `client` names who asked, for the model's fair share."""
+    inputs = [infer_input(c.SENTENCES, np.array([s.text.encode() for s in sentences], dtype=object))]
     inputs.append(infer_input(c.VOICE, np.array([voice.encode()], dtype=object)))
     takes = _input_names(model)
+    if c.PHONEMES in takes and any(s.phonemes for s in sentences):
+        phonemes = [c.encode_phonemes(s.phonemes).encode() for s in sentences]
+        inputs.append(infer_input(c.PHONEMES, np.array(phonemes, dtype=object)))
     inputs += [infer_input(name, np.array([value], dtype=_PARAM_TYPES[name])) for name, value in params if name in takes]
     parameters = {"triton_enable_empty_final_response": True, c.CLIENT_PARAMETER: client}
     return {"model_name": model, "inputs": inputs, "parameters": parameters}
@@ -216,7 +220,7 @@ class Synthesizer:
         self._clock = clock
 
     async def synthesize(
-        self, sentences: Sequence[str], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
+        self, sentences: Sequence[Sentence], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
         voice: str = c.DEFAULT_VOICE, mid_stream: bool = False,
     ) -> AsyncIterator[TtsChunk | Resuming]:
         """The audio of `sentences` in `voice`, chunk by chunk, for `client` (its address);
@@ -261,7 +265,7 @@ class Synthesizer:
         """Synthesize a word through every stage of `backend` and note the outcome: the
         readiness that Triton's own (a model can be loaded and its stub dead) cannot tell."""
         try:
-            async for _ in _stream(backend, tts_request([PROBE_TEXT]), self.progress_s):
+            async for _ in _stream(backend, tts_request([Sentence(0, len(PROBE_TEXT), PROBE_TEXT)]), self.progress_s):
                 pass
         except SynthesisFailed as e:
             backend.probed(e.message)

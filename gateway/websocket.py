@@ -258,10 +258,9 @@ class Connection:
         """Run one job: its audio to the client as it comes, then what follows it."""
         session = self.session
         try:
-            texts = [s.text for s in job.sentences]
             # Closed at once when this task is cancelled (Stop), which cancels the request in Triton.
             speech = self.gateway.synthesizer.synthesize(
-                texts, job.voice_params, self.client, job.voice, mid_stream=job.start_ms > 0  # its context spoke before
+                job.sentences, job.voice_params, self.client, job.voice, mid_stream=job.start_ms > 0  # its context spoke before
             )
             async with aclosing(speech) as chunks:
                 async for chunk in chunks:

@@ -24,8 +24,8 @@ class EngineStages:
         self.params = params.over(acoustic.default_params())
         self.workers = ThreadPoolExecutor(2)
 
-    def acoustic_pieces(self, text, head):
-        return self.acoustic.pieces(text, self.params, head, self.workers)
+    def acoustic_pieces(self, text, head, phonemes=()):
+        return self.acoustic.pieces(text, self.params, head, self.workers, phonemes)
 
     async def vocode(self, window):
         self.calls.append(window.shape[1])
@@ -51,7 +51,7 @@ async def stream_request(
         request.sentences, stages, scheduler=scheduler or DeadlineScheduler(2), chunking=chunking,
         head=head, clock=PlaybackClock(EMBEDDED.sample_rate), pad_to_buckets=pad_to_buckets,
         grow=not request.chunking_asked, first_floor=lambda: chunking.frames if together else 0,
-        is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after,
+        is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after, phonemes=request.phonemes,
     ):
         out.append(chunk)
     return out

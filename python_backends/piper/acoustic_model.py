@@ -13,7 +13,7 @@ from contract import models as c
 from contract.voices import configured_voices
 from python_backends.inputs import read_params, read_text
 from python_backends.piper.engines import AcousticEngine
-from python_backends.piper.inputs import read_voice, read_voice_params
+from python_backends.piper.inputs import read_phonemes, read_voice, read_voice_params
 from python_backends.piper.pipeline import acoustic_outputs
 from python_backends.piper.voice import load_voice
 from python_backends.serving import DecoupledModel, parameters, request_inputs
@@ -35,7 +35,8 @@ class AcousticModel(DecoupledModel):
         engine = self.engines[voice.name]
         params = read_voice_params(inputs, voice).over(engine.default_params())
         head = read_params(inputs, (c.HEAD_PARAM,))[c.HEAD_FRAMES]
-        async for piece in engine.pieces(text, params, head, self.workers):
+        (phonemes,) = read_phonemes(inputs, [text])
+        async for piece in engine.pieces(text, params, head, self.workers, phonemes):
             yield acoustic_outputs(piece)
 
     def finalize(self) -> None:

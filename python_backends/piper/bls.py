@@ -13,6 +13,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from contract import models as c
+from contract.models import Phonemes, encode_phonemes
 from python_backends.bls import Bls, string_tensor, tensors
 from python_backends.piper.inputs import VoiceParams
 from python_backends.piper.pipeline import LatentPiece
@@ -29,9 +30,11 @@ class BlsStages:
     params: VoiceParams
     label: str
 
-    async def acoustic_pieces(self, text: str, head: int) -> AsyncIterator[LatentPiece]:
+    async def acoustic_pieces(self, text: str, head: int, phonemes: Phonemes = ()) -> AsyncIterator[LatentPiece]:
         """One acoustic request for one sentence, its responses as pieces."""
         inputs = [string_tensor(c.TEXT, text), string_tensor(c.VOICE, self.voice), *tensors(self.params.tensors())]
+        if phonemes:
+            inputs.append(string_tensor(c.PHONEMES, encode_phonemes(phonemes)))
         if head:
             inputs.append(pb_utils.Tensor(c.HEAD_FRAMES, np.array([head], dtype=np.int32)))
         outputs = [c.LATENT, c.DURATIONS, c.WORDS, c.WORD_FRAMES]

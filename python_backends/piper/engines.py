@@ -12,11 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
+from contract.models import Phonemes
 from contract.text import Sentence, normalize
 from python_backends.chunking import flow_pieces
 from python_backends.piper import voice as v
 from python_backends.piper.inputs import VoiceParams
-from python_backends.piper.phonemes import BOS, EOS, PAD, Espeak, phoneme_ids
+from python_backends.piper.phonemes import BOS, EOS, PAD, Espeak, phoneme_ids, with_given
 from python_backends.piper.pipeline import LatentPiece
 from python_backends.piper.timing import stretch_durations, word_timings
 
@@ -77,9 +78,12 @@ class AcousticEngine:
         d = self.voice.inference_defaults
         return VoiceParams(d["length_scale"], d["noise_scale"], d["noise_w"])
 
-    def ids(self, sentence: Sentence) -> np.ndarray:
-        phonemes = self._espeak.phonemize(normalize(sentence.text), self.voice.espeak_voice)
-        return np.array(phoneme_ids(phonemes, self.voice.phoneme_id_map), dtype=np.int64)
+    def ids(self, sentence: Sentence, given: Phonemes = ()) -> np.ndarray:
+        return np.array(phoneme_ids(self.phonemes(sentence.text, given), self.voice.phoneme_id_map), dtype=np.int64)
+
+    def phonemes(self, text: str, given: Phonemes = ()) -> str:
+        """The text's phonemes: espeak-ng's, but for the spans `given` IPA for."""
+        return with_given(text, given, lambda part: self._espeak.phonemize(normalize(part), self.voice.espeak_voice))
 
     def latent(self, sentence: Sentence, params: VoiceParams) -> SentenceLatent:
         """The latent frames of one sentence, in one piece."""
@@ -87,11 +91,11 @@ class AcousticEngine:
         latent = self.flow(prior, 0, prior.frames)
         return SentenceLatent(sentence, prior.durations, latent, prior.words)
 
-    def prior(self, sentence: Sentence, params: VoiceParams) -> SentencePrior:
-        """Phonemes, durations and the prior sample of one sentence. With a seed, the
-        noise depends only on the seed and the sentence's text, so a sentence sounds the
-        same whether it came alone or within a longer text."""
-        ids = self.ids(sentence)
+    def prior(self, sentence: Sentence, params: VoiceParams, phonemes: Phonemes = ()) -> SentencePrior:
+        """Phonemes (IPA `phonemes` for spans of the text), durations and the prior sample
+        of one sentence. With a seed, the noise depends only on the seed and the sentence's
+        text, so a sentence sounds the same whether it came alone or within a longer text."""
+        ids = self.ids(sentence, phonemes)
         rng = np.random.default_rng(None if params.seed is None else [params.seed, zlib.crc32(sentence.text.encode())])
         # Piper's durations at the voice's own rate, then stretched to the one asked for.
         own_rate = self.voice.inference_defaults["length_scale"]
@@ -117,14 +121,14 @@ class AcousticEngine:
         return SentencePrior(durations, words, sample, mask, speaker)
 
     async def pieces(
-        self, text: str, params: VoiceParams, head: int, workers: Executor | None = None
+        self, text: str, params: VoiceParams, head: int, workers: Executor | None = None, phonemes: Phonemes = ()
     ) -> AsyncIterator[LatentPiece]:
         """One sentence's latent frames as the acoustic stage sends them: its first `head`
         frames alone where flow_pieces finds that worth it, then the rest; the first piece
         carries the sentence's durations and words. The prior and each piece's flow are
         separate jobs on `workers`, so other requests' jobs interleave with them."""
         loop = asyncio.get_running_loop()
-        prior = await loop.run_in_executor(workers, self.prior, Sentence(0, len(text), text), params)
+        prior = await loop.run_in_executor(workers, self.prior, Sentence(0, len(text), text), params, phonemes)
         for start, end in flow_pieces(prior.frames, head, FLOW_CONTEXT):
             frames = await loop.run_in_executor(workers, self.flow, prior, start, end)
             yield LatentPiece(frames, prior.durations, tuple(prior.words)) if start == 0 else LatentPiece(frames)

@@ -3,7 +3,8 @@ parameters, chunking) and `acoustic` (one sentence). No Triton here."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -12,13 +13,17 @@ from contract.models import (
     CHUNK_PARAMS,
     INITIAL_CHUNK_FRAMES,
     LENGTH_SCALE,
+    MAX_SENTENCE_CHARS,
     NOISE_SCALE,
     NOISE_W,
+    PHONEMES,
     SEED,
+    SENTENCES,
     SPEAKER,
     VOICE,
     VOICE_PARAMS,
     InvalidRequest,
+    Phonemes,
 )
 from contract.text import Sentence
 from contract.voices import EMBEDDED, EMBEDDED_ONLY, VoiceInfo
@@ -48,6 +53,45 @@ class VoiceParams:
         return {p.name: np.array([values[p.name]], dtype=p.dtype) for p in VOICE_PARAMS if values[p.name] is not None}
 
 
+def read_phonemes(inputs: Mapping[str, np.ndarray], sentences: Sequence[str]) -> tuple[Phonemes, ...]:
+    """PHONEMES, one element per sentence, checked against the sentences' texts; () each
+    without it."""
+    if PHONEMES not in inputs:
+        return ((),) * len(sentences)
+    raw = inputs[PHONEMES].reshape(-1)
+    if raw.size != len(sentences):
+        raise InvalidRequest(f"{PHONEMES} must hold one element per sentence ({len(sentences)}), got {raw.size}")
+    return tuple(parse_phonemes(decode(f"{PHONEMES}[{i}]", value), text, f"{PHONEMES}[{i}]")
+                 for i, (value, text) in enumerate(zip(raw, sentences)))
+
+
+def parse_phonemes(value: str, text: str, name: str = PHONEMES) -> Phonemes:
+    """One element of PHONEMES (encode_phonemes' inverse): JSON [[start, end, "ipa"], ...], spans of `text` in order
+    and apart, each with its IPA ("" or [] for none); InvalidRequest saying what is wrong."""
+    if not value.strip():
+        return ()
+    try:
+        spans = json.loads(value)
+    except (ValueError, RecursionError):
+        raise InvalidRequest(f"{name} is not JSON") from None
+    if not isinstance(spans, list):
+        raise InvalidRequest(f"{name} must be a list of [start, end, ipa]")
+    checked, at = [], 0
+    for span in spans:
+        if (not isinstance(span, list) or len(span) != 3 or not all(type(x) is int for x in span[:2])
+                or not isinstance(span[2], str)):
+            raise InvalidRequest(f"{name}: {str(span)[:50]} is not [start, end, ipa]")
+        start, end, ipa = span
+        if not at <= start < end <= len(text):
+            raise InvalidRequest(f"{name}: span [{start}, {end}) is not within the sentence's {len(text)} characters "
+                                 "after the span before it")
+        if not ipa.strip() or len(ipa) > MAX_SENTENCE_CHARS:
+            raise InvalidRequest(f"{name}: the IPA of [{start}, {end}) must be 1 to {MAX_SENTENCE_CHARS} characters")
+        checked.append((start, end, ipa))
+        at = end
+    return tuple(checked)
+
+
 @dataclass(frozen=True)
 class TtsRequest:
     """A checked `tts` request."""
@@ -57,6 +101,7 @@ class TtsRequest:
     params: VoiceParams  # as the client set them; the acoustic stage fills in the voice's defaults
     chunking: ChunkParams
     chunking_asked: bool  # the client chose INITIAL_CHUNK_FRAMES, so load does not resize it
+    phonemes: tuple[Phonemes, ...] = ()  # each sentence's IPA spans (PHONEMES); () for none at all
 
 
 def read_voice(inputs: Mapping[str, np.ndarray], voices: Mapping[str, VoiceInfo]) -> VoiceInfo:
@@ -86,5 +131,9 @@ def read_tts_request(
     chunking, all checked before any work starts."""
     voice = read_voice(inputs, voices)
     sentences = read_sentences(inputs, max_chars, voice.language_family)
+    if PHONEMES in inputs and SENTENCES not in inputs:
+        raise InvalidRequest(f"{PHONEMES} goes with {SENTENCES}: a span is in one sentence's text")
+    phonemes = read_phonemes(inputs, [s.text for s in sentences])
     params = read_voice_params(inputs, voice)
-    return TtsRequest(sentences, voice, params, read_chunk_params(inputs, CHUNK_PARAMS), INITIAL_CHUNK_FRAMES in inputs)
+    return TtsRequest(sentences, voice, params, read_chunk_params(inputs, CHUNK_PARAMS), INITIAL_CHUNK_FRAMES in inputs,
+                      phonemes if any(phonemes) else ())

@@ -13,7 +13,7 @@ import ctypes
 import re
 import threading
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import espeakng_loader
 
@@ -51,6 +51,35 @@ def join_clauses(clauses: Sequence[tuple[str, str]]) -> str:
         if phonemes or terminator:
             parts.append(phonemes + terminator)
     return " ".join(parts)
+
+
+# IPA as it is often typed, in the symbols espeak-ng writes (and Piper's voices know).
+_IPA_SPELLINGS = {"g": "ɡ", "ʧ": "tʃ", "ʤ": "dʒ", "ʦ": "ts", "ʣ": "dz", "'": "ˈ", ":": "ː"}
+
+
+def ipa(symbols: str) -> str:
+    """IPA given for a word (SSML's <phoneme>), in espeak-ng's spellings: "g" is "ɡ",
+    ligatures are their letters, an apostrophe is the stress mark."""
+    return "".join(_IPA_SPELLINGS.get(ch, ch) for ch in " ".join(symbols.split()))
+
+
+def with_given(text: str, given: Sequence[tuple[int, int, str]], phonemize: Callable[[str], str]) -> str:
+    """The phonemes of `text`, `phonemize`d but for the spans `given` IPA for
+    ((start, end, ipa), in order), which stand as words of their own; punctuation right
+    after such a span stays with it, as espeak-ng keeps a clause's."""
+    parts: list[str] = []
+    at = 0
+    for start, end, symbols in (*given, (len(text), len(text), "")):
+        gap = text[at:start].strip()
+        if parts and gap[:1] and gap[0] in _CLAUSE_PUNCTUATION:
+            parts[-1] += gap[0]
+            gap = gap[1:].strip()
+        if gap:
+            parts.append(phonemize(gap))
+        if symbols:
+            parts.append(ipa(symbols))
+        at = end
+    return " ".join(part for part in parts if part)
 
 
 def phoneme_ids(phonemes: str, id_map: Mapping[str, Sequence[int]]) -> list[int]:

@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from contract import models as c
-from contract.models import SAMPLES_PER_FRAME
+from contract.models import SAMPLES_PER_FRAME, Phonemes
 from contract.text import Sentence
 from python_backends.chunking import Chunk, ChunkParams, bucket_frames, chunk_sizes, grown_size, next_chunk
 from python_backends.delivery import AudioChunk, Words, ordered
@@ -59,9 +59,10 @@ def acoustic_outputs(piece: LatentPiece) -> dict[str, np.ndarray]:
 class Stages(Protocol):
     """The two stages the tts stage calls, one call per sentence or per chunk."""
 
-    def acoustic_pieces(self, text: str, head: int) -> AsyncIterator[LatentPiece]:
+    def acoustic_pieces(self, text: str, head: int, phonemes: Phonemes = ()) -> AsyncIterator[LatentPiece]:
         """One sentence's latent frames, as the acoustic stage sends them: its first
-        `head` frames alone when `head` > 0, then the rest. Nothing is asked of the stage before the first
+        `head` frames alone when `head` > 0, then the rest; spans of its text spoken as
+        the IPA `phonemes` give. Nothing is asked of the stage before the first
         piece is awaited, and closing the iterator early waits for what was asked."""
         ...
 
@@ -140,15 +141,17 @@ async def speak(
     pad_to_buckets: bool = False,
     grow: bool = True,
     first_floor: Callable[[], int] = lambda: 0,
+    phonemes: Sequence[Phonemes] = (),
 ) -> AsyncIterator[AudioChunk]:
-    """The audio of `sentences`, chunk by chunk, in order: one acoustic request per
-    sentence, up to SENTENCE_LOOKAHEAD sentences ahead (the first sentence's first `head`
-    frames sent alone, so vocoding starts before its flow has run to the end), and
-    CHUNK_LOOKAHEAD vocoder calls ahead of delivery. Once `is_cancelled()`, no further
+    """The audio of `sentences` (each one's IPA spans in `phonemes`, if any), chunk by
+    chunk, in order: one acoustic request per sentence, up to SENTENCE_LOOKAHEAD
+    sentences ahead (the first sentence's first `head` frames sent alone, so vocoding
+    starts before its flow has run to the end), and CHUNK_LOOKAHEAD vocoder calls ahead
+    of delivery. Once `is_cancelled()`, no further
     call is issued; a stage's failure ends the stream with that error. With `grow`, the
     first chunk holds at least `first_floor()` frames, asked when it is issued (see
     stream_pcm)."""
-    latents = sentence_latents(sentences, stages, scheduler, head, clock, is_cancelled)
+    latents = sentence_latents(sentences, stages, scheduler, head, clock, is_cancelled, phonemes=phonemes)
     chunks = stream_pcm(latents, stages, scheduler, chunking, clock, is_cancelled, pad_to_buckets=pad_to_buckets,
                         grow=grow, first_floor=first_floor)
     async with aclosing(chunks):
@@ -201,6 +204,7 @@ async def sentence_latents(
     clock: PlaybackClock,
     is_cancelled: Callable[[], bool] = lambda: False,
     depth: int = SENTENCE_LOOKAHEAD,
+    phonemes: Sequence[Phonemes] = (),
 ) -> AsyncIterator[LatentSentence]:
     """Each sentence's latent frames, in order, one acoustic request per sentence issued
     at most `depth` ahead of the sentence being delivered, so that a cancelled stream
@@ -216,7 +220,8 @@ async def sentence_latents(
             if index:
                 await clock.first_audio()
             before = max(clock.planned, round(chars * SECONDS_PER_CHAR * clock.rate))
-            pieces = stages.acoustic_pieces(sentence.text, head if index == 0 else 0)
+            pieces = stages.acoustic_pieces(sentence.text, head if index == 0 else 0,
+                                            phonemes[index] if phonemes else ())
             yield None, latent_sentence(index, pieces, scheduler, clock.deadline(before))
             chars += len(sentence.text) + 1
 

@@ -1,7 +1,7 @@
 """SSML over both protocols against the real server (gateway/ssml.py, docs/protocol.md#ssml):
 breaks are silence where they stand and move the next words' timestamps by their
-length, a slower rate makes its text longer, aliases and say-as are the words spoken,
-and invalid SSML is refused naming the element with the connection going on."""
+length, a slower rate makes its text longer, aliases and say-as are the words spoken, a
+<phoneme> is spoken as its IPA, and invalid SSML is refused naming the element with the connection going on."""
 
 import asyncio
 import json
@@ -13,16 +13,17 @@ import pytest
 
 from speechstream import protocol as v1
 from speechstream.client import SpeechClient, SpeechError
+from tests.audio import snr_db
 from tests.integration.test_speech_http import base_url
 
 RATE = 24000
 SEED = 5
 
 
-async def spoken(gateway: str, text: str, ssml: bool) -> tuple[np.ndarray, list[dict], dict]:
+async def spoken(gateway: str, text: str, ssml: bool, **config) -> tuple[np.ndarray, list[dict], dict]:
     """The PCM, the timestamps messages and the `done` of one speak."""
     async with await SpeechClient.connect(gateway, format="pcm_s16le", sample_rate=RATE, timestamps=True,
-                                          seed=SEED) as client:
+                                          seed=SEED, **config) as client:
         context = client.context()
         await context.speak(text, ssml=ssml)
         events = [e async for e in context.events()]
@@ -30,8 +31,8 @@ async def spoken(gateway: str, text: str, ssml: bool) -> tuple[np.ndarray, list[
     return pcm, [e.message for e in events if e.kind == "timestamps"], events[-1].message
 
 
-def speak(gateway: str, text: str, ssml: bool = True):
-    return asyncio.run(spoken(gateway, text, ssml))
+def speak(gateway: str, text: str, ssml: bool = True, **config):
+    return asyncio.run(spoken(gateway, text, ssml, **config))
 
 
 def first_start_ms(stamps: list[dict], word: str) -> int:
@@ -65,6 +66,31 @@ def test_aliases_and_say_as_are_the_words_spoken(gateway):
     assert words[:6] == ["The", "World", "Wide", "Web", "has", "A"] and "WWW" not in words
 
 
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same audio, but for float rounding."""
+    return a.size == b.size and snr_db(a.astype(np.float32), b.astype(np.float32)) > 40
+
+
+def test_phoneme_speaks_its_ipa_instead_of_the_texts_reading_and_times_the_texts_word(gateway):
+    """Without noise (noise_scale and noise_w 0) the audio depends on the phonemes alone:
+    two words given the same IPA sound the same, and unlike their plain reading."""
+    quiet = {"noise_scale": 0.0, "noise_w": 0.0}
+
+    def said(word: str, ph: str | None) -> tuple[np.ndarray, list[dict]]:
+        inner = word if ph is None else f'<phoneme alphabet="ipa" ph="{ph}">{word}</phoneme>'
+        pcm, stamps, _ = speak(gateway, f"<speak>I say {inner} often.</speak>", **quiet)
+        return pcm, stamps
+
+    tomato, _ = said("tomato", None)
+    potato, _ = said("potato", None)
+    british_tomato, stamps = said("tomato", "təˈmɑːtoʊ")
+    british_potato, _ = said("potato", "təˈmɑːtoʊ")
+    assert [w for m in stamps for w in m["words"]] == ["I", "say", "tomato", "often."]  # the text's word, timed
+    assert not same(tomato, potato)
+    assert same(british_tomato, british_potato)
+    assert not same(british_tomato, tomato)
+
+
 def test_invalid_ssml_is_refused_naming_the_element_and_the_connection_goes_on(gateway):
     async def run():
         async with await SpeechClient.connect(gateway, format="pcm_s16le", sample_rate=RATE) as client:
@@ -96,6 +122,10 @@ def test_over_http_a_speak_document_is_read_as_ssml_with_its_break_and_errors_na
     assert status == 200 and 1.9 * RATE <= (len(with_break) - len(plain)) / 2 <= 2.4 * RATE
     status, as_text = post(gateway, input="<speak>Hello there.</speak>", ssml=False)  # the tags read as text
     assert status == 200 and as_text
+    _, plain = post(gateway, input="I say tomato often.")
+    status, given = post(gateway, input='<speak>I say <phoneme alphabet="ipa" ph="təˈmɑːtoʊ">tomato</phoneme> often.'
+                                        '</speak>')  # the same text and seed: only the phonemes differ
+    assert status == 200 and given != plain
     status, body = post(gateway, input='<speak><prosody rate="warp">Hi</prosody></speak>')
     error = json.loads(body)["error"]
     assert status == 400 and error["param"] == "input" and '<prosody rate="warp">' in error["message"]

@@ -380,6 +380,18 @@ def test_invalid_ssml_is_refused_naming_the_element_and_opens_no_context():
     assert [x.text for x in job.sentences] == ["Fine."]
 
 
+def test_an_ssml_phoneme_goes_with_its_sentence_wherever_that_is_in_the_context():
+    s, _, _ = session()
+    s.start()
+    speak = '<speak>Hi.<break time="1s"/>Well. I say <phoneme alphabet="ipa" ph="təˈmɑːtoʊ">tomato</phoneme>.</speak>'
+    (first,) = jobs(send(s, type="speak", context_id="a", text=speak, ssml=True))
+    assert first.sentences[0].phonemes == ()
+    s.audio(first.id, speech(0.5), 0, [("Hi", 0, RATE // 2)])
+    (job,) = jobs(s.finished(first.id))
+    assert [(x.start, x.text, x.phonemes) for x in job.sentences] == [
+        (3, "Well.", ()), (9, "I say tomato.", ((6, 12, "təˈmɑːtoʊ"),))]
+
+
 def test_ssml_is_read_where_the_config_says_so_and_only_on_speak():
     s, _, _ = session()
     s.start()

@@ -3,7 +3,10 @@ naming the element, and what is unsupported read as text."""
 
 import pytest
 
-from gateway.ssml import Pause, Spoken, SsmlError, looks_like_ssml, read_ssml
+from contract import models as c
+from contract.text import Sentence, split_sentences
+from gateway.ssml import Pause, Spoken, SsmlError, looks_like_ssml, read_ssml, with_phonemes
+from gateway.synthesis import tts_request
 
 
 def speak(body: str) -> list:
@@ -36,8 +39,39 @@ def test_sub_reads_its_alias_and_p_and_s_end_sentences():
         Spoken("The World Wide Web is big"), Spoken("it is"), Spoken("Next")]
 
 
+def test_phoneme_gives_the_ipa_of_its_text_as_a_span_of_the_stretch_read():
+    said = speak('I say <phoneme alphabet="ipa" ph="təˈmɑːtoʊ">tomato</phoneme>, <phoneme ph="ˈhɛloʊ"> hi </phoneme>.')
+    assert said == [Spoken("I say tomato,  hi .", 1.0, ((6, 12, "təˈmɑːtoʊ"), (15, 17, "ˈhɛloʊ")))]
+    slow = speak('A <prosody rate="slow">b <phoneme ph="siː">c</phoneme></prosody>')
+    assert slow == [Spoken("A "), Spoken("b c", 0.64, ((2, 3, "siː"),))]
+
+
+def test_each_sentence_gets_the_ipa_spans_within_it_and_a_span_across_sentences_is_read_as_text():
+    (said,) = speak('I say <phoneme ph="təˈmɑːtoʊ">tomato</phoneme>. You say <phoneme ph="x">tomato</phoneme>. '
+                    '<phoneme ph="y">Not. Here</phoneme>.')
+    first, second, third, fourth = with_phonemes(split_sentences(said.text), said, 0)
+    assert (first.text, first.phonemes) == ("I say tomato.", ((6, 12, "təˈmɑːtoʊ"),))
+    assert (second.text, second.phonemes) == ("You say tomato.", ((8, 14, "x"),))
+    assert third.phonemes == fourth.phonemes == ()
+    (moved,) = with_phonemes([Sentence(10, 23, "I say tomato.")], said, 10)  # the stretch starts 10 in
+    assert moved.phonemes == first.phonemes
+
+
+def test_phonemes_go_to_tts_and_not_to_the_ar_family_which_reads_the_text():
+    def inputs(model, *sentences):
+        request = tts_request(sentences, ((c.LENGTH_SCALE, 2.0),), model=model)
+        return {i.name(): i for i in request["inputs"]}
+
+    given = Sentence(0, 13, "I say tomato.", ((6, 12, "təˈmɑːtoʊ"),))
+    sent = inputs(c.TTS_MODEL, given, Sentence(14, 17, "Hi."))
+    assert sent[c.PHONEMES].shape() == [2]
+    assert c.PHONEMES not in inputs(c.TTS_MODEL, Sentence(0, 3, "Hi."))
+    ar = inputs(c.TTS_AR_MODEL, given)
+    assert c.PHONEMES not in ar and c.LENGTH_SCALE not in ar  # nor a rate: it speaks at its own pace
+
+
 def test_what_is_not_supported_is_read_as_text():
-    said = speak('<phoneme alphabet="ipa" ph="təˈmeɪtoʊ">tomato</phoneme> <emphasis>now</emphasis> '
+    said = speak('<phoneme alphabet="x-sampa" ph="t@\'meItoU">tomato</phoneme> <emphasis>now</emphasis> '
                  '<say-as interpret-as="interjection">wow</say-as> <prosody pitch="high">up</prosody> '
                  '<voice name="x"><mark name="m"/>inside</voice>')
     assert said == [Spoken("tomato now wow up inside")]
@@ -55,6 +89,8 @@ def test_what_is_not_supported_is_read_as_text():
     ('<speak><say-as interpret-as="cardinal">many</say-as></speak>', '<say-as interpret-as="cardinal">'),
     ('<speak><say-as interpret-as="date" format="mdy">13/40/2024</say-as></speak>', "no such month"),
     ('<!DOCTYPE lol [<!ENTITY a "aaaa">]><speak>&a;</speak>', "document type or entities"),
+    ("<speak><phoneme>a</phoneme></speak>", "<phoneme>: ph, the phonemes in IPA, is required"),
+    ('<speak><phoneme ph="h3lo">a</phoneme></speak>', "<phoneme ph=\"h3lo\">: '3' is no IPA symbol"),
     ("<speak>" + '<break time="10s"/>' * 7 + "</speak>", "add up to 60 s at most"),  # not hours of silence
 ])
 def test_invalid_ssml_is_refused_naming_the_element(document, names):

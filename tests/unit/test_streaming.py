@@ -41,7 +41,7 @@ class ScriptedStages:
         self.frames, self.delays, self.failures = frames, delays or {}, failures or {}
         self.log: list[tuple] = []
 
-    async def acoustic_pieces(self, text, head):
+    async def acoustic_pieces(self, text, head, phonemes=()):
         i = int(text[1:])
         self.log.append(("acoustic", i, head))
         try:
@@ -159,7 +159,7 @@ def test_a_stage_failing_after_the_first_piece_ends_the_stream_with_that_error()
 
 def test_a_sentence_without_frames_is_a_stage_error():
     class Silent(ScriptedStages):
-        async def acoustic_pieces(self, text, head):
+        async def acoustic_pieces(self, text, head, phonemes=()):
             return
             yield
 
@@ -206,7 +206,7 @@ def test_a_sentence_is_due_after_the_likely_audio_of_the_text_before_it():
     clock.start()  # the first audio is out: later sentences may be asked for
 
     class Stages(ScriptedStages):
-        async def acoustic_pieces(self, text, head):
+        async def acoustic_pieces(self, text, head, phonemes=()):
             yield LatentPiece(np.zeros((1, 1), np.float32), np.array([1], np.int32))
 
     async def collect():
