@@ -34,6 +34,9 @@ SAMPLES_PER_FRAME = 256
 # real time (docs/design.md's underrun model): the tts scheduler's deadlines and perf's
 # stall count both assume it.
 PLAYER_LEAD_S = 0.05
+# Seconds of speech per character of text, to plan audio before it exists (0.054-0.056
+# on the Harvard texts in the embedded voice).
+SECONDS_PER_CHAR = 0.05
 
 # A gauge on Triton's metrics port: `tts` requests being synthesized now. It returns
 # to zero when every stream has ended or been cancelled (a leak shows here), and it

@@ -50,6 +50,7 @@ from gateway.protocol import error as error_message  # the frame; Session.error 
 from gateway.segmenter import Segmenter, batches
 from gateway.settings import Settings
 from gateway.ssml import Pause, Spoken, SsmlError, read_ssml, with_phonemes
+from gateway.start_gate import StartGate
 from gateway.turns import ChatObserver, Turns
 from speechstream import protocol as v1
 
@@ -142,6 +143,7 @@ class Context:
     # keeps in the conversation what was heard; None for other contexts.
     words: list[tuple[str, float]] | None = None
     rate: float = 1.0  # the speed of the sentences now spoken, as SSML's <prosody rate> set it
+    gate: StartGate | None = None  # holds its first audio after idle until a stall cannot follow
 
     @property
     def busy(self) -> bool:
@@ -178,8 +180,10 @@ class Session:
         self, limits: Limits, observer: Observer, clock: Callable[[], float] = time.monotonic,
         session_id: str | None = None, admission: Admission | None = None,
         voices: Mapping[str, VoiceInfo] = EMBEDDED_ONLY, chat: bool = False, listen: bool = False,
+        start_when_safe: bool = True,
     ) -> None:
         self.limits = limits
+        self.start_when_safe = start_when_safe  # hold a context's first audio until a stall cannot follow (StartGate)
         self.observer = observer
         self.admission = admission or AdmitAll()  # asked before a context opens
         self.clock = clock
@@ -402,7 +406,8 @@ class Session:
                 continue
             if isinstance(context.queue[0], Pause):
                 silence = np.zeros(context.queue.popleft().ms * context.encoder.source_rate // 1000, np.float32)
-                actions += self._frames(context, context.encoder.push(silence))
+                frames = self._frames(context, context.encoder.push(silence))
+                actions += self._through_gate(context, frames, len(silence) / context.encoder.source_rate)
                 continue
             run = []
             while context.queue and isinstance(context.queue[0], Sentence):
@@ -411,6 +416,9 @@ class Session:
             context.queue.extendleft(reversed(run[len(batch) :]))
             start_ms = context.encoder.position_ms
             context.job = Job(self.new_job(), context.id, tuple(batch), context.voice, self._params(context), start_ms)
+            if self.start_when_safe and context.ready_at is not None and context.gate is None and context.words is None:
+                chars = sum(len(s.text) for s in batch) + context.waiting_chars
+                context.gate = StartGate(self.clock(), chars * c.SECONDS_PER_CHAR / context.rate)
             actions.append(Synthesize(context.job))
         return actions
 
@@ -425,7 +433,7 @@ class Session:
     def _deliver_mark(self, context: Context, mark: Mark) -> list[Action]:
         """Every sample so far goes out (the partial frame padded); then `flushed`, or
         `done` and the context ends."""
-        actions = self._frames(context, context.encoder.finish(), last=mark is Mark.CLOSE)
+        actions = self._release(context, self._frames(context, context.encoder.finish(), last=mark is Mark.CLOSE))
         if mark is Mark.FLUSH:
             return actions + [Send(encode("flushed", context_id=context.id))]
         encoder = context.encoder
@@ -452,7 +460,8 @@ class Session:
         if context.words is not None:
             context.words += [(word, context.job.start_ms + end * 1000 / context.encoder.source_rate)
                               for word, _, end in words]
-        return actions + self._frames(context, context.encoder.push(pcm))
+        actions += self._frames(context, context.encoder.push(pcm))
+        return self._through_gate(context, actions, len(pcm) / context.encoder.source_rate)
 
     def finished(self, job_id: int) -> list[Action]:
         """Job `job_id` delivered all its audio: the context goes on to its next item."""
@@ -463,7 +472,10 @@ class Session:
         if context is None:
             return []
         context.job = None
-        return self._advance(context)
+        actions = self._advance(context)
+        if context.job is None and context.gate is not None:  # no more audio is coming for now
+            return self._release(context, []) + actions
+        return actions
 
     def resuming(self, job_id: int, code: str, message: str, within_s: float) -> list[Action]:
         """Job `job_id`'s server or stage went away (`code`, `message`): what it had not
@@ -482,8 +494,9 @@ class Session:
         context = self._context_of(job_id)
         if context is None:
             return []
+        held = self._release(context, [])  # what came before the failure is heard
         del self.contexts[context.id]
-        return [self.error(code, message, context.id)]
+        return held + [self.error(code, message, context.id)]
 
     def _context_of(self, job_id: int) -> Context | None:
         return next((x for x in self.contexts.values() if x.job is not None and x.job.id == job_id), None)
@@ -661,12 +674,36 @@ class Session:
             offset = first + i * encoder.frame_samples
             actions.append(Send(v1.audio_frame(context.stream_number, context.seq, offset, payload, end)))
             context.seq += 1
-        if payloads and context.ready_at is not None:
-            self.observer.first_audio(self.clock() - context.ready_at)
-            context.ready_at = None
-            context.heard_at, context.heard_from_ms = self.clock(), first * 1000 / encoder.rate
+        if payloads and context.gate is not None and context.gate.first_sample is None:
+            context.gate.first_sample = first
+        elif payloads and context.ready_at is not None and context.gate is None:
+            self._heard_from(context, first)
         self.observer.audio(len(payloads) * encoder.frame_samples / encoder.rate)
         return actions
+
+    def _heard_from(self, context: Context, sample: int) -> None:
+        """The first audio after idle goes out now, from `sample` of the context's audio."""
+        self.observer.first_audio(self.clock() - context.ready_at)
+        context.ready_at = None
+        context.heard_at, context.heard_from_ms = self.clock(), sample * 1000 / context.encoder.rate
+
+    def _through_gate(self, context: Context, actions: list[Action], seconds: float) -> list[Action]:
+        """`actions`, with `seconds` of new audio among them, as they may go out: held
+        while the context's start gate is shut, and all that was held once it opens."""
+        if (gate := context.gate) is None:
+            return actions
+        gate.held += actions
+        gate.arrived(seconds, self.clock())
+        return self._release(context, []) if gate.is_open(self.clock()) else []
+
+    def _release(self, context: Context, actions: list[Action]) -> list[Action]:
+        """What the context's start gate held, if any, then `actions`: the gate is gone."""
+        if (gate := context.gate) is None:
+            return actions
+        context.gate = None
+        if gate.first_sample is not None:
+            self._heard_from(context, gate.first_sample)
+        return gate.held + actions
 
     def _timestamps(self, context: Context, sentence_index: int, words: list[tuple[str, int, int]]) -> str:
         """Word times in ms of the context's audio, and the sentence's span in its text."""

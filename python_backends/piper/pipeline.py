@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from contract import models as c
-from contract.models import SAMPLES_PER_FRAME, Phonemes
+from contract.models import SAMPLES_PER_FRAME, SECONDS_PER_CHAR, Phonemes
 from contract.text import Sentence
 from python_backends.chunking import Chunk, ChunkParams, bucket_frames, chunk_sizes, grown_size, next_chunk
 from python_backends.delivery import AudioChunk, Words, ordered
@@ -28,7 +28,6 @@ from python_backends.scheduler import PlaybackClock, Scheduler
 
 SENTENCE_LOOKAHEAD = 2  # acoustic requests a stream keeps open ahead of delivery
 CHUNK_LOOKAHEAD = 2  # vocoder calls a stream keeps open ahead of delivery
-SECONDS_PER_CHAR = 0.05  # of speech per character of text; 0.054-0.056 on the Harvard texts
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,54 @@
+"""When a context's first audio may go out without a stall after it, sans I/O.
+
+Started together with many other streams, a stream's first chunk can come in time while
+the chunks after it come slower than real time: its listener hears a start, then a stall.
+A listener would rather hear a slightly later start that never stops. So the first audio
+of a context (after it was idle) is held until the audio in hand covers what the rest
+will lack at the rate this stream's audio has come so far, plus the longest wait between
+two of its chunks so far; then all of it goes out. A stream that comes faster than real
+time (any stream on a server with cores to spare) goes out with its first chunk.
+
+If the audio so far (`in_hand` seconds of it, `elapsed` seconds after the request) came
+at rate r = in_hand / elapsed, the rest (`expected` − `in_hand`) takes rest / r to come
+while the player plays in_hand + rest; it never runs dry if in_hand ≥ rest × (1 − r) / r.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.actions import Action
+
+
+@dataclass
+class StartGate:
+    """Holds one context's first audio (its messages, in order) until it is safe to send."""
+
+    began: float  # when the context's synthesis was asked for
+    expected_s: float  # the audio its text in hand will likely make
+    in_hand_s: float = 0.0
+    longest_gap_s: float = 0.0  # the longest wait between two chunks so far
+    last_chunk: float | None = None
+    held: list[Action] = field(default_factory=list)  # what would have been sent, in order
+    first_sample: int | None = None  # where in the context's audio the first frame held starts
+
+    def arrived(self, seconds: float, now: float) -> None:
+        """A chunk of `seconds` of audio came at `now`."""
+        if self.last_chunk is not None:
+            self.longest_gap_s = max(self.longest_gap_s, now - self.last_chunk)
+        self.last_chunk = now
+        self.in_hand_s += seconds
+
+    def lack_s(self, now: float) -> float:
+        """The audio the player would run out of if it started now: what the rest lacks
+        at the rate the audio has come so far."""
+        elapsed = now - self.began
+        if self.in_hand_s <= 0 or elapsed <= 0:
+            return 0.0 if elapsed <= 0 else float("inf")
+        rate = self.in_hand_s / elapsed
+        rest = max(self.expected_s - self.in_hand_s, 0.0)
+        return rest * (1 - rate) / rate if rate < 1 else 0.0
+
+    def is_open(self, now: float) -> bool:
+        """Whether the audio in hand may go out now."""
+        return self.in_hand_s > 0 and self.in_hand_s >= self.lack_s(now) + self.longest_gap_s

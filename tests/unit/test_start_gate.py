@@ -1,0 +1,93 @@
+"""A context's first audio held until a stall cannot follow it (gateway/start_gate.py),
+alone and on the sans-I/O session with a hand-moved clock."""
+
+import pytest
+
+from gateway.start_gate import StartGate
+from tests.unit.test_gateway_session import frames, jobs, messages, send, session, speech
+
+TEXT = "The birch canoe slid on the smooth planks. " * 4  # 172 characters: about 8.6 s expected
+
+
+def test_audio_faster_than_real_time_opens_the_gate_with_its_first_chunk():
+    gate = StartGate(began=0.0, expected_s=10.0)
+    gate.arrived(0.5, now=0.1)  # five times real time
+    assert gate.lack_s(0.1) == 0 and gate.is_open(0.1)
+
+
+def test_audio_slower_than_real_time_is_held_until_it_covers_what_the_rest_will_lack():
+    gate = StartGate(began=0.0, expected_s=10.0)
+    gate.arrived(1.0, now=2.0)  # half real time: the other 9 s come in 18 s while 10 s play
+    assert gate.lack_s(2.0) == pytest.approx(9.0) and not gate.is_open(2.0)
+    gate.arrived(3.0, now=4.0)  # 4 s in 4 s: real time, and 4 s in hand cover the 2 s gap
+    assert gate.lack_s(4.0) == 0 and gate.longest_gap_s == 2.0 and gate.is_open(4.0)
+    held = StartGate(began=0.0, expected_s=10.0)
+    held.arrived(0.5, now=0.2)
+    held.arrived(0.5, now=1.0)  # faster than real time, but a gap of 0.8 s against 1 s in hand
+    assert held.is_open(1.0)
+    held.arrived(0.1, now=2.2)  # now 1.2 s apart, with 1.1 s in hand
+    assert not held.is_open(2.2)
+
+
+def test_nothing_in_hand_never_opens_and_all_audio_in_hand_lacks_nothing():
+    assert not StartGate(began=0.0, expected_s=1.0).is_open(5.0)
+    gate = StartGate(began=0.0, expected_s=1.0)
+    gate.arrived(1.2, now=3.0)  # slow, but the whole text is in hand
+    assert gate.lack_s(3.0) == 0 and gate.is_open(3.0)
+
+
+def test_a_slow_start_is_held_then_goes_out_whole_and_in_order_with_its_timestamps():
+    s, recorder, clock = session()
+    s.start()
+    send(s, type="config", timestamps=True, format="pcm_s16le", sample_rate=24000)
+    (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
+    clock.now += 1.0
+    assert s.audio(job.id, speech(0.5), 0, [("The", 0, 100)]) == []  # half real time: held
+    assert s.contexts["a"].lead_s(clock.now) == 0.0 and recorder.first_audio_s == []
+    clock.now += 0.5
+    assert s.audio(job.id, speech(0.5), 0, []) == []  # 1 s in 1.5 s: still slower than real time
+    clock.now += 0.3
+    released = s.audio(job.id, speech(4.0), 1, [("The", 0, 100)])  # 5 s in 1.8 s
+    sent = frames(released)
+    assert [f.seq for f in sent] == list(range(len(sent))) and sent[0].sample_offset == 0
+    assert [m["type"] for m in messages(released)] == ["timestamps", "timestamps"]
+    assert isinstance(released[0].data, str)  # each sentence's timestamps before its frames, as they came
+    assert recorder.first_audio_s == [pytest.approx(1.8)]  # the listener's first audio came then
+    assert s.contexts["a"].lead_s(clock.now) == pytest.approx(len(sent) * 0.02, abs=0.1)
+    clock.now += 0.1
+    assert frames(s.audio(job.id, speech(1.0), 1, []))  # the gate is gone: the rest goes out as it comes
+
+
+def test_a_fast_start_goes_out_with_its_first_chunk():
+    s, recorder, clock = session()
+    s.start()
+    (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
+    clock.now += 0.1
+    assert frames(s.audio(job.id, speech(0.5), 0, []))
+    assert recorder.first_audio_s == [pytest.approx(0.1)]
+
+
+@pytest.mark.parametrize("end,last", [("text", None), ("speak", "done"), ("failed", "error")])
+def test_what_is_held_goes_out_when_no_more_audio_is_coming_for_now(end, last):
+    s, _, clock = session()
+    s.start()
+    (job,) = jobs(send(s, type="speak" if end == "speak" else "text", context_id="a", text=TEXT))
+    clock.now += 2.0
+    assert s.audio(job.id, speech(0.5), 0, []) == []
+    # A text's job ends with the text in hand spoken (more may come later); a speak's with its end.
+    after = s.failed(job.id, "synthesis_failed", "gone") if end == "failed" else s.finished(job.id)
+    assert len(frames(after)) >= 20  # the 0.5 s held
+    assert (messages(after)[-1]["type"] if messages(after) else None) == last
+
+
+def test_a_cancelled_context_drops_what_was_held_and_the_switch_turns_the_gate_off():
+    s, _, clock = session()
+    s.start()
+    (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
+    clock.now += 2.0
+    assert s.audio(job.id, speech(0.5), 0, []) == []
+    assert [m["type"] for m in messages(send(s, type="cancel", context_id="a"))] == ["cancelled"]
+    s.start_when_safe = False
+    (job,) = jobs(send(s, type="speak", context_id="b", text=TEXT))
+    clock.now += 2.0
+    assert frames(s.audio(job.id, speech(0.5), 0, []))
