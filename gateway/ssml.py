@@ -27,7 +27,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from contract.models import Phonemes
+from contract.models import MAX_SENTENCE_CHARS, Phonemes
 from contract.text import Sentence
 
 MAX_BREAK_MS = 10_000  # Polly's limit (Azure's is 5 s)
@@ -150,6 +150,8 @@ def _ipa(element: ET.Element) -> str:
     """<phoneme>'s `ph`: letters, diacritics and IPA's marks only."""
     if not (ph := element.attrib.get("ph", "").strip()):
         raise SsmlError("<phoneme>: ph, the phonemes in IPA, is required")
+    if len(ph) > MAX_SENTENCE_CHARS:
+        raise SsmlError(f"<phoneme>: ph may hold {MAX_SENTENCE_CHARS} characters at most")
     for ch in ph:
         if ch not in IPA_MARKS and unicodedata.category(ch) not in ("Ll", "Lu", "Lm", "Lo", "Mn", "Sk"):
             raise SsmlError(f"<phoneme ph=\"{ph}\">: {ch!r} is no IPA symbol")

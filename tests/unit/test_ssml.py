@@ -90,6 +90,7 @@ def test_what_is_not_supported_is_read_as_text():
     ('<speak><say-as interpret-as="date" format="mdy">13/40/2024</say-as></speak>', "no such month"),
     ('<!DOCTYPE lol [<!ENTITY a "aaaa">]><speak>&a;</speak>', "document type or entities"),
     ("<speak><phoneme>a</phoneme></speak>", "<phoneme>: ph, the phonemes in IPA, is required"),
+    (f'<speak><phoneme ph="{"a" * 301}">a</phoneme></speak>', "<phoneme>: ph may hold 300 characters at most"),
     ('<speak><phoneme ph="h3lo">a</phoneme></speak>', "<phoneme ph=\"h3lo\">: '3' is no IPA symbol"),
     ("<speak>" + '<break time="10s"/>' * 7 + "</speak>", "add up to 60 s at most"),  # not hours of silence
 ])
