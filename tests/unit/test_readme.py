@@ -313,8 +313,8 @@ def test_the_benchmark_levels_are_bench_md():
         ], (workload, clients)
 
 
-def test_the_capacity_levels_are_capacity_bench_md():
-    path = RESULTS / "capacity" / "bench.md"
+def test_the_capacity_levels_are_bench_md():
+    path = RESULTS / "bench.md"
     header, rows = next((t[0], t[1:]) for t in _tables(_read(path)) if "× C" in t[0])
     col = {name: i for i, name in enumerate(header)}
     runs = {(r[col["system"]], r[col["× C"]], r[col["arrivals"]].split(",")[0]): r for r in rows}  # "Poisson, 0.69/s"
