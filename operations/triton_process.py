@@ -32,14 +32,6 @@ from python_backends.piper.voice import load_voice
 
 log = logging.getLogger("speechstream.triton")
 
-# Triton's session runs this much nicer than the gateway and its clients. Its stages
-# take every core they are given (vLLM's engine and worker spin on their queue while a
-# batch runs), and the kernel shares the cores between sessions first (autogroup): at
-# the same weight, a gateway beside them went seconds without reading Triton's answers,
-# and AR streams' first audio came late (docs/benchmarks.md, The autoregressive family).
-# The gateway needs little CPU, so Triton loses little by yielding it.
-TRITON_NICENESS = 10
-
 
 @dataclass(frozen=True)
 class Stopped:
@@ -67,7 +59,6 @@ class TritonProcess:
     chat_model: str | None = None  # a chat model directory, or EMBEDDED_CHAT: serve the Thinker too
     gpu: bool = False  # models with a configs/gpu.pbtxt load it (the AR family on the GPU)
     listen: bool = False  # serve the recognizer (`asr`) too; a chat model brings it as well (a voice chat needs ears)
-    niceness: int = TRITON_NICENESS  # of the whole session: its threads and stubs, against the gateway's
     process: subprocess.Popen | None = field(default=None, init=False)
     _stdout: object = field(default=None, init=False, repr=False)
     _stubs: list[psutil.Process] = field(default_factory=list, init=False, repr=False)
@@ -117,10 +108,8 @@ class TritonProcess:
         # A session of its own: a signal Triton or a dying stub sends to its process group
         # does not reach the supervisor, which stops Triton itself.
         self.process = subprocess.Popen(
-            ["nice", "-n", str(self.niceness), *self.command()], env=server_environment(self.voices, self.ar_model, self._chat_dir),
-            stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True,
+            self.command(), env=server_environment(self.voices, self.ar_model, self._chat_dir), stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True
         )
-        set_session_niceness(self.process.pid, self.niceness)
 
     def is_ready(self) -> bool:
         url = f"http://{self.host}:{self.http_port}/v2/health/ready"
@@ -223,15 +212,3 @@ class TritonProcess:
         self._stubs = stubs
         for stub in stubs:
             model_of(stub)
-
-
-def set_session_niceness(pid: int, niceness: int) -> None:
-    """Give the session `pid` leads the niceness as a group, where the kernel schedules
-    sessions as groups (autogroup): a process's own niceness only counts within its group."""
-    try:
-        Path(f"/proc/{pid}/autogroup").write_text(f"{niceness}\n")
-    except FileNotFoundError:
-        pass  # a kernel without autogroup: `nice` did it
-    except OSError as e:
-        log.warning("Triton's session keeps the gateway's priority (%s): under load the gateway may read its "
-                    "answers late", e)

@@ -2,10 +2,8 @@
 
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 
@@ -19,7 +17,6 @@ from operations.triton_client import (
     inference_count,
     stream,
 )
-from operations.triton_process import TRITON_NICENESS
 from perf.workloads import harvard_sentences, workload
 from tests.audio import snr_db
 
@@ -192,15 +189,3 @@ def test_chunking_parameters_shape_the_stream(triton):
 def test_text_without_ordinary_words_is_still_spoken(triton, text):
     chunks = stream(triton.grpc_url, c.TTS_MODEL, {c.TEXT: text})
     assert chunks and sum(r.get(c.PCM).size for r in chunks) > 0
-
-
-def test_triton_and_its_stubs_run_nicer_than_the_gateway_as_a_session(triton):
-    """The gateway must get the cores when it reads Triton's answers: Triton's session
-    yields them, as a group where the kernel schedules sessions so (autogroup)."""
-    server = psutil.Process(triton.process.pid)
-    assert server.name() == "tritonserver" and server.nice() == TRITON_NICENESS
-    assert triton.stubs() and all(stub.nice() == TRITON_NICENESS for stub in triton.stubs())
-    assert psutil.Process().nice() == 0  # the tests' own process, as the gateway, is not
-    autogroup = Path(f"/proc/{server.pid}/autogroup")
-    if autogroup.exists():
-        assert autogroup.read_text().split()[-1] == str(TRITON_NICENESS)
