@@ -51,7 +51,7 @@ async def stream_request(
         request.sentences, stages, scheduler=scheduler or DeadlineScheduler(2), chunking=chunking,
         head=head, clock=PlaybackClock(EMBEDDED.sample_rate), pad_to_buckets=pad_to_buckets,
         grow=not request.chunking_asked, first_floor=lambda: chunking.frames if together else 0,
-        is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after, phonemes=request.phonemes,
+        is_cancelled=lambda: cancel_after is not None and len(out) >= cancel_after,
     ):
         out.append(chunk)
     return out

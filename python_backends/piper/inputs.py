@@ -101,7 +101,6 @@ class TtsRequest:
     params: VoiceParams  # as the client set them; the acoustic stage fills in the voice's defaults
     chunking: ChunkParams
     chunking_asked: bool  # the client chose INITIAL_CHUNK_FRAMES, so load does not resize it
-    phonemes: tuple[Phonemes, ...] = ()  # each sentence's IPA spans (PHONEMES); () for none at all
 
 
 def read_voice(inputs: Mapping[str, np.ndarray], voices: Mapping[str, VoiceInfo]) -> VoiceInfo:
@@ -134,6 +133,6 @@ def read_tts_request(
     if PHONEMES in inputs and SENTENCES not in inputs:
         raise InvalidRequest(f"{PHONEMES} goes with {SENTENCES}: a span is in one sentence's text")
     phonemes = read_phonemes(inputs, [s.text for s in sentences])
+    sentences = tuple(replace(s, phonemes=p) for s, p in zip(sentences, phonemes))
     params = read_voice_params(inputs, voice)
-    return TtsRequest(sentences, voice, params, read_chunk_params(inputs, CHUNK_PARAMS), INITIAL_CHUNK_FRAMES in inputs,
-                      phonemes if any(phonemes) else ())
+    return TtsRequest(sentences, voice, params, read_chunk_params(inputs, CHUNK_PARAMS), INITIAL_CHUNK_FRAMES in inputs)

@@ -140,9 +140,9 @@ async def speak(
     pad_to_buckets: bool = False,
     grow: bool = True,
     first_floor: Callable[[], int] = lambda: 0,
-    phonemes: Sequence[Phonemes] = (),
+
 ) -> AsyncIterator[AudioChunk]:
-    """The audio of `sentences` (each one's IPA spans in `phonemes`, if any), chunk by
+    """The audio of `sentences` (spans of each spoken as its IPA `phonemes`), chunk by
     chunk, in order: one acoustic request per sentence, up to SENTENCE_LOOKAHEAD
     sentences ahead (the first sentence's first `head` frames sent alone, so vocoding
     starts before its flow has run to the end), and CHUNK_LOOKAHEAD vocoder calls ahead
@@ -150,7 +150,7 @@ async def speak(
     call is issued; a stage's failure ends the stream with that error. With `grow`, the
     first chunk holds at least `first_floor()` frames, asked when it is issued (see
     stream_pcm)."""
-    latents = sentence_latents(sentences, stages, scheduler, head, clock, is_cancelled, phonemes=phonemes)
+    latents = sentence_latents(sentences, stages, scheduler, head, clock, is_cancelled)
     chunks = stream_pcm(latents, stages, scheduler, chunking, clock, is_cancelled, pad_to_buckets=pad_to_buckets,
                         grow=grow, first_floor=first_floor)
     async with aclosing(chunks):
@@ -203,7 +203,6 @@ async def sentence_latents(
     clock: PlaybackClock,
     is_cancelled: Callable[[], bool] = lambda: False,
     depth: int = SENTENCE_LOOKAHEAD,
-    phonemes: Sequence[Phonemes] = (),
 ) -> AsyncIterator[LatentSentence]:
     """Each sentence's latent frames, in order, one acoustic request per sentence issued
     at most `depth` ahead of the sentence being delivered, so that a cancelled stream
@@ -219,8 +218,7 @@ async def sentence_latents(
             if index:
                 await clock.first_audio()
             before = max(clock.planned, round(chars * SECONDS_PER_CHAR * clock.rate))
-            pieces = stages.acoustic_pieces(sentence.text, head if index == 0 else 0,
-                                            phonemes[index] if phonemes else ())
+            pieces = stages.acoustic_pieces(sentence.text, head if index == 0 else 0, sentence.phonemes)
             yield None, latent_sentence(index, pieces, scheduler, clock.deadline(before))
             chars += len(sentence.text) + 1
 

@@ -67,7 +67,6 @@ class TtsModel(DecoupledModel):
                     scheduler=self.scheduler.for_client(client), clock=clock,
                     is_cancelled=request.is_cancelled, pad_to_buckets=self.pad_to_buckets, grow=not tts.chunking_asked,
                     first_floor=lambda: burst_first_frames(self.streams.silent - 1, self.scheduler.slots, chunking.frames),
-                    phonemes=tts.phonemes,
                 )
                 async with aclosing(chunks):
                     async for chunk in chunks:

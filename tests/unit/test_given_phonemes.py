@@ -33,8 +33,8 @@ def test_phonemes_that_do_not_fit_their_sentence_are_refused_saying_why(value, s
 def test_phonemes_are_read_one_per_sentence_and_only_beside_sentences():
     inputs = {c.SENTENCES: strings("I say tomato.", "Hi."), c.PHONEMES: strings('[[6, 12, "təˈmɑːtoʊ"]]', "")}
     request = read_tts_request(inputs, 1000)
-    assert request.phonemes == (((6, 12, "təˈmɑːtoʊ"),), ())
-    assert read_tts_request({c.SENTENCES: strings("Hi.")}, 1000).phonemes == ()
+    assert [s.phonemes for s in request.sentences] == [((6, 12, "təˈmɑːtoʊ"),), ()]
+    assert read_tts_request({c.SENTENCES: strings("Hi.")}, 1000).sentences[0].phonemes == ()
     with pytest.raises(c.InvalidRequest, match="one element per sentence"):
         read_tts_request({**inputs, c.PHONEMES: strings("")}, 1000)
     with pytest.raises(c.InvalidRequest, match="goes with SENTENCES"):
