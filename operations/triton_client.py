@@ -73,8 +73,11 @@ class Stream:
     def cancel(self) -> None:
         self.client.stop_stream(cancel_requests=True)
 
-    def close(self) -> None:
-        self.client.stop_stream()
+    def close(self, cancel: bool = False) -> None:
+        """End the stream once its requests have ended, or with `cancel`, at once,
+        cancelling them: a stream given up on (an error, a timeout) must not wait for a
+        model that may never answer."""
+        self.client.stop_stream(cancel_requests=cancel)
         self.client.close()
 
 
@@ -82,9 +85,12 @@ def stream(url: str, model: str, values: dict[str, object]) -> list[Response]:
     s = Stream(url)
     try:
         s.send(model, values)
-        return s.responses()
-    finally:
-        s.close()
+        responses = s.responses()
+    except BaseException:
+        s.close(cancel=True)
+        raise
+    s.close()
+    return responses
 
 
 def infer(url: str, model: str, values: dict[str, object]) -> grpcclient.InferResult:

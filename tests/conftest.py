@@ -32,9 +32,12 @@ def voices_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory, voices_dir):
     """A real tritonserver on free loopback ports, serving model_repository/ with the
-    embedded voice and the voices of `voices_dir`, and the speech recognizer."""
+    embedded voice and the voices of `voices_dir`, and the speech recognizer; supervised
+    as speechstream-serve runs it, so a stub lost to Triton 2.51's own faults (its Python
+    stub now and then aborts on a corrupted heap under concurrent BLS calls) costs the
+    suite a restart, not every test after it."""
     server = TritonServer(*free_ports(3), voices=str(voices_dir), listen=True)
-    with running(server, tmp_path_factory.mktemp("triton")) as server:
+    with running(server, tmp_path_factory.mktemp("triton"), supervised=True) as server:
         yield server
 
 

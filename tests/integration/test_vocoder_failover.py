@@ -48,7 +48,7 @@ def speak(url: str, fault: Callable[[], None] | None = None) -> tuple[np.ndarray
             if fault is not None and len(pcm) == FAULT_AT_CHUNK:
                 threading.Thread(target=fault).start()
     finally:
-        stream.close()
+        stream.close(cancel=True)  # after the final response nothing is in flight; after a failure, what is
     return np.concatenate(pcm), timing
 
 
