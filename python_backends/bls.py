@@ -17,9 +17,13 @@ import triton_python_backend_utils as pb_utils
 
 from contract import models as c
 from python_backends.failover import Failover, Lost
+from python_backends.keepalive import KeepAlive
 
 # The first of contract.models.STUB_FAULTS names the instance whose stub is dead or stopped.
 UNHEALTHY = re.compile(r"Stub process '(?P<instance>[^']+)' is not healthy")
+# How long a finished decoupled request's response iterator is held (Bls.decoupled): far
+# past the stub's cleanup of it, which waits behind the stub's other messages to Triton.
+ITERATOR_HOLD_S = 10.0
 
 
 class Bls:
@@ -29,12 +33,17 @@ class Bls:
         # The BLS response iterator blocks; each decoupled request parks a thread on it.
         self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="stream-wait")
         self._failover: dict[str, Failover] = collections.defaultdict(Failover)  # by stateless model
+        self._finished = KeepAlive(ITERATOR_HOLD_S)
 
     async def decoupled(self, model: str, inputs: list, outputs: list[str]) -> AsyncIterator:
         """A decoupled request's responses, but the empty final one; a response that is
         an error raises StageError. The response iterator is read to its end even when
         the reading stops early (a failure, the reader cancelled): one dropped unread
-        deadlocks the 2.51 stub when the model unloads."""
+        deadlocks the 2.51 stub when the model unloads. The iterator, which holds every
+        response it gave, is then held a while (ITERATOR_HOLD_S): the 2.51 stub drops its
+        own reference to it on a thread of its own without the GIL (Stub::SendCleanupId),
+        and if that reference were the last, the responses' numpy arrays would be freed
+        there, corrupting the heap (python_backend#390 takes the GIL there, from r24.12)."""
         request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=outputs,
                                              preferred_memory=host_memory())
         responses = iter(await request.async_exec(decoupled=True))
@@ -49,8 +58,11 @@ class Bls:
                     yield r
             read_all = True
         finally:
-            if not read_all:
-                await loop.run_in_executor(self._waiters, collections.deque, responses, 0)  # read to the end
+            try:
+                if not read_all:
+                    await loop.run_in_executor(self._waiters, collections.deque, responses, 0)  # read to the end
+            finally:
+                self._finished.keep(responses)
 
     async def infer(self, model: str, inputs: list, output: str, frames: int, label: str) -> np.ndarray:
         """The one output of a call to a stateless model (vocoder, Code2Wav) on a window of
