@@ -140,7 +140,6 @@ async def speak(
     pad_to_buckets: bool = False,
     grow: bool = True,
     first_floor: Callable[[], int] = lambda: 0,
-
 ) -> AsyncIterator[AudioChunk]:
     """The audio of `sentences` (spans of each spoken as its IPA `phonemes`), chunk by
     chunk, in order: one acoustic request per sentence, up to SENTENCE_LOOKAHEAD
