@@ -59,6 +59,28 @@ def test_opus_frames_decode_to_the_signal(rate):
     assert np.corrcoef(aligned[:n], reference[:n])[0, 1] >= 0.99
 
 
+def coded_band_hz(packet: bytes) -> int:
+    """The audio band an Opus packet codes, from its TOC byte's configuration (RFC 6716,
+    3.1): SILK narrow-, medium- and wideband, hybrid super-wide- and fullband, CELT
+    narrow-, wide-, super-wide- and fullband."""
+    config = packet[0] >> 3
+    bands = [4000] * 4 + [6000] * 4 + [8000] * 4 + [12000] * 2 + [20000] * 2
+    bands += [4000] * 4 + [8000] * 4 + [12000] * 4 + [20000] * 4
+    return bands[config]
+
+
+@pytest.mark.parametrize("source, band", [(22050, 12000), (44100, 20000)])
+def test_a_48_khz_opus_stream_codes_its_voices_band_at_the_48_khz_bitrate(source, band):
+    # A 22,050 Hz voice is encoded at 24 kHz (super-wideband, half the samples to code);
+    # a voice with more band than 24 kHz holds stays at 48 kHz.
+    enc = FrameEncoder(source, 48000, 20, "opus")
+    payloads = enc.push(tone(2.0, source)) + enc.finish()
+    assert max(coded_band_hz(p) for p in payloads) == band
+    assert enc.frame_samples == 960 and enc.samples == len(payloads) * 960
+    kbps = sum(map(len, payloads)) * 8 / (len(payloads) * 0.02) / 1000
+    assert 45 < kbps < 58  # a 48 kHz encoder's automatic 51 kb/s, not 24 kHz's own 27
+
+
 def test_pcm_has_no_pre_skip():
     assert pre_skip("pcm_s16le", 48000) == 0
 
