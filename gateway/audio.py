@@ -45,9 +45,9 @@ def codec_rate(fmt: str, source_rate: int, rate: int) -> int:
 
 def opus_encoder(rate: int, encoded_at: int, frame_ms: int) -> opuslib.Encoder:
     """An Opus encoder for a stream at `rate` encoded at `encoded_at`, with the effort and
-    bitrate an encoder at `rate` would have: at 24 kHz, the 48 kHz stream's automatic
-    51 kb/s decode closer to the voice than at 48 kHz (PESQ 4.46 against 4.43, this
-    voice) for 12 % less CPU; 24 kHz's own 27 kb/s would lose (4.10)."""
+    bitrate an encoder at `rate` would have, so that it decodes as close to the voice as
+    that encoder's packets do (`python -m perf.opus`); at `encoded_at`'s own automatic
+    bitrate, about half, it would not."""
     encoder = opuslib.Encoder(encoded_at, 1, opuslib.APPLICATION_AUDIO)
     encoder.complexity = OPUS_COMPLEXITY.get(rate, 10)
     if encoded_at != rate:
