@@ -229,12 +229,15 @@ async def vocode_chunk(
     stages: Stages, scheduler: Scheduler, latent: Latent, chunk: Chunk, deadline: float, pad: bool
 ) -> np.ndarray:
     """Vocode the chunk's window (zero-padded to its bucket if `pad`), once its frames
-    are in, and cut the context off. A window that is in while the rest of its sentence
-    is still being read (a first sentence's head) borrows the reading's slot."""
+    are in, and cut the context off. A sentence's first window, in while the rest of the
+    sentence is still being read (a first sentence's head), borrows the reading's slot;
+    the windows after it wait for a slot of their own, so that the first packet shares
+    the cores with the flow alone."""
     frames = await latent.until(chunk.window_end)
     window = np.zeros((frames.shape[0], bucket_frames(chunk.window_frames) if pad else chunk.window_frames), np.float32)
     window[:, : chunk.window_frames] = frames[:, chunk.window_start : chunk.window_end]
-    pcm = await scheduler.run(deadline, lambda: stages.vocode(window), borrow=not latent.complete)
+    borrow = chunk.start == 0 and not latent.complete
+    pcm = await scheduler.run(deadline, lambda: stages.vocode(window), borrow=borrow)
     first = chunk.lead_frames * SAMPLES_PER_FRAME
     return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]
 

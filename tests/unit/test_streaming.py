@@ -114,6 +114,30 @@ def test_the_first_chunk_is_vocoded_from_the_head_before_the_rest_arrives():
     assert stages.log.index(("vocode", 4 + 2)) < stages.log.index(("acoustic done", 0))
 
 
+def test_beside_the_first_sentences_flow_only_its_first_window_is_vocoded():
+    # Two slots as on two cores: the flow's reading holds one and the first window takes
+    # the other. The second window, in from the head too, waits for a slot: borrowing the
+    # flow's as well, it would make three calls on two cores and slow the first packet.
+    stages, scheduler = ScriptedStages([60]), DeadlineScheduler(2)
+    vocoding, peak = [0], [0]
+
+    async def vocode(window):
+        flowing = ("acoustic done", 0) not in stages.log
+        vocoding[0] += 1
+        peak[0] = max(peak[0], vocoding[0] if flowing else 0)
+        try:
+            await asyncio.sleep(0.004)
+            return np.repeat(window[0], 256)
+        finally:
+            vocoding[0] -= 1
+
+    stages.vocode = vocode
+    head = CHUNKING.initial_frames + 2 * CHUNKING.initial_frames + CHUNKING.right_context
+    chunks, error = run(stages, 1, head=head, scheduler=scheduler)
+    assert error is None and sum(chunk.pcm.size for chunk in chunks) == 60 * 256
+    assert peak[0] == 1
+
+
 @pytest.mark.parametrize("grow", [True, False])
 def test_the_first_chunk_holds_the_floor_asked_when_it_is_issued_unless_the_chunking_was_the_clients(grow):
     asked = []
