@@ -40,7 +40,7 @@ def codec_rate(fmt: str, source_rate: int, rate: int) -> int:
     the same band, and the resampler and encoder have half the samples to work on."""
     if fmt != "opus":
         return rate
-    return next(r for r in OPUS_RATES if (r >= source_rate and rate % r == 0) or r == rate)
+    return next((r for r in OPUS_RATES if r >= source_rate and rate % r == 0), rate)
 
 
 def opus_encoder(rate: int, encoded_at: int, frame_ms: int) -> opuslib.Encoder:
