@@ -73,14 +73,14 @@ class FrameEncoder:
     resampler and pads the last partial frame with silence, so every frame, the last
     included, holds exactly `frame_samples` samples; the encoder then goes on from there
     (a flush mid-stream). Samples are counted at `rate`, whatever rate the codec works
-    at (codec_rate).
+    at (`encoded_at`; codec_rate's unless given, as perf.opus gives it).
     """
 
-    def __init__(self, source_rate: int, rate: int, frame_ms: int, fmt: str) -> None:
+    def __init__(self, source_rate: int, rate: int, frame_ms: int, fmt: str, encoded_at: int | None = None) -> None:
         self.source_rate = source_rate
         self.rate = rate
         self.frame_samples = rate * frame_ms // 1000
-        self._codec_rate = codec_rate(fmt, source_rate, rate)
+        self._codec_rate = encoded_at or codec_rate(fmt, source_rate, rate)
         self._codec_frame = self._codec_rate * frame_ms // 1000
         self._resampler = self._new_resampler()
         self._opus = opus_encoder(rate, self._codec_rate, frame_ms) if fmt == "opus" else None

@@ -5,8 +5,9 @@ gateway's own encoder settings (gateway.audio), on the embedded voice's speech.
 
 The short and paragraph workloads are synthesized whole in process, then for each way
 of encoding them: the CPU of resampling and encoding per audio second (the best of
-`rounds`, the ways interleaved), the bitrate, and how close a 48 kHz decoder's output is to the voice: PESQ
-(ITU-T P.862 wideband, at 16 kHz) and the correlation, aligned by `ready`'s pre_skip.
+`rounds`, the ways interleaved), the bitrate, and how close a 48 kHz decoder's output
+is to the voice: PESQ (ITU-T P.862 wideband, at 16 kHz) and the correlation, aligned by
+`ready`'s pre_skip.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import opuslib
 import soxr
 from pesq import pesq
 
-from gateway.audio import codec_rate, opus_encoder, pre_skip
+from gateway.audio import FrameEncoder, codec_rate, pre_skip
 
 RATE, FRAME_MS = 48000, 20
 PESQ_RATE = 16000
@@ -28,37 +29,30 @@ PESQ_RATE = 16000
 
 @dataclass(frozen=True)
 class Way:
-    """How a stream is encoded: at `encoded_at`, with the encoder a stream at
-    `stream_rate` gets."""
+    """How a stream is encoded: a stream at `stream_rate`, its codec at `encoded_at`
+    (None: where the gateway puts it, gateway.audio.codec_rate)."""
 
     name: str
-    encoded_at: int
     stream_rate: int
+    encoded_at: int | None = None
 
 
 def ways(source_rate: int) -> list[Way]:
-    served = codec_rate("opus", source_rate, RATE)
+    served = codec_rate("opus", source_rate, RATE) // 1000
     return [
         Way("at 48 kHz", RATE, RATE),
-        Way(f"at {served // 1000} kHz, the 48 kHz stream's bitrate (served)", served, RATE),
-        Way(f"at {served // 1000} kHz, as a {served // 1000} kHz stream is (its own bitrate and effort)", served, served),
+        Way(f"at {served} kHz, the 48 kHz stream's bitrate (served)", RATE),
+        Way(f"at {served} kHz, as a {served} kHz stream is (its own bitrate and effort)", served * 1000),
     ]
 
 
 def encode(pcm: np.ndarray, source_rate: int, way: Way) -> tuple[list[bytes], float]:
-    """The packets of `pcm` encoded `way`, fed as the gateway feeds them (chunks of
-    vocoder output, a stateful resampler), and the CPU seconds that took."""
-    encoder = opus_encoder(way.stream_rate, way.encoded_at, FRAME_MS)
-    resampler = soxr.ResampleStream(source_rate, way.encoded_at, 1, dtype="float32")
-    frame = way.encoded_at * FRAME_MS // 1000
-    pending, packets, chunk = np.empty(0, np.float32), [], 256 * 32
+    """The packets of `pcm` encoded `way` by the gateway's FrameEncoder, fed in chunks
+    of vocoder output as the gateway feeds it, and the CPU seconds that took."""
+    encoder = FrameEncoder(source_rate, way.stream_rate, FRAME_MS, "opus", way.encoded_at)
+    chunk = 256 * 32
     start = time.process_time()
-    for i in range(0, pcm.size, chunk):
-        audio = np.concatenate([pending, resampler.resample_chunk(pcm[i : i + chunk], last=i + chunk >= pcm.size)])
-        whole = audio.size // frame * frame
-        pending = audio[whole:]
-        pcm16 = (np.clip(audio[:whole], -1.0, 1.0) * 32767).astype("<i2")
-        packets += [encoder.encode(f.tobytes(), frame) for f in pcm16.reshape(-1, frame)]
+    packets = [p for i in range(0, pcm.size, chunk) for p in encoder.push(pcm[i : i + chunk])] + encoder.finish()
     return packets, time.process_time() - start
 
 

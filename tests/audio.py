@@ -37,3 +37,11 @@ def encode_file(pcm: np.ndarray, rate: int, fmt: str) -> bytes:
     return out.getvalue()
 
 
+def coded_band_hz(packet: bytes) -> int:
+    """The audio band an Opus packet codes, from its TOC byte's configuration (RFC 6716,
+    3.1): SILK narrow-, medium- and wideband, hybrid super-wide- and fullband, CELT
+    narrow-, wide-, super-wide- and fullband."""
+    config = packet[0] >> 3
+    bands = [4000] * 4 + [6000] * 4 + [8000] * 4 + [12000] * 2 + [20000] * 2
+    bands += [4000] * 4 + [8000] * 4 + [12000] * 4 + [20000] * 4
+    return bands[config]

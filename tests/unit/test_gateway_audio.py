@@ -6,6 +6,7 @@ import soxr
 
 from gateway.audio import G711_CODECS, FrameEncoder, pre_skip
 from speechstream import protocol as v1
+from tests.audio import coded_band_hz
 
 SOURCE = 22050
 
@@ -57,16 +58,6 @@ def test_opus_frames_decode_to_the_signal(rate):
     aligned = decoded[lag : lag + reference.size]
     n = min(aligned.size, reference.size)
     assert np.corrcoef(aligned[:n], reference[:n])[0, 1] >= 0.99
-
-
-def coded_band_hz(packet: bytes) -> int:
-    """The audio band an Opus packet codes, from its TOC byte's configuration (RFC 6716,
-    3.1): SILK narrow-, medium- and wideband, hybrid super-wide- and fullband, CELT
-    narrow-, wide-, super-wide- and fullband."""
-    config = packet[0] >> 3
-    bands = [4000] * 4 + [6000] * 4 + [8000] * 4 + [12000] * 2 + [20000] * 2
-    bands += [4000] * 4 + [8000] * 4 + [12000] * 4 + [20000] * 4
-    return bands[config]
 
 
 @pytest.mark.parametrize("source, band", [(22050, 12000), (44100, 20000)])
