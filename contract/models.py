@@ -103,6 +103,10 @@ def encode_phonemes(phonemes: Phonemes) -> str:
 # Input of `acoustic`: send the sentence's first HEAD_FRAMES frames as a response of
 # their own, ahead of its other frames (0, the default: the sentence in one piece).
 HEAD_FRAMES = "HEAD_FRAMES"
+# Input of `acoustic`: the intra-op threads the sentence's prior and first piece may use
+# (1, the default), as many as its caller found cores idle; the model's `head_threads`
+# parameter sets what more than one thread means.
+HEAD_THREADS = "HEAD_THREADS"
 
 # Chunking inputs of `tts`.
 INITIAL_CHUNK_FRAMES = "INITIAL_CHUNK_FRAMES"
@@ -164,7 +168,7 @@ VOICE_PARAMS = (
     Param(SPEAKER, "TYPE_INT64", None, 0, 65535),  # each voice checks its own count
 )
 
-HEAD_PARAM = Param(HEAD_FRAMES, "TYPE_INT32", 0, 0, 4096)
+HEAD_PARAMS = (Param(HEAD_FRAMES, "TYPE_INT32", 0, 0, 4096), Param(HEAD_THREADS, "TYPE_INT32", 1, 1, 1024))
 
 # Frames are 256 samples at 22,050 Hz (11.6 ms). A small first chunk gives a fast
 # first packet; later chunks double up to CHUNK_FRAMES so the context overhead shrinks
@@ -316,7 +320,7 @@ def model_inputs(model: str) -> list[dict]:
     voice = [_tensor(VOICE, "TYPE_STRING", [1], optional=True)]
     if model == ACOUSTIC_MODEL:
         phonemes = [_tensor(PHONEMES, "TYPE_STRING", [1], optional=True)]
-        return [_tensor(TEXT, "TYPE_STRING", [1])] + phonemes + voice + _params(VOICE_PARAMS) + _params((HEAD_PARAM,))
+        return [_tensor(TEXT, "TYPE_STRING", [1])] + phonemes + voice + _params(VOICE_PARAMS) + _params(HEAD_PARAMS)
     if model == TTS_MODEL:
         text = [_tensor(TEXT, "TYPE_STRING", [1], optional=True)]
         sentences = [_tensor(SENTENCES, "TYPE_STRING", [-1], optional=True)]

@@ -56,6 +56,11 @@ class Scheduler(Protocol):
 
     async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T: ...
 
+    def spare(self) -> int:
+        """Slots free with no call waiting for them: cores a call running now may use
+        beside its own, until another call comes."""
+        ...
+
 
 @dataclass
 class _Waiter:
@@ -116,6 +121,9 @@ class DeadlineScheduler:
             raise
         task.add_done_callback(lambda _: self._release(client))
         return await asyncio.shield(task)
+
+    def spare(self) -> int:
+        return 0 if self.waiting else self.slots - self.busy
 
     def share(self) -> int:
         """Slots one client may hold: an even split among the clients active lately."""
@@ -181,6 +189,9 @@ class ClientScheduler:
 
     async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T:
         return await self.scheduler.run(deadline, work, self.client, borrow)
+
+    def spare(self) -> int:
+        return self.scheduler.spare()
 
 
 class Streams:

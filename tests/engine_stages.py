@@ -24,8 +24,8 @@ class EngineStages:
         self.params = params.over(acoustic.default_params())
         self.workers = ThreadPoolExecutor(2)
 
-    def acoustic_pieces(self, text, head, phonemes=()):
-        return self.acoustic.pieces(text, self.params, head, self.workers, phonemes)
+    def acoustic_pieces(self, text, head, phonemes=(), head_threads=1):
+        return self.acoustic.pieces(text, self.params, head, self.workers, phonemes, head_threads)
 
     async def vocode(self, window):
         self.calls.append(window.shape[1])

@@ -24,7 +24,8 @@ class AcousticModel(DecoupledModel):
 
     def initialize(self, args) -> None:
         self.voices = configured_voices()
-        self.engines = {name: AcousticEngine(load_voice(info)) for name, info in self.voices.items()}
+        head_threads = int(parameters(args).get("head_threads", "2"))
+        self.engines = {name: AcousticEngine(load_voice(info), 1, head_threads) for name, info in self.voices.items()}
         # Sentences of all streams share these workers in arrival order, so a new
         # stream's first sentence waits for at most one job (a prior or a flow) per worker.
         self.workers = ThreadPoolExecutor(int(parameters(args).get("workers", "2")), thread_name_prefix="acoustic")
@@ -34,9 +35,10 @@ class AcousticModel(DecoupledModel):
         text, voice = read_text(inputs, c.MAX_SENTENCE_CHARS), read_voice(inputs, self.voices)
         engine = self.engines[voice.name]
         params = read_voice_params(inputs, voice).over(engine.default_params())
-        head = read_params(inputs, (c.HEAD_PARAM,))[c.HEAD_FRAMES]
+        head = read_params(inputs, c.HEAD_PARAMS)
         (phonemes,) = read_phonemes(inputs, [text])
-        async for piece in engine.pieces(text, params, head, self.workers, phonemes):
+        pieces = engine.pieces(text, params, head[c.HEAD_FRAMES], self.workers, phonemes, head[c.HEAD_THREADS])
+        async for piece in pieces:
             yield acoustic_outputs(piece)
 
     def finalize(self) -> None:

@@ -30,13 +30,17 @@ class BlsStages:
     params: VoiceParams
     label: str
 
-    async def acoustic_pieces(self, text: str, head: int, phonemes: Phonemes = ()) -> AsyncIterator[LatentPiece]:
+    async def acoustic_pieces(
+        self, text: str, head: int, phonemes: Phonemes = (), head_threads: int = 1
+    ) -> AsyncIterator[LatentPiece]:
         """One acoustic request for one sentence, its responses as pieces."""
         inputs = [string_tensor(c.TEXT, text), string_tensor(c.VOICE, self.voice), *tensors(self.params.tensors())]
         if phonemes:
             inputs.append(string_tensor(c.PHONEMES, encode_phonemes(phonemes)))
         if head:
             inputs.append(pb_utils.Tensor(c.HEAD_FRAMES, np.array([head], dtype=np.int32)))
+        if head_threads > 1:
+            inputs.append(pb_utils.Tensor(c.HEAD_THREADS, np.array([head_threads], dtype=np.int32)))
         outputs = [c.LATENT, c.DURATIONS, c.WORDS, c.WORD_FRAMES]
         async with aclosing(self.bls.decoupled(c.ACOUSTIC_MODEL, inputs, outputs)) as responses:
             async for r in responses:

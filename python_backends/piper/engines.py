@@ -33,6 +33,8 @@ def session(path, threads: int) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    # Spinning helper threads would take the cores from the other stages' calls.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -62,13 +64,31 @@ class SentencePrior:
         return self.sample.shape[2]
 
 
-class AcousticEngine:
-    """Text → sentences → phonemes → ids → latent frames, one sentence at a time."""
+@dataclass(frozen=True)
+class AcousticGraphs:
+    """The acoustic stage's two graphs, on sessions of one intra-op thread count."""
 
-    def __init__(self, voice: v.Voice, threads: int = 1) -> None:
+    threads: int
+    prior: ort.InferenceSession
+    flow: ort.InferenceSession
+
+    @classmethod
+    def load(cls, voice: v.Voice, threads: int) -> AcousticGraphs:
+        return cls(threads, session(voice.graphs["prior"], threads), session(voice.graphs["flow"], threads))
+
+
+class AcousticEngine:
+    """Text → sentences → phonemes → ids → latent frames, one sentence at a time.
+
+    A sentence's head (its prior and first piece) may run on `head_threads` intra-op
+    threads, where its caller found that many cores idle: the prior of a first sentence
+    is most of its first packet's compute. Everything else runs on `threads`."""
+
+    def __init__(self, voice: v.Voice, threads: int = 1, head_threads: int | None = None) -> None:
         self.voice = voice
-        self._prior = session(voice.graphs["prior"], threads)
-        self._flow = session(voice.graphs["flow"], threads)
+        self._graphs = AcousticGraphs.load(voice, threads)
+        wide = head_threads is not None and head_threads != threads
+        self._head_graphs = AcousticGraphs.load(voice, head_threads) if wide else self._graphs
         self._espeak = Espeak.shared()
         id_map = voice.phoneme_id_map
         self._separators = {id_map[s][0] for s in (BOS, EOS, " ")}
@@ -85,15 +105,21 @@ class AcousticEngine:
         """The text's phonemes: espeak-ng's, but for the spans `given` IPA for."""
         return with_given(text, given, lambda part: self._espeak.phonemize(normalize(part), self.voice.espeak_voice))
 
+    def head_graphs(self, threads: int) -> AcousticGraphs:
+        """The graphs a head runs on with at most `threads` intra-op threads."""
+        return self._head_graphs if self._head_graphs.threads <= threads else self._graphs
+
     def latent(self, sentence: Sentence, params: VoiceParams) -> SentenceLatent:
         """The latent frames of one sentence, in one piece."""
         prior = self.prior(sentence, params)
         latent = self.flow(prior, 0, prior.frames)
         return SentenceLatent(sentence, prior.durations, latent, prior.words)
 
-    def prior(self, sentence: Sentence, params: VoiceParams, phonemes: Phonemes = ()) -> SentencePrior:
+    def prior(
+        self, sentence: Sentence, params: VoiceParams, phonemes: Phonemes = (), graphs: AcousticGraphs | None = None
+    ) -> SentencePrior:
         """Phonemes (IPA `phonemes` for spans of the text), durations and the prior sample
-        of one sentence. With a seed, the noise depends only on the seed and the sentence's
+        of one sentence, on `graphs` (the engine's own by default). With a seed, the noise depends only on the seed and the sentence's
         text, so a sentence sounds the same whether it came alone or within a longer text."""
         ids = self.ids(sentence, phonemes)
         rng = np.random.default_rng(None if params.seed is None else [params.seed, zlib.crc32(sentence.text.encode())])
@@ -101,7 +127,7 @@ class AcousticEngine:
         own_rate = self.voice.inference_defaults["length_scale"]
         scales = np.array([params.noise_scale, own_rate, params.noise_w], dtype=np.float32)
         speaker = speaker_input(self.voice, [params.speaker])
-        means, log_stds, widths = self._prior.run(
+        means, log_stds, widths = (graphs or self._graphs).prior.run(
             None,
             {
                 v.PHONEME_IDS_IN: ids[None, :],
@@ -121,23 +147,33 @@ class AcousticEngine:
         return SentencePrior(durations, words, sample, mask, speaker)
 
     async def pieces(
-        self, text: str, params: VoiceParams, head: int, workers: Executor | None = None, phonemes: Phonemes = ()
+        self,
+        text: str,
+        params: VoiceParams,
+        head: int,
+        workers: Executor | None = None,
+        phonemes: Phonemes = (),
+        head_threads: int = 1,
     ) -> AsyncIterator[LatentPiece]:
         """One sentence's latent frames as the acoustic stage sends them: its first `head`
         frames alone where flow_pieces finds that worth it, then the rest; the first piece
         carries the sentence's durations and words. The prior and each piece's flow are
-        separate jobs on `workers`, so other requests' jobs interleave with them."""
+        separate jobs on `workers`, so other requests' jobs interleave with them. The
+        prior and the first piece use at most `head_threads` intra-op threads."""
         loop = asyncio.get_running_loop()
-        prior = await loop.run_in_executor(workers, self.prior, Sentence(0, len(text), text), params, phonemes)
+        graphs = self.head_graphs(head_threads)
+        sentence = Sentence(0, len(text), text)
+        prior = await loop.run_in_executor(workers, self.prior, sentence, params, phonemes, graphs)
         for start, end in flow_pieces(prior.frames, head, FLOW_CONTEXT):
-            frames = await loop.run_in_executor(workers, self.flow, prior, start, end)
+            frames = await loop.run_in_executor(workers, self.flow, prior, start, end, graphs if start == 0 else None)
             yield LatentPiece(frames, prior.durations, tuple(prior.words)) if start == 0 else LatentPiece(frames)
 
-    def flow(self, prior: SentencePrior, start: int, end: int) -> np.ndarray:
+    def flow(self, prior: SentencePrior, start: int, end: int, graphs: AcousticGraphs | None = None) -> np.ndarray:
         """Latent frames [start, end) of the sentence, [channels, end - start], computed
-        on a window with FLOW_CONTEXT frames more on each side where there are any."""
+        on a window with FLOW_CONTEXT frames more on each side where there are any, on
+        `graphs` (the engine's own by default)."""
         lo, hi = max(0, start - FLOW_CONTEXT), min(prior.frames, end + FLOW_CONTEXT)
-        (latent,) = self._flow.run(
+        (latent,) = (graphs or self._graphs).flow.run(
             None, {v.PRIOR_SAMPLE: prior.sample[:, :, lo:hi], v.FRAME_MASK: prior.mask[:, :, lo:hi]} | prior.speaker
         )
         return latent[0, :, start - lo : end - lo]

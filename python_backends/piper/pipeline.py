@@ -58,10 +58,13 @@ def acoustic_outputs(piece: LatentPiece) -> dict[str, np.ndarray]:
 class Stages(Protocol):
     """The two stages the tts stage calls, one call per sentence or per chunk."""
 
-    def acoustic_pieces(self, text: str, head: int, phonemes: Phonemes = ()) -> AsyncIterator[LatentPiece]:
+    def acoustic_pieces(
+        self, text: str, head: int, phonemes: Phonemes = (), head_threads: int = 1
+    ) -> AsyncIterator[LatentPiece]:
         """One sentence's latent frames, as the acoustic stage sends them: its first
         `head` frames alone when `head` > 0, then the rest; spans of its text spoken as
-        the IPA `phonemes` give. Nothing is asked of the stage before the first
+        the IPA `phonemes` give; its prior and first piece on up to `head_threads`
+        threads. Nothing is asked of the stage before the first
         piece is awaited, and closing the iterator early waits for what was asked."""
         ...
 
@@ -159,12 +162,13 @@ async def speak(
 
 async def latent_sentence(
     index: int,
-    pieces: AsyncIterator[LatentPiece],
+    request: Callable[[int], AsyncIterator[LatentPiece]],
     scheduler: Scheduler,
     deadline: float,
 ) -> LatentSentence:
-    """A sentence's latent as soon as its first piece is in; the rest fills in as
-    `pieces` yields it. The reading holds a scheduler slot from its first piece to its
+    """A sentence's latent as soon as its first piece is in; the rest fills in as the
+    pieces of `request(threads)` come, `threads` being its slot and the slots spare when
+    it starts (Scheduler.spare). The reading holds a scheduler slot from its first piece to its
     last, even if the stream is cancelled meanwhile (Triton 2.51's BLS cannot cancel a
     request it has sent, so the stage stays busy anyway). A failure after the first
     piece reaches the latent's readers; one before it is raised here."""
@@ -172,6 +176,7 @@ async def latent_sentence(
 
     async def read() -> None:
         latent = None
+        pieces = request(1 + scheduler.spare())
         try:
             async with aclosing(pieces):
                 async for piece in pieces:
@@ -192,6 +197,13 @@ async def latent_sentence(
     # A later failure reaches the stream through the latent; this only retrieves it.
     work.add_done_callback(lambda w: w.cancelled() or w.exception())
     return first.result()
+
+
+def acoustic_request(stages: Stages, sentence: Sentence, head: int) -> Callable[[int], AsyncIterator[LatentPiece]]:
+    """The sentence's acoustic request, given the threads it may use: a head (a first
+    sentence's prior and first piece, a first packet's compute) takes them; other work
+    keeps to its slot's one."""
+    return lambda threads: stages.acoustic_pieces(sentence.text, head, sentence.phonemes, threads if head else 1)
 
 
 async def sentence_latents(
@@ -217,8 +229,8 @@ async def sentence_latents(
             if index:
                 await clock.first_audio()
             before = max(clock.planned, round(chars * SECONDS_PER_CHAR * clock.rate))
-            pieces = stages.acoustic_pieces(sentence.text, head if index == 0 else 0, sentence.phonemes)
-            yield None, latent_sentence(index, pieces, scheduler, clock.deadline(before))
+            request = acoustic_request(stages, sentence, head if index == 0 else 0)
+            yield None, latent_sentence(index, request, scheduler, clock.deadline(before))
             chars += len(sentence.text) + 1
 
     async for _, latent in ordered(calls(), depth, is_cancelled):

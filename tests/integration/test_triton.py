@@ -67,6 +67,16 @@ def test_acoustic_sends_a_sentences_head_ahead_of_its_rest(triton):
     assert head.seconds < 0.7 * rest.seconds  # the head did not wait for the rest's flow
 
 
+def test_acoustic_makes_a_head_given_two_threads_as_on_one_and_refuses_none(triton):
+    text, seed = split_sentences(workload("paragraph"))[0].text, np.int64(5)
+    asked = {c.TEXT: text, c.SEED: seed, c.HEAD_FRAMES: np.int32(32)}
+    one, two = (stream(triton.grpc_url, c.ACOUSTIC_MODEL, asked | {c.HEAD_THREADS: np.int32(n)}) for n in (1, 2))
+    assert [r.get(c.LATENT).shape for r in one] == [r.get(c.LATENT).shape for r in two]
+    assert all(snr_db(a.get(c.LATENT), b.get(c.LATENT)) > 100 for a, b in zip(one, two))
+    with pytest.raises((StreamError, InferenceServerException), match="HEAD_THREADS=0 is out of range"):
+        stream(triton.grpc_url, c.ACOUSTIC_MODEL, asked | {c.HEAD_THREADS: np.int32(0)})
+
+
 def test_acoustic_speaks_its_text_as_one_sentence(triton):
     (whole,) = stream(triton.grpc_url, c.ACOUSTIC_MODEL, {c.TEXT: "Dr. Smith arrived. He sat."})
     assert [w.decode() for w in whole.get(c.WORDS)] == ["Dr.", "Smith", "arrived.", "He", "sat."]

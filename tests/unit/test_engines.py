@@ -119,6 +119,30 @@ def test_a_sentence_comes_in_a_head_and_the_rest_the_head_with_its_timing(acoust
     assert np.array_equal(alone.frames, whole.latent)
 
 
+def test_a_head_asked_enough_threads_runs_on_the_head_graphs_the_rest_on_one_thread(voice):
+    engine = AcousticEngine(voice, 1, head_threads=2)
+    assert [engine.head_graphs(t).threads for t in (1, 2, 8)] == [1, 2, 2]
+    assert engine.head_graphs(2).prior.get_session_options().intra_op_num_threads == 2
+    assert AcousticEngine(voice).head_graphs(8).threads == 1  # no head graphs of its own
+    runs = []
+    for graphs in (engine.head_graphs(1), engine.head_graphs(2)):
+        for name in ("prior", "flow"):
+            session = getattr(graphs, name)
+            session.run = lambda *a, run=session.run, key=(name, graphs.threads): runs.append(key) or run(*a)
+    params = replace(engine.default_params(), seed=3)
+    text = split_sentences(workload("paragraph"))[0].text
+
+    async def collect(threads):
+        return [piece.frames async for piece in engine.pieces(text, params, 32, None, (), threads)]
+
+    one = asyncio.run(collect(1))
+    assert runs == [("prior", 1), ("flow", 1), ("flow", 1)]
+    runs.clear()
+    two = asyncio.run(collect(2))
+    assert runs == [("prior", 2), ("flow", 2), ("flow", 1)]
+    assert all(snr_db(a, b) > 100 for a, b in zip(one, two, strict=True))
+
+
 def synthesize_all(stages, inputs, cancel_after=None, pad_to_buckets=False):
     """The chunks of a tts request of `inputs`, unloaded."""
     return asyncio.run(stream_request(stages, inputs, cancel_after=cancel_after, pad_to_buckets=pad_to_buckets))

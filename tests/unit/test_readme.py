@@ -265,7 +265,7 @@ def _check_params(model: str, params, defaults: bool) -> None:
 
 def test_the_input_tables_have_the_contracts_defaults_and_ranges():
     _check_params(m.TTS_MODEL, m.CHUNK_PARAMS + m.VOICE_PARAMS, defaults=True)
-    _check_params(m.ACOUSTIC_MODEL, m.VOICE_PARAMS + (m.HEAD_PARAM,), defaults=True)
+    _check_params(m.ACOUSTIC_MODEL, m.VOICE_PARAMS + m.HEAD_PARAMS, defaults=True)
     _check_params(m.TTS_AR_MODEL, m.AR_CHUNK_PARAMS + m.AR_PARAMS, defaults=True)
     _check_params(m.TALKER_MODEL, m.AR_PARAMS, defaults=True)
     _check_params(m.ASR_MODEL, m.ASR_PARAMS, defaults=True)

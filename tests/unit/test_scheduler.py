@@ -424,3 +424,18 @@ async def aenumerate(items):
     async for item in items:
         yield index, item
         index += 1
+
+
+def test_the_slots_spare_are_those_free_while_no_call_waits():
+    async def main():
+        scheduler, release = DeadlineScheduler(3), asyncio.Event()
+        spare = [scheduler.spare()]
+        holders = [await occupy(scheduler, release)]
+        spare.append(scheduler.for_client("a").spare())
+        holders += [await occupy(scheduler, release) for _ in range(3)]  # the last waits
+        spare.append(scheduler.spare())
+        release.set()
+        await asyncio.gather(*holders)
+        return spare + [scheduler.spare()]
+
+    assert run(main()) == [3, 2, 0, 3]

@@ -40,10 +40,12 @@ class ScriptedStages:
     def __init__(self, frames, delays=None, failures=None):
         self.frames, self.delays, self.failures = frames, delays or {}, failures or {}
         self.log: list[tuple] = []
+        self.threads_asked: list[int] = []  # each acoustic request's head_threads
 
-    async def acoustic_pieces(self, text, head, phonemes=()):
+    async def acoustic_pieces(self, text, head, phonemes=(), head_threads=1):
         i = int(text[1:])
         self.log.append(("acoustic", i, head))
+        self.threads_asked.append(head_threads)
         try:
             await asyncio.sleep(self.delays.get(i, 0))
             failure = self.failures.get(i)
@@ -138,6 +140,19 @@ def test_beside_the_first_sentences_flow_only_its_first_window_is_vocoded():
     assert peak[0] == 1
 
 
+@pytest.mark.parametrize("slots", [1, 2, 4])
+def test_a_first_sentences_head_asks_for_its_slot_and_the_spare_ones_and_later_sentences_for_one(slots):
+    stages = ScriptedStages([20, 20])
+    _, error = run(stages, 2, head=8, scheduler=DeadlineScheduler(slots))
+    assert error is None and stages.threads_asked == [slots, 1]
+
+
+def test_a_first_sentence_without_a_head_asks_for_one_thread():
+    stages = ScriptedStages([20])
+    _, error = run(stages, 1, head=0, scheduler=DeadlineScheduler(2))
+    assert error is None and stages.threads_asked == [1]
+
+
 @pytest.mark.parametrize("grow", [True, False])
 def test_the_first_chunk_holds_the_floor_asked_when_it_is_issued_unless_the_chunking_was_the_clients(grow):
     asked = []
@@ -183,7 +198,7 @@ def test_a_stage_failing_after_the_first_piece_ends_the_stream_with_that_error()
 
 def test_a_sentence_without_frames_is_a_stage_error():
     class Silent(ScriptedStages):
-        async def acoustic_pieces(self, text, head, phonemes=()):
+        async def acoustic_pieces(self, text, head, phonemes=(), head_threads=1):
             return
             yield
 
@@ -222,6 +237,9 @@ class Recording:
         self.deadlines.append(deadline)
         return await work()
 
+    def spare(self):
+        return 0
+
 
 def test_a_sentence_is_due_after_the_likely_audio_of_the_text_before_it():
     text = "A first sentence of some length. A second one."
@@ -230,7 +248,7 @@ def test_a_sentence_is_due_after_the_likely_audio_of_the_text_before_it():
     clock.start()  # the first audio is out: later sentences may be asked for
 
     class Stages(ScriptedStages):
-        async def acoustic_pieces(self, text, head, phonemes=()):
+        async def acoustic_pieces(self, text, head, phonemes=(), head_threads=1):
             yield LatentPiece(np.zeros((1, 1), np.float32), np.array([1], np.int32))
 
     async def collect():
@@ -288,7 +306,7 @@ def read_pieces(pieces, log):
             yield piece
 
     async def main():
-        sentence = await latent_sentence(3, stream(), scheduler, 0.0)
+        sentence = await latent_sentence(3, lambda _threads: stream(), scheduler, 0.0)
         log.append(("returned", sentence.latent.filled))
         try:
             frames = await sentence.latent.until(sentence.latent.frames)
