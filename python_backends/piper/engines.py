@@ -119,8 +119,9 @@ class AcousticEngine:
         self, sentence: Sentence, params: VoiceParams, phonemes: Phonemes = (), graphs: AcousticGraphs | None = None
     ) -> SentencePrior:
         """Phonemes (IPA `phonemes` for spans of the text), durations and the prior sample
-        of one sentence, on `graphs` (the engine's own by default). With a seed, the noise depends only on the seed and the sentence's
-        text, so a sentence sounds the same whether it came alone or within a longer text."""
+        of one sentence, on `graphs` (the engine's own by default). With a seed, the noise
+        depends only on the seed and the sentence's text, so a sentence sounds the same
+        whether it came alone or within a longer text."""
         ids = self.ids(sentence, phonemes)
         rng = np.random.default_rng(None if params.seed is None else [params.seed, zlib.crc32(sentence.text.encode())])
         # Piper's durations at the voice's own rate, then stretched to the one asked for.

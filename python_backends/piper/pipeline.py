@@ -168,8 +168,8 @@ async def latent_sentence(
 ) -> LatentSentence:
     """A sentence's latent as soon as its first piece is in; the rest fills in as the
     pieces of `request(threads)` come, `threads` being its slot and the slots spare when
-    it starts (Scheduler.spare). The reading holds a scheduler slot from its first piece to its
-    last, even if the stream is cancelled meanwhile (Triton 2.51's BLS cannot cancel a
+    it starts (Scheduler.spare). The reading holds a scheduler slot from its first piece
+    to its last, even if the stream is cancelled meanwhile (Triton 2.51's BLS cannot cancel a
     request it has sent, so the stage stays busy anyway). A failure after the first
     piece reaches the latent's readers; one before it is raised here."""
     first: asyncio.Future[LatentSentence] = asyncio.get_running_loop().create_future()
