@@ -37,7 +37,8 @@ def ttfp_path(results: dict, workload: str) -> list[tuple[str, float]]:
         return []
     times = row.get("server_times", {})
     steps = [
-        ("compute, in process: prior, the flow of the first head_frames, the first vocoder window", floor["pieces_ms"]),
+        ("compute, in process: prior and the flow of the first head_frames on both cores, the first vocoder window",
+         floor.get("lone_ms", floor["pieces_ms"])),
         ("Triton: gRPC, BLS calls between the stubs, scheduling", times.get("triton_first_response_ms_mean")),
         ("gateway: Opus, WebSocket", times.get("gateway_ttfp_ms_mean")),
         ("loopback and client", statistics.fmean(row["ttfp_samples_ms"])),

@@ -24,6 +24,7 @@ def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):
     assert 0 < limit_cpu["acoustic"] < limit_cpu["vocoder"]  # the vocoder is most of the work
     floor = results["ttfp_floor"]["short"]
     assert 0 < floor["pieces_ms"] < floor["whole_ms"] < floor["t_sent_ms"]  # a first packet waits for less than a sentence
+    assert 0 < floor["lone_ms"] < floor["whole_ms"]
     listeners, arriving = results["capacity_runs"]
     assert listeners["of_capacity"] == 0.75 and listeners["level"] == round(0.75 * results["capacity"]["C"])
     assert listeners["errors"] == 0 and 0 < listeners["lsf_ms"]["p50"] <= listeners["lsf_ms"]["p99"]
