@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import weakref
 from collections import Counter
@@ -80,12 +81,22 @@ class Gateway:
             streams[address] += session.streams
         return +streams  # without the addresses at 0
 
-    def leads(self) -> list[float]:
+    def leads(self, but: tuple[Session, str] | None = None) -> list[float]:
         """How far each stream being spoken is ahead of its listener, in seconds of audio:
-        contexts on all connections and streamed HTTP speech bodies."""
+        contexts on all connections (but a session's context `but`) and streamed HTTP
+        speech bodies."""
         now = time.monotonic()
         bodies = [lead for pace in self.http_paces if (lead := pace.lead_s(now)) is not None]
-        return [lead for s in self.sessions for lead in s.leads()] + bodies
+        contexts = [lead for s in self.sessions for lead in s.leads(but[1] if but and s is but[0] else None)]
+        return contexts + bodies
+
+    def others_ahead(self, session: Session, context_id: str, lead_s: float) -> bool:
+        """Whether every stream being spoken but the session's context has sounded and is
+        at least `lead_s` of audio ahead of its listener; none is while the servers serve
+        streams through other gateways, whose leads are not known here."""
+        if self.backends.elsewhere:
+            return False
+        return min(self.leads((session, context_id)), default=math.inf) >= lead_s
 
     def speaking_contexts(self) -> int:
         """Contexts with text in hand, on all connections."""

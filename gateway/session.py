@@ -85,7 +85,8 @@ class Limits:
 
 
 class Admission(Protocol):
-    """The gateway's word on a new stream (a context opening)."""
+    """The gateway's word on a new stream (a context opening), and on how the streams
+    being spoken keep up."""
 
     def refusal(self) -> ProtocolError | None:
         """Why the stream may not start now, or None."""
@@ -100,9 +101,15 @@ class Admission(Protocol):
         """The queued context gave up its place."""
         ...
 
+    def others_ahead(self, context_id: str, lead_s: float) -> bool:
+        """Whether every stream being spoken but this context, on every connection and
+        gateway, has sounded and is at least `lead_s` of audio ahead of its listener."""
+        ...
+
 
 class AdmitAll:
-    """An Admission for a session on its own: every stream starts at once."""
+    """An Admission for a session on its own: every stream starts at once; how other
+    streams keep up is not known (none is taken to be ahead)."""
 
     def refusal(self) -> ProtocolError | None:
         return None
@@ -112,6 +119,9 @@ class AdmitAll:
 
     def leave(self, context_id: str) -> None:
         pass
+
+    def others_ahead(self, context_id: str, lead_s: float) -> bool:
+        return False
 
 
 class Observer(ChatObserver, Protocol):
@@ -215,10 +225,14 @@ class Session:
         """Contexts open and admitted: those that count against capacity."""
         return sum(not context.queued for context in self.contexts.values())
 
-    def leads(self) -> list[float]:
-        """How far each context being spoken is ahead of its listener (Context.lead_s)."""
+    def leads(self, but: str | None = None) -> list[float]:
+        """How far each context being spoken (but the one named `but`) is ahead of its
+        listener (Context.lead_s)."""
         now = self.clock()
-        return [lead for context in self.contexts.values() if (lead := context.lead_s(now)) is not None]
+        return [
+            lead for context in self.contexts.values()
+            if context.id != but and (lead := context.lead_s(now)) is not None
+        ]
 
     def start(self) -> list[Action]:
         return [self._ready()]
@@ -689,12 +703,16 @@ class Session:
 
     def _through_gate(self, context: Context, actions: list[Action], seconds: float) -> list[Action]:
         """`actions`, with `seconds` of new audio among them, as they may go out: held
-        while the context's start gate is shut, and all that was held once it opens."""
+        while the context's start gate is shut and another stream is nearer its
+        listener's need than this one's audio in hand, and all that was held then."""
         if (gate := context.gate) is None:
             return actions
         gate.held += actions
         gate.arrived(seconds, self.clock())
-        return self._release(context, []) if gate.is_open(self.clock()) else []
+        # With every other stream further ahead than this one's audio in hand, its next
+        # calls have the earliest deadlines at the servers, which serve them first.
+        safe = gate.is_open(self.clock()) or self.admission.others_ahead(context.id, gate.in_hand_s)
+        return self._release(context, []) if safe else []
 
     def _release(self, context: Context, actions: list[Action]) -> list[Action]:
         """What the context's start gate held, if any, then `actions`: the gate is gone."""

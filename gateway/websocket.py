@@ -113,6 +113,9 @@ class Connection:
     def leave(self, context_id: str) -> None:
         self.gateway.queue.leave((self, context_id))
 
+    def others_ahead(self, context_id: str, lead_s: float) -> bool:
+        return self.gateway.others_ahead(self.session, context_id, lead_s)
+
     def later(self, actions: list[Action]) -> None:
         """Carry out `actions`, which the queue's turn produced outside this connection's
         own flow, in a task of their own."""

@@ -6,6 +6,7 @@ from gateway.backends import Backend, Backends, choose
 from gateway.service import Gateway, admits
 from gateway.settings import Settings
 from speechstream import protocol as v1
+from tests.unit.test_gateway_session import jobs, send, session, speech
 
 
 def backend(url, up=True, outstanding=0):
@@ -157,3 +158,23 @@ speechstream_talker_running_requests 7
 def test_what_a_server_serves_is_read_from_its_tts_gauge():
     assert fleet.serving(EXPOSITION) == 3
     assert fleet.serving("# no tts loaded\n") == 0
+
+
+def test_a_stream_is_behind_no_other_when_every_other_has_sounded_and_is_further_ahead_than_asked():
+    gateway = Gateway(Settings(triton_urls=()))
+    server = backend("a")
+    gateway.backends.all = [server]
+    (playing, _, clock), (starting, _, _) = session(), session()
+    gateway.sessions.update({playing: "10.0.0.1", starting: "10.0.0.2"})
+    (job,) = jobs(send(playing, type="speak", context_id="a", text="One sentence. " * 20))
+    clock.now += 0.1
+    playing.audio(job.id, speech(2.0), 0, [])  # 2 s of audio in 0.1 s: out at once
+    clock.now += 0.5
+    jobs(send(starting, type="speak", context_id="b", text="Another sentence."))
+    (lead,) = playing.leads()
+    assert 1.0 < lead < 2.0 and starting.leads() == [0.0]  # b awaits its first audio
+    assert gateway.others_ahead(starting, "b", lead - 0.1) and not gateway.others_ahead(starting, "b", lead + 0.1)
+    assert not gateway.others_ahead(playing, "a", 0.01)  # b has not sounded
+    server.capacity_by_model = {c.TTS_MODEL: 8.0}
+    server.serving(1)  # a stream through another gateway, its lead unknown here
+    assert not gateway.others_ahead(starting, "b", 0.01)

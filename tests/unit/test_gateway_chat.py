@@ -31,6 +31,9 @@ class Busy:
     def leave(self, context_id):
         pass
 
+    def others_ahead(self, context_id, lead_s):
+        return False
+
 
 def chat_session(speculation="greedy", chat=True, **kwargs):
     s = Session(Limits(), Recorder(), Clock(), session_id="s1", chat=chat, **kwargs)

@@ -3,8 +3,9 @@ alone and on the sans-I/O session with a hand-moved clock."""
 
 import pytest
 
+from gateway.session import Limits, Session
 from gateway.start_gate import StartGate
-from tests.unit.test_gateway_session import frames, jobs, messages, send, session, speech
+from tests.unit.test_gateway_session import Clock, Recorder, frames, jobs, messages, send, session, speech
 
 TEXT = "The birch canoe slid on the smooth planks. " * 4  # 172 characters: about 8.6 s expected
 
@@ -91,3 +92,36 @@ def test_a_cancelled_context_drops_what_was_held_and_the_switch_turns_the_gate_o
     (job,) = jobs(send(s, type="speak", context_id="b", text=TEXT))
     clock.now += 2.0
     assert frames(s.audio(job.id, speech(0.5), 0, []))
+
+
+class OthersAhead:
+    """An admission whose other streams are all `lead_s` ahead of their listeners; it
+    notes what it was asked."""
+
+    def __init__(self, lead_s):
+        self.lead_s, self.asked = lead_s, []
+
+    def refusal(self):
+        return None
+
+    def wait(self, context_id):
+        return None
+
+    def leave(self, context_id):
+        pass
+
+    def others_ahead(self, context_id, lead_s):
+        self.asked.append((context_id, lead_s))
+        return self.lead_s >= lead_s
+
+
+@pytest.mark.parametrize("others_lead_s,sent", [(0.3, False), (0.6, True)])
+def test_a_slow_start_goes_out_at_once_while_every_other_stream_is_further_ahead_than_its_audio_in_hand(
+        others_lead_s, sent):
+    admission, clock = OthersAhead(others_lead_s), Clock()
+    s = Session(Limits(), Recorder(), clock, admission=admission)
+    s.start()
+    (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
+    clock.now += 1.0
+    out = s.audio(job.id, speech(0.5), 0, [])  # half real time: the rate alone would hold it
+    assert bool(frames(out)) == sent and admission.asked == [("a", pytest.approx(0.5))]
