@@ -90,13 +90,18 @@ class Gateway:
         contexts = [lead for s in self.sessions for lead in s.leads(but[1] if but and s is but[0] else None)]
         return contexts + bodies
 
-    def others_ahead(self, session: Session, context_id: str, lead_s: float) -> bool:
-        """Whether every stream being spoken but the session's context has sounded and is
-        at least `lead_s` of audio ahead of its listener; none is while the servers serve
-        streams through other gateways, whose leads are not known here."""
-        if self.backends.elsewhere:
+    def starts_in_time(self, session: Session, context_id: str, in_hand_s: float) -> bool:
+        """Whether the session's context, starting with `in_hand_s` of audio, will get the
+        rest in time: the servers have room for a stream more than those open (its own
+        included), and every other stream being spoken has sounded and is further ahead of
+        its listener, so its next calls have the earliest deadlines there. Not known
+        while the servers serve streams through other gateways, whose leads are not known
+        here."""
+        capacity, elsewhere = self.backends.capacity, self.backends.elsewhere
+        if not capacity or elsewhere:
             return False
-        return min(self.leads((session, context_id)), default=math.inf) >= lead_s
+        room = (self.settings.admission_load or 1.0) * capacity - self.streams_by_client().total()
+        return room >= 1 and min(self.leads((session, context_id)), default=math.inf) >= in_hand_s
 
     def speaking_contexts(self) -> int:
         """Contexts with text in hand, on all connections."""

@@ -101,15 +101,17 @@ class Admission(Protocol):
         """The queued context gave up its place."""
         ...
 
-    def others_ahead(self, context_id: str, lead_s: float) -> bool:
-        """Whether every stream being spoken but this context, on every connection and
-        gateway, has sounded and is at least `lead_s` of audio ahead of its listener."""
+    def starts_in_time(self, context_id: str, in_hand_s: float) -> bool:
+        """Whether the context, starting with `in_hand_s` of audio, will get the rest in
+        time whatever the rate its audio came at so far: the servers have room to spare,
+        and every other stream being spoken has sounded and is further ahead of its
+        listener."""
         ...
 
 
 class AdmitAll:
-    """An Admission for a session on its own: every stream starts at once; how other
-    streams keep up is not known (none is taken to be ahead)."""
+    """An Admission for a session on its own: every stream starts at once; whether one
+    starts in time is not known here."""
 
     def refusal(self) -> ProtocolError | None:
         return None
@@ -120,7 +122,7 @@ class AdmitAll:
     def leave(self, context_id: str) -> None:
         pass
 
-    def others_ahead(self, context_id: str, lead_s: float) -> bool:
+    def starts_in_time(self, context_id: str, in_hand_s: float) -> bool:
         return False
 
 
@@ -703,15 +705,13 @@ class Session:
 
     def _through_gate(self, context: Context, actions: list[Action], seconds: float) -> list[Action]:
         """`actions`, with `seconds` of new audio among them, as they may go out: held
-        while the context's start gate is shut and another stream is nearer its
-        listener's need than this one's audio in hand, and all that was held then."""
+        while the context's start gate is shut and the gateway cannot tell that it starts
+        in time (Admission.starts_in_time), and all that was held then."""
         if (gate := context.gate) is None:
             return actions
         gate.held += actions
         gate.arrived(seconds, self.clock())
-        # With every other stream further ahead than this one's audio in hand, its next
-        # calls have the earliest deadlines at the servers, which serve them first.
-        safe = gate.is_open(self.clock()) or self.admission.others_ahead(context.id, gate.in_hand_s)
+        safe = gate.is_open(self.clock()) or self.admission.starts_in_time(context.id, gate.in_hand_s)
         return self._release(context, []) if safe else []
 
     def _release(self, context: Context, actions: list[Action]) -> list[Action]:

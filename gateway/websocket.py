@@ -113,8 +113,8 @@ class Connection:
     def leave(self, context_id: str) -> None:
         self.gateway.queue.leave((self, context_id))
 
-    def others_ahead(self, context_id: str, lead_s: float) -> bool:
-        return self.gateway.others_ahead(self.session, context_id, lead_s)
+    def starts_in_time(self, context_id: str, in_hand_s: float) -> bool:
+        return self.gateway.starts_in_time(self.session, context_id, in_hand_s)
 
     def later(self, actions: list[Action]) -> None:
         """Carry out `actions`, which the queue's turn produced outside this connection's

@@ -160,8 +160,8 @@ def test_what_a_server_serves_is_read_from_its_tts_gauge():
     assert fleet.serving("# no tts loaded\n") == 0
 
 
-def test_a_stream_is_behind_no_other_when_every_other_has_sounded_and_is_further_ahead_than_asked():
-    gateway = Gateway(Settings(triton_urls=()))
+def test_a_start_is_in_time_with_room_to_spare_and_every_other_stream_sounded_and_further_ahead():
+    gateway = Gateway(Settings(triton_urls=(), admission_load=0.5))
     server = backend("a")
     gateway.backends.all = [server]
     (playing, _, clock), (starting, _, _) = session(), session()
@@ -173,8 +173,12 @@ def test_a_stream_is_behind_no_other_when_every_other_has_sounded_and_is_further
     jobs(send(starting, type="speak", context_id="b", text="Another sentence."))
     (lead,) = playing.leads()
     assert 1.0 < lead < 2.0 and starting.leads() == [0.0]  # b awaits its first audio
-    assert gateway.others_ahead(starting, "b", lead - 0.1) and not gateway.others_ahead(starting, "b", lead + 0.1)
-    assert not gateway.others_ahead(playing, "a", 0.01)  # b has not sounded
-    server.capacity_by_model = {c.TTS_MODEL: 8.0}
+    assert not gateway.starts_in_time(starting, "b", 0.01)  # the capacity is not measured yet
+    server.capacity_by_model = {c.TTS_MODEL: 6.0}  # 0.5 × 6: room for 3 streams, 2 open
+    assert gateway.starts_in_time(starting, "b", lead - 0.1) and not gateway.starts_in_time(starting, "b", lead + 0.1)
+    assert not gateway.starts_in_time(playing, "a", 0.01)  # b has not sounded
+    gateway.http_streams["10.0.0.3"] = 1  # a third stream fills the room
+    assert not gateway.starts_in_time(starting, "b", 0.01)
+    del gateway.http_streams["10.0.0.3"]
     server.serving(1)  # a stream through another gateway, its lead unknown here
-    assert not gateway.others_ahead(starting, "b", 0.01)
+    assert not gateway.starts_in_time(starting, "b", 0.01)

@@ -31,7 +31,7 @@ class Busy:
     def leave(self, context_id):
         pass
 
-    def others_ahead(self, context_id, lead_s):
+    def starts_in_time(self, context_id, in_hand_s):
         return False
 
 

@@ -269,7 +269,7 @@ class Admission:
         self.waiting.remove(context_id)
         self.left.append(context_id)
 
-    def others_ahead(self, context_id, lead_s):
+    def starts_in_time(self, context_id, in_hand_s):
         return False
 
 

@@ -95,8 +95,8 @@ def test_a_cancelled_context_drops_what_was_held_and_the_switch_turns_the_gate_o
 
 
 class OthersAhead:
-    """An admission whose other streams are all `lead_s` ahead of their listeners; it
-    notes what it was asked."""
+    """An admission with room to spare whose other streams are all `lead_s` ahead of
+    their listeners; it notes what it was asked."""
 
     def __init__(self, lead_s):
         self.lead_s, self.asked = lead_s, []
@@ -110,9 +110,9 @@ class OthersAhead:
     def leave(self, context_id):
         pass
 
-    def others_ahead(self, context_id, lead_s):
-        self.asked.append((context_id, lead_s))
-        return self.lead_s >= lead_s
+    def starts_in_time(self, context_id, in_hand_s):
+        self.asked.append((context_id, in_hand_s))
+        return self.lead_s >= in_hand_s
 
 
 @pytest.mark.parametrize("others_lead_s,sent", [(0.3, False), (0.6, True)])
