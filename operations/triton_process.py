@@ -112,12 +112,17 @@ class TritonProcess:
         )
 
     def is_ready(self) -> bool:
-        url = f"http://{self.host}:{self.http_port}/v2/health/ready"
+        """Whether it says it is ready and its metrics answer: Triton starts its metrics
+        service a few ms after its HTTP one, and admission reads the streams it serves there."""
+        urls = (f"http://{self.host}:{self.http_port}/v2/health/ready", f"http://{self.host}:{self.metrics_port}/metrics")
         try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                return r.status == 200
+            for url in urls:
+                with urllib.request.urlopen(url, timeout=1) as r:
+                    if r.status != 200:
+                        return False
         except (urllib.error.URLError, OSError):
             return False
+        return True
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Poll readiness until the server is ready; raise if it exits or times out. Its
