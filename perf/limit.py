@@ -104,12 +104,12 @@ def _ttfp_floor_worker(text: str, runs: int, results: multiprocessing.Queue) -> 
     from contract.text import split_sentences
     from python_backends.chunking import head_frames
     from python_backends.inputs import read_chunk_params
-    from python_backends.piper.engines import AcousticEngine, VocoderEngine
+    from python_backends.piper.engines import DEFAULT_HEAD_THREADS, AcousticEngine, VocoderEngine
     from python_backends.piper.voice import load_voice
 
     voice = load_voice()
-    acoustic, vocoder = AcousticEngine(voice, threads=1, head_threads=2), VocoderEngine(voice, threads=1)
-    both_cores = acoustic.head_graphs(2)
+    acoustic = AcousticEngine(voice, threads=1, head_threads=DEFAULT_HEAD_THREADS)
+    vocoder, both_cores = VocoderEngine(voice, threads=1), acoustic.head_graphs(DEFAULT_HEAD_THREADS)
     params, first = acoustic.default_params(), split_sentences(text)[0]
     chunking = read_chunk_params({}, CHUNK_PARAMS)  # the defaults a client gets
     window = chunking.initial_frames + chunking.right_context

@@ -12,7 +12,7 @@ import numpy as np
 from contract import models as c
 from contract.voices import configured_voices
 from python_backends.inputs import read_params, read_text
-from python_backends.piper.engines import AcousticEngine
+from python_backends.piper.engines import DEFAULT_HEAD_THREADS, AcousticEngine
 from python_backends.piper.inputs import read_phonemes, read_voice, read_voice_params
 from python_backends.piper.pipeline import acoustic_outputs
 from python_backends.piper.voice import load_voice
@@ -24,7 +24,7 @@ class AcousticModel(DecoupledModel):
 
     def initialize(self, args) -> None:
         self.voices = configured_voices()
-        head_threads = int(parameters(args).get("head_threads", "2"))
+        head_threads = int(parameters(args).get("head_threads", DEFAULT_HEAD_THREADS))
         self.engines = {name: AcousticEngine(load_voice(info), 1, head_threads) for name, info in self.voices.items()}
         # Sentences of all streams share these workers in arrival order, so a new
         # stream's first sentence waits for at most one job (a prior or a flow) per worker.
