@@ -339,7 +339,7 @@ def test_a_gateway_told_to_stop_ends_its_streams_done_and_its_listener_resumes_o
     503, so a new connection goes to b; at the drain's end it closes with 1001 and the
     client library's longer context goes on on b to `done`."""
     urls = [fleet.a.url, fleet.b.url]
-    text = " ".join(harvard_sentences()[:40])  # longer than the drain
+    text = " ".join(harvard_sentences()[:120])  # its synthesis takes longer than the drain, on a fast host too
     config = {"format": "pcm_s16le", "sample_rate": 24000}
 
     async def run():
