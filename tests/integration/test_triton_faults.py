@@ -75,7 +75,7 @@ def test_vanished_clients_free_their_triton_work(gateway, triton):
     vanished = inference_count(triton.grpc_url, c.VOCODER_MODEL)
     deadline = time.monotonic() + 5
 
-    def in_flight() -> tuple[float, float]:  # tts requests, and requests queued at any model (a last vocoder call)
+    def in_flight() -> tuple[float, float]:  # tts requests, and requests queued at any model
         return active_tts_requests(triton.metrics_port), triton_metrics(triton.metrics_port)["nv_inference_pending_request_count"]
 
     while any(in_flight()) and time.monotonic() < deadline:
