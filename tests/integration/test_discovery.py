@@ -214,7 +214,11 @@ def test_a_pod_that_has_not_measured_is_left_out_of_the_capacity_admitted(pods, 
             await client.send(type="speak", context_id="warm", text="Warm up.")  # to the first pod, which measures
             await client.until("done", "warm")
             capacity = await asyncio.to_thread(per_server, gateway.port, "speechstream_triton_capacity_streams")
-            return capacity, [await open_context(client, context) for context in ("c0", "c1", "c2", "c3")]
+            # Until one is refused: a tenth of the capacity is more streams on a faster host.
+            outcomes = []
+            while v1.SERVER_BUSY not in outcomes and len(outcomes) < 12:
+                outcomes.append(await open_context(client, f"c{len(outcomes)}"))
+            return capacity, outcomes
         finally:
             await ws.close()
 
