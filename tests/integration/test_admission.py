@@ -15,7 +15,7 @@ from operations.loopback import gateway_metric
 from perf.workloads import workload
 from speechstream import protocol as v1
 from speechstream.client import SpeechClient, SpeechError, connection
-from tests.integration.test_discovery import open_context, wait_for
+from tests.integration.test_discovery import open_context, open_until_refused, wait_for
 from tests.recorder import Recorder, holding_connection
 
 CONTEXTS = 16
@@ -145,10 +145,7 @@ def test_two_gateways_over_one_triton_admit_together_what_it_sustains(triton, ad
         try:
             await asyncio.to_thread(wait_for, lambda: gateway_metric(admitting.port, elsewhere, triton.grpc_url) == 0,
                                     "the first gateway sees the second's warm-up ended")
-            # Until one is refused: a tenth of the capacity is more streams on a faster host.
-            outcomes = []
-            while v1.SERVER_BUSY not in outcomes and len(outcomes) < 12:
-                outcomes.append(await open_context(first, f"a{len(outcomes)}"))
+            outcomes = await open_until_refused(first, "a")
             admitted = outcomes.count("admitted")
             # The other gateway has read, from Triton's metrics, the streams held through the first.
             await asyncio.to_thread(wait_for, lambda: gateway_metric(second.port, elsewhere, triton.grpc_url) >= admitted,

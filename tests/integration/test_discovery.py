@@ -124,6 +124,15 @@ async def open_context(client: Recorder, context: str) -> str:
                 return "admitted" if event.kind == "audio_start" else event.message["code"]
 
 
+async def open_until_refused(client: Recorder, prefix: str, at_most: int = 12) -> list[str]:
+    """open_context's outcomes, context after context, until one is refused (or `at_most`):
+    what a fraction of the capacity admits grows with the host's speed."""
+    outcomes: list[str] = []
+    while v1.SERVER_BUSY not in outcomes and len(outcomes) < at_most:
+        outcomes.append(await open_context(client, f"{prefix}{len(outcomes)}"))
+    return outcomes
+
+
 async def finish(ws, client: Recorder, contexts: list[str]) -> dict[str, dict]:
     """Read on until every context ended; its last message each."""
     ends = {}
@@ -214,11 +223,7 @@ def test_a_pod_that_has_not_measured_is_left_out_of_the_capacity_admitted(pods, 
             await client.send(type="speak", context_id="warm", text="Warm up.")  # to the first pod, which measures
             await client.until("done", "warm")
             capacity = await asyncio.to_thread(per_server, gateway.port, "speechstream_triton_capacity_streams")
-            # Until one is refused: a tenth of the capacity is more streams on a faster host.
-            outcomes = []
-            while v1.SERVER_BUSY not in outcomes and len(outcomes) < 12:
-                outcomes.append(await open_context(client, f"c{len(outcomes)}"))
-            return capacity, outcomes
+            return capacity, await open_until_refused(client, "c")
         finally:
             await ws.close()
 
