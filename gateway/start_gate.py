@@ -4,9 +4,15 @@ Started together with many other streams, a stream's first chunk can come in tim
 the chunks after it come slower than real time: its listener hears a start, then a stall.
 A listener would rather hear a slightly later start that never stops. So the first audio
 of a context (after it was idle) is held until the audio in hand covers what the rest
-will lack at the rate this stream's audio has come so far, plus the longest wait between
-two of its chunks so far; then all of it goes out. A stream that comes faster than real
-time (any stream on a server with cores to spare) goes out with its first chunk.
+will lack at the rate this stream's audio has come so far, plus the longest wait for a
+chunk so far; then all of it goes out. A stream that comes faster than real time (any
+stream on a server with cores to spare) goes out with its first chunk.
+
+The wait for the first chunk counts among the waits. Under a burst of starts the first
+chunk comes late but large, as a stream's whole first sentence, at a rate near real
+time; the next audio, another sentence, waits as long behind the other streams' work.
+Before that wait counted, a first chunk with no gap before it to measure went out at
+once, and its listener stalled at the next sentence.
 
 If the audio so far (`in_hand` seconds of it, `elapsed` seconds after the request) came
 at rate r = in_hand / elapsed, the rest (`expected` − `in_hand`) takes rest / r to come
@@ -27,15 +33,17 @@ class StartGate:
     began: float  # when the context's synthesis was asked for
     expected_s: float  # the audio its text in hand will likely make
     in_hand_s: float = 0.0
-    longest_gap_s: float = 0.0  # the longest wait between two chunks so far
-    last_chunk: float | None = None
+    longest_gap_s: float = 0.0  # the longest wait for a chunk so far, the first one's included
+    last_chunk: float = field(init=False)  # when the last chunk came (the request, before the first)
     held: list[Action] = field(default_factory=list)  # what would have been sent, in order
     first_sample: int | None = None  # where in the context's audio the first frame held starts
 
+    def __post_init__(self) -> None:
+        self.last_chunk = self.began
+
     def arrived(self, seconds: float, now: float) -> None:
         """A chunk of `seconds` of audio came at `now`."""
-        if self.last_chunk is not None:
-            self.longest_gap_s = max(self.longest_gap_s, now - self.last_chunk)
+        self.longest_gap_s = max(self.longest_gap_s, now - self.last_chunk)
         self.last_chunk = now
         self.in_hand_s += seconds
 
@@ -50,5 +58,8 @@ class StartGate:
         return rest * (1 - rate) / rate if rate < 1 else 0.0
 
     def is_open(self, now: float) -> bool:
-        """Whether the audio in hand may go out now."""
-        return self.in_hand_s > 0 and self.in_hand_s >= self.lack_s(now) + self.longest_gap_s
+        """Whether the audio in hand may go out now: all that is expected is in hand, or
+        it outlasts what the rest will lack and the longest wait for a chunk."""
+        if self.in_hand_s <= 0:
+            return False
+        return self.in_hand_s >= self.expected_s or self.in_hand_s >= self.lack_s(now) + self.longest_gap_s

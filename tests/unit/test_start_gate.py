@@ -30,10 +30,20 @@ def test_audio_slower_than_real_time_is_held_until_it_covers_what_the_rest_will_
     assert not held.is_open(2.2)
 
 
+def test_a_first_chunk_that_came_late_is_held_until_the_audio_in_hand_outlasts_that_wait():
+    # A burst of starts: the stream's whole first sentence comes at once, 1.6 s after the
+    # request, near real time; its next sentence will wait as long behind the others' work.
+    gate = StartGate(began=0.0, expected_s=16.0)
+    gate.arrived(1.5, now=1.6)
+    assert gate.longest_gap_s == pytest.approx(1.6) and not gate.is_open(1.6)
+    gate.arrived(0.8, now=2.2)  # 2.3 s in 2.2 s: faster than real time, and outlasting the 1.6 s wait
+    assert gate.lack_s(2.2) == 0 and gate.is_open(2.2)
+
+
 def test_nothing_in_hand_never_opens_and_all_audio_in_hand_lacks_nothing():
     assert not StartGate(began=0.0, expected_s=1.0).is_open(5.0)
     gate = StartGate(began=0.0, expected_s=1.0)
-    gate.arrived(1.2, now=3.0)  # slow, but the whole text is in hand
+    gate.arrived(1.2, now=3.0)  # slow, and after a 3 s wait, but the whole text is in hand
     assert gate.lack_s(3.0) == 0 and gate.is_open(3.0)
 
 
