@@ -14,6 +14,11 @@ class Pace:
     audio_s: float = 0.0  # the audio sent since
     streamed: bool = True  # False: a whole body, which no listener plays as it comes
 
+    @property
+    def starting(self) -> bool:
+        """Whether it awaits its first audio from the servers (a transcription never does)."""
+        return self.streamed and self.heard_at is None
+
     def lead_s(self, now: float) -> float | None:
         if not self.streamed:
             return None

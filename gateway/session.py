@@ -108,6 +108,10 @@ class Admission(Protocol):
         listener."""
         ...
 
+    def others_starting(self, context_id: str) -> bool:
+        """Whether another stream being spoken awaits its first audio from the servers."""
+        ...
+
 
 class AdmitAll:
     """An Admission for a session on its own: every stream starts at once; whether one
@@ -123,6 +127,9 @@ class AdmitAll:
         pass
 
     def starts_in_time(self, context_id: str, in_hand_s: float) -> bool:
+        return False
+
+    def others_starting(self, context_id: str) -> bool:
         return False
 
 
@@ -160,6 +167,13 @@ class Context:
     @property
     def busy(self) -> bool:
         return self.job is not None or bool(self.queue)
+
+    @property
+    def starting(self) -> bool:
+        """Whether it awaits its first audio after idle from the servers (none has come,
+        held or sent)."""
+        return self.busy and not self.queued and self.ready_at is not None and (
+            self.gate is None or self.gate.in_hand_s == 0)
 
     def lead_s(self, now: float) -> float | None:
         """How far its audio is ahead of a listener playing it in real time since the
@@ -705,13 +719,16 @@ class Session:
 
     def _through_gate(self, context: Context, actions: list[Action], seconds: float) -> list[Action]:
         """`actions`, with `seconds` of new audio among them, as they may go out: held
-        while the context's start gate is shut and the gateway cannot tell that it starts
-        in time (Admission.starts_in_time), and all that was held then."""
+        while the context's start gate is shut, or another stream awaits its first audio
+        (whose first chunks go before this one's next at the servers, however fast its
+        audio came so far), and the gateway cannot tell that it starts in time
+        (Admission.starts_in_time); then all that was held."""
         if (gate := context.gate) is None:
             return actions
         gate.held += actions
         gate.arrived(seconds, self.clock())
-        safe = gate.is_open(self.clock()) or self.admission.starts_in_time(context.id, gate.in_hand_s)
+        by_rate = gate.is_open(self.clock()) and not self.admission.others_starting(context.id)
+        safe = by_rate or self.admission.starts_in_time(context.id, gate.in_hand_s)
         return self._release(context, []) if safe else []
 
     def _release(self, context: Context, actions: list[Action]) -> list[Action]:

@@ -116,6 +116,9 @@ class Connection:
     def starts_in_time(self, context_id: str, in_hand_s: float) -> bool:
         return self.gateway.starts_in_time(self.session, context_id, in_hand_s)
 
+    def others_starting(self, context_id: str) -> bool:
+        return self.gateway.others_starting(self.session, context_id)
+
     def later(self, actions: list[Action]) -> None:
         """Carry out `actions`, which the queue's turn produced outside this connection's
         own flow, in a task of their own."""

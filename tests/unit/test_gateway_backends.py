@@ -160,6 +160,25 @@ def test_what_a_server_serves_is_read_from_its_tts_gauge():
     assert fleet.serving("# no tts loaded\n") == 0
 
 
+def test_a_stream_awaiting_its_first_audio_is_starting_to_the_others_until_its_audio_comes():
+    gateway = Gateway(Settings(triton_urls=()))
+    (a, _, clock), (b, _, _) = session(), session()
+    gateway.sessions.update({a: "10.0.0.1", b: "10.0.0.2"})
+    (job,) = jobs(send(a, type="speak", context_id="a", text="One sentence. " * 20))
+    jobs(send(b, type="speak", context_id="b", text="Another sentence."))
+    assert gateway.others_starting(a, "a") and gateway.others_starting(b, "b")
+    clock.now += 1.0
+    assert a.audio(job.id, speech(0.5), 0, []) == []  # half real time: held by its gate, but come
+    assert gateway.others_starting(a, "a") and not gateway.others_starting(b, "b")
+    with gateway.http_stream("10.0.0.3") as pace:  # an HTTP speech request awaiting its first audio
+        assert gateway.others_starting(b, "b")
+        pace.heard_at = clock.now
+        assert not gateway.others_starting(b, "b")
+    with gateway.http_stream("10.0.0.3") as pace:
+        pace.streamed = False  # a transcription: no audio to await
+        assert not gateway.others_starting(b, "b")
+
+
 def test_a_start_is_in_time_with_room_to_spare_and_every_other_stream_sounded_and_further_ahead():
     gateway = Gateway(Settings(triton_urls=(), admission_load=0.5))
     server = backend("a")

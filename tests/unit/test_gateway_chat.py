@@ -34,6 +34,9 @@ class Busy:
     def starts_in_time(self, context_id, in_hand_s):
         return False
 
+    def others_starting(self, context_id):
+        return False
+
 
 def chat_session(speculation="greedy", chat=True, **kwargs):
     s = Session(Limits(), Recorder(), Clock(), session_id="s1", chat=chat, **kwargs)

@@ -272,6 +272,9 @@ class Admission:
     def starts_in_time(self, context_id, in_hand_s):
         return False
 
+    def others_starting(self, context_id):
+        return False
+
 
 def busy():
     return p.ProtocolError(v1.SERVER_BUSY, "the server is at capacity; try again shortly", retry_after_ms=2000)

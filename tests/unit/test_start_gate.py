@@ -3,7 +3,7 @@ alone and on the sans-I/O session with a hand-moved clock."""
 
 import pytest
 
-from gateway.session import Limits, Session
+from gateway.session import AdmitAll, Limits, Session
 from gateway.start_gate import StartGate
 from tests.unit.test_gateway_session import Clock, Recorder, frames, jobs, messages, send, session, speech
 
@@ -123,6 +123,33 @@ class OthersAhead:
     def starts_in_time(self, context_id, in_hand_s):
         self.asked.append((context_id, in_hand_s))
         return self.lead_s >= in_hand_s
+
+    def others_starting(self, context_id):
+        return False
+
+
+class OthersStarting(AdmitAll):
+    """An Admission that says whether another stream awaits its first audio, as told."""
+
+    def __init__(self):
+        self.starting = True
+
+    def others_starting(self, context_id):
+        return self.starting
+
+
+def test_a_fast_start_is_held_while_another_stream_awaits_its_first_audio():
+    # Its first chunks go before this stream's next at the servers, however fast this one's came.
+    admission, clock = OthersStarting(), Clock()
+    s = Session(Limits(), Recorder(), clock, admission=admission)
+    s.start()
+    (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
+    clock.now += 0.1
+    assert s.audio(job.id, speech(0.5), 0, []) == []  # five times real time, but held
+    admission.starting = False  # the other stream sounded
+    clock.now += 0.2
+    out = frames(s.audio(job.id, speech(0.5), 0, []))
+    assert len(out) > 25 and out[0].sample_offset == 0  # both chunks (25 frames each), from the first sample
 
 
 @pytest.mark.parametrize("others_lead_s,sent", [(0.3, False), (0.6, True)])
