@@ -103,10 +103,10 @@ class Gateway:
         room = (self.settings.admission_load or 1.0) * capacity - self.streams_by_client().total()
         return room >= 1 and min(self.leads((session, context_id)), default=math.inf) >= in_hand_s
 
-    def others_starting(self, session: Session, context_id: str) -> bool:
-        """Whether a stream being spoken, but the session's context, awaits its first
-        audio: a context on any connection, or an HTTP speech request."""
-        return any(p.starting for p in self.http_paces) or any(
+    def others_starting(self, session: Session, context_id: str) -> int:
+        """Streams being spoken, but the session's context, that await their first audio:
+        contexts on all connections, and HTTP speech requests."""
+        return sum(p.starting for p in self.http_paces) + sum(
             ctx.starting for s in self.sessions for ctx in s.contexts.values() if not (s is session and ctx.id == context_id))
 
     def speaking_contexts(self) -> int:

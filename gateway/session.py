@@ -108,8 +108,8 @@ class Admission(Protocol):
         listener."""
         ...
 
-    def others_starting(self, context_id: str) -> bool:
-        """Whether another stream being spoken awaits its first audio from the servers."""
+    def others_starting(self, context_id: str) -> int:
+        """How many other streams being spoken await their first audio from the servers."""
         ...
 
 
@@ -129,8 +129,8 @@ class AdmitAll:
     def starts_in_time(self, context_id: str, in_hand_s: float) -> bool:
         return False
 
-    def others_starting(self, context_id: str) -> bool:
-        return False
+    def others_starting(self, context_id: str) -> int:
+        return 0
 
 
 class Observer(ChatObserver, Protocol):
@@ -719,16 +719,15 @@ class Session:
 
     def _through_gate(self, context: Context, actions: list[Action], seconds: float) -> list[Action]:
         """`actions`, with `seconds` of new audio among them, as they may go out: held
-        while the context's start gate is shut, or another stream awaits its first audio
-        (whose first chunks go before this one's next at the servers, however fast its
-        audio came so far), and the gateway cannot tell that it starts in time
-        (Admission.starts_in_time); then all that was held."""
+        while the context's start gate is shut (given the other streams starting) and the
+        gateway cannot tell that it starts in time (Admission.starts_in_time); then all
+        that was held."""
         if (gate := context.gate) is None:
             return actions
         gate.held += actions
         gate.arrived(seconds, self.clock())
-        by_rate = gate.is_open(self.clock()) and not self.admission.others_starting(context.id)
-        safe = by_rate or self.admission.starts_in_time(context.id, gate.in_hand_s)
+        safe = gate.is_open(self.clock(), self.admission.others_starting(context.id)) or (
+            self.admission.starts_in_time(context.id, gate.in_hand_s))
         return self._release(context, []) if safe else []
 
     def _release(self, context: Context, actions: list[Action]) -> list[Action]:

@@ -116,7 +116,7 @@ class Connection:
     def starts_in_time(self, context_id: str, in_hand_s: float) -> bool:
         return self.gateway.starts_in_time(self.session, context_id, in_hand_s)
 
-    def others_starting(self, context_id: str) -> bool:
+    def others_starting(self, context_id: str) -> int:
         return self.gateway.others_starting(self.session, context_id)
 
     def later(self, actions: list[Action]) -> None:

@@ -166,17 +166,17 @@ def test_a_stream_awaiting_its_first_audio_is_starting_to_the_others_until_its_a
     gateway.sessions.update({a: "10.0.0.1", b: "10.0.0.2"})
     (job,) = jobs(send(a, type="speak", context_id="a", text="One sentence. " * 20))
     jobs(send(b, type="speak", context_id="b", text="Another sentence."))
-    assert gateway.others_starting(a, "a") and gateway.others_starting(b, "b")
+    assert gateway.others_starting(a, "a") == 1 and gateway.others_starting(b, "b") == 1
     clock.now += 1.0
     assert a.audio(job.id, speech(0.5), 0, []) == []  # half real time: held by its gate, but come
-    assert gateway.others_starting(a, "a") and not gateway.others_starting(b, "b")
+    assert gateway.others_starting(a, "a") == 1 and gateway.others_starting(b, "b") == 0
     with gateway.http_stream("10.0.0.3") as pace:  # an HTTP speech request awaiting its first audio
-        assert gateway.others_starting(b, "b")
+        assert gateway.others_starting(a, "a") == 2 and gateway.others_starting(b, "b") == 1
         pace.heard_at = clock.now
-        assert not gateway.others_starting(b, "b")
+        assert gateway.others_starting(b, "b") == 0
     with gateway.http_stream("10.0.0.3") as pace:
         pace.streamed = False  # a transcription: no audio to await
-        assert not gateway.others_starting(b, "b")
+        assert gateway.others_starting(b, "b") == 0
 
 
 def test_a_start_is_in_time_with_room_to_spare_and_every_other_stream_sounded_and_further_ahead():

@@ -35,7 +35,7 @@ class Busy:
         return False
 
     def others_starting(self, context_id):
-        return False
+        return 0
 
 
 def chat_session(speculation="greedy", chat=True, **kwargs):

@@ -273,7 +273,7 @@ class Admission:
         return False
 
     def others_starting(self, context_id):
-        return False
+        return 0
 
 
 def busy():

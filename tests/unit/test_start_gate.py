@@ -4,7 +4,7 @@ alone and on the sans-I/O session with a hand-moved clock."""
 import pytest
 
 from gateway.session import AdmitAll, Limits, Session
-from gateway.start_gate import StartGate
+from gateway.start_gate import BURST_STARTS, StartGate
 from tests.unit.test_gateway_session import Clock, Recorder, frames, jobs, messages, send, session, speech
 
 TEXT = "The birch canoe slid on the smooth planks. " * 4  # 172 characters: about 8.6 s expected
@@ -125,31 +125,42 @@ class OthersAhead:
         return self.lead_s >= in_hand_s
 
     def others_starting(self, context_id):
-        return False
+        return 0
 
 
 class OthersStarting(AdmitAll):
-    """An Admission that says whether another stream awaits its first audio, as told."""
+    """An Admission with `starting` other streams awaiting their first audio."""
 
-    def __init__(self):
-        self.starting = True
+    def __init__(self, starting):
+        self.starting = starting
 
     def others_starting(self, context_id):
         return self.starting
 
 
-def test_a_fast_start_is_held_while_another_stream_awaits_its_first_audio():
-    # Its first chunks go before this stream's next at the servers, however fast this one's came.
-    admission, clock = OthersStarting(), Clock()
+def test_a_first_chunk_alone_is_held_while_a_burst_of_others_starts_and_a_second_is_judged_by_its_wait():
+    # Their first chunks go before this stream's next at the servers, however fast its own came.
+    gate = StartGate(began=0.0, expected_s=10.0)
+    gate.arrived(0.5, now=0.1)  # five times real time
+    assert gate.is_open(0.1, others_starting=BURST_STARTS - 1) and not gate.is_open(0.1, others_starting=BURST_STARTS)
+    gate.arrived(0.5, now=0.5)  # the next came 0.4 s later, behind their first chunks
+    assert gate.is_open(0.5, others_starting=BURST_STARTS)  # 1 s in hand outlasts that wait
+    whole = StartGate(began=0.0, expected_s=1.0)
+    whole.arrived(1.0, now=0.1)  # all of its text: nothing more to wait for
+    assert whole.is_open(0.1, others_starting=BURST_STARTS)
+
+
+@pytest.mark.parametrize("starting,sent", [(BURST_STARTS - 1, True), (BURST_STARTS, False)])
+def test_a_session_holds_a_fast_first_chunk_while_a_burst_of_other_streams_awaits_its_first_audio(starting, sent):
+    admission, clock = OthersStarting(starting), Clock()
     s = Session(Limits(), Recorder(), clock, admission=admission)
     s.start()
     (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
     clock.now += 0.1
-    assert s.audio(job.id, speech(0.5), 0, []) == []  # five times real time, but held
-    admission.starting = False  # the other stream sounded
+    assert bool(frames(s.audio(job.id, speech(0.5), 0, []))) == sent  # five times real time
     clock.now += 0.2
-    out = frames(s.audio(job.id, speech(0.5), 0, []))
-    assert len(out) > 25 and out[0].sample_offset == 0  # both chunks (25 frames each), from the first sample
+    out = frames(s.audio(job.id, speech(0.5), 0, []))  # judged by its wait, the others still starting
+    assert out and (sent or out[0].sample_offset == 0)  # held: both chunks, from the first sample
 
 
 @pytest.mark.parametrize("others_lead_s,sent", [(0.3, False), (0.6, True)])
