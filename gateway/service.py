@@ -109,6 +109,15 @@ class Gateway:
         return sum(p.starting for p in self.http_paces) + sum(
             ctx.starting for s in self.sessions for ctx in s.contexts.values() if not (s is session and ctx.id == context_id))
 
+    def others_first_s(self, session: Session, context_id: str, first_chunk_s: float) -> float:
+        """How long the servers will take to make the first chunks of the streams starting
+        (others_starting), each of `first_chunk_s` of audio, at the capacity they measure:
+        unbounded while some start and none has measured it."""
+        if not (starting := self.others_starting(session, context_id)):
+            return 0.0
+        capacity = self.backends.capacity
+        return starting * first_chunk_s / capacity if capacity else math.inf
+
     def speaking_contexts(self) -> int:
         """Contexts with text in hand, on all connections."""
         return sum(ctx.busy for s in self.sessions for ctx in s.contexts.values())

@@ -108,8 +108,11 @@ class Admission(Protocol):
         listener."""
         ...
 
-    def others_starting(self, context_id: str) -> int:
-        """How many other streams being spoken await their first audio from the servers."""
+    def others_first_s(self, context_id: str, first_chunk_s: float) -> float:
+        """How long the servers will take to make the first chunks of the other streams
+        being spoken that await their first audio, each taken to hold `first_chunk_s` of
+        audio (streams starting together get first chunks sized alike): they go before the
+        context's next chunk there."""
         ...
 
 
@@ -129,8 +132,8 @@ class AdmitAll:
     def starts_in_time(self, context_id: str, in_hand_s: float) -> bool:
         return False
 
-    def others_starting(self, context_id: str) -> int:
-        return 0
+    def others_first_s(self, context_id: str, first_chunk_s: float) -> float:
+        return 0.0
 
 
 class Observer(ChatObserver, Protocol):
@@ -726,8 +729,8 @@ class Session:
             return actions
         gate.held += actions
         gate.arrived(seconds, self.clock())
-        safe = gate.is_open(self.clock(), self.admission.others_starting(context.id)) or (
-            self.admission.starts_in_time(context.id, gate.in_hand_s))
+        others_first_s = self.admission.others_first_s(context.id, gate.first_chunk_s)
+        safe = gate.is_open(self.clock(), others_first_s) or self.admission.starts_in_time(context.id, gate.in_hand_s)
         return self._release(context, []) if safe else []
 
     def _release(self, context: Context, actions: list[Action]) -> list[Action]:

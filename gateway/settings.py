@@ -148,8 +148,8 @@ class Settings:
     start_when_safe: bool = _setting(
         True, "protocol v1: a context's first audio is held until the audio in hand covers what the rest will lack at "
         "the rate its audio comes, so that its listener hears a later start rather than a stall after it "
-        "(many streams started together); a stream faster than real time starts with its first chunk, unless a "
-        "burst of other streams is starting",
+        "(many streams started together); a stream faster than real time starts with its first chunk, unless the "
+        "first chunks of other streams starting would outlast it",
     )
     max_upload_bytes: int = _setting(
         25 * 1024 * 1024, "the largest audio file POST /v1/audio/transcriptions takes, as OpenAI's (413 past it)"

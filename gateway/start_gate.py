@@ -11,8 +11,8 @@ stream on a server with cores to spare) goes out with its first chunk.
 The wait for the first chunk counts among the waits: under a burst of starts the first
 chunk comes late but large, a stream's whole first sentence at a rate near real time,
 and the next audio, another sentence, waits as long behind the other streams' work. And
-a first chunk alone does not go out while a burst of other streams is starting
-(BURST_STARTS), however fast it came: their first chunks go before its next.
+the first chunks of the other streams starting go before this stream's next at the
+servers, however fast its own came: the audio in hand must outlast their making too.
 
 If the audio so far (`in_hand` seconds of it, `elapsed` seconds after the request) came
 at rate r = in_hand / elapsed, the rest (`expected` − `in_hand`) takes rest / r to come
@@ -25,12 +25,6 @@ from dataclasses import dataclass, field
 
 from gateway.actions import Action
 
-# Other streams starting at once that a first chunk's own wait does not cover. Their first
-# chunks go before this stream's next at the servers (a stream awaiting its first audio is
-# at its deadline); the wait for this stream's first chunk held about one first chunk's
-# work, its own, so it covers one other's, not two.
-BURST_STARTS = 2
-
 
 @dataclass
 class StartGate:
@@ -39,7 +33,7 @@ class StartGate:
     began: float  # when the context's synthesis was asked for
     expected_s: float  # the audio its text in hand will likely make
     in_hand_s: float = 0.0
-    chunks: int = 0
+    first_chunk_s: float = 0.0  # the audio the first chunk held
     longest_gap_s: float = 0.0  # the longest wait for a chunk so far, the first one's included
     last_chunk: float = field(init=False)  # when the last chunk came (the request, before the first)
     held: list[Action] = field(default_factory=list)  # what would have been sent, in order
@@ -52,8 +46,9 @@ class StartGate:
         """A chunk of `seconds` of audio came at `now`."""
         self.longest_gap_s = max(self.longest_gap_s, now - self.last_chunk)
         self.last_chunk = now
+        if not self.in_hand_s:
+            self.first_chunk_s = seconds
         self.in_hand_s += seconds
-        self.chunks += 1
 
     def lack_s(self, now: float) -> float:
         """The audio the player would run out of if it started now: what the rest lacks
@@ -65,15 +60,13 @@ class StartGate:
         rest = max(self.expected_s - self.in_hand_s, 0.0)
         return rest * (1 - rate) / rate if rate < 1 else 0.0
 
-    def is_open(self, now: float, others_starting: int = 0) -> bool:
-        """Whether the audio in hand may go out now, while `others_starting` other streams
-        await their first audio: all that is expected is in hand; or it outlasts what the
-        rest will lack and the longest wait for a chunk, unless only the first chunk is in
-        and a burst of others is starting (its wait then says nothing of the next's)."""
+    def is_open(self, now: float, others_first_s: float = 0.0) -> bool:
+        """Whether the audio in hand may go out now, the servers taking `others_first_s`
+        for the first chunks of the other streams starting: all that is expected is in
+        hand, or it outlasts what the rest will lack, the longest wait for a chunk and
+        those first chunks."""
         if self.in_hand_s <= 0:
             return False
         if self.in_hand_s >= self.expected_s:
             return True
-        if self.chunks == 1 and others_starting >= BURST_STARTS:
-            return False
-        return self.in_hand_s >= self.lack_s(now) + self.longest_gap_s
+        return self.in_hand_s >= self.lack_s(now) + self.longest_gap_s + others_first_s

@@ -116,8 +116,8 @@ class Connection:
     def starts_in_time(self, context_id: str, in_hand_s: float) -> bool:
         return self.gateway.starts_in_time(self.session, context_id, in_hand_s)
 
-    def others_starting(self, context_id: str) -> int:
-        return self.gateway.others_starting(self.session, context_id)
+    def others_first_s(self, context_id: str, first_chunk_s: float) -> float:
+        return self.gateway.others_first_s(self.session, context_id, first_chunk_s)
 
     def later(self, actions: list[Action]) -> None:
         """Carry out `actions`, which the queue's turn produced outside this connection's

@@ -1,4 +1,7 @@
+import math
 from collections import Counter
+
+import pytest
 
 from contract import models as c
 from gateway import fleet
@@ -177,6 +180,22 @@ def test_a_stream_awaiting_its_first_audio_is_starting_to_the_others_until_its_a
     with gateway.http_stream("10.0.0.3") as pace:
         pace.streamed = False  # a transcription: no audio to await
         assert gateway.others_starting(b, "b") == 0
+
+
+def test_the_other_streams_first_chunks_take_their_audio_over_the_capacity_to_make():
+    gateway = Gateway(Settings(triton_urls=()))
+    server = backend("a")
+    gateway.backends.all = [server]
+    sessions = [session()[0] for _ in range(3)]
+    gateway.sessions.update({s: f"10.0.0.{i}" for i, s in enumerate(sessions)})
+    first = sessions[0]
+    jobs(send(first, type="speak", context_id="a", text="One sentence."))
+    assert gateway.others_first_s(first, "a", 1.5) == 0.0  # nobody else is starting
+    for s in sessions[1:]:
+        jobs(send(s, type="speak", context_id="b", text="Another sentence."))
+    assert gateway.others_first_s(first, "a", 1.5) == math.inf  # the capacity is not measured yet
+    server.capacity_by_model = {c.TTS_MODEL: 6.0}  # real-time streams: 6 s of audio a second
+    assert gateway.others_first_s(first, "a", 1.5) == pytest.approx(2 * 1.5 / 6.0)
 
 
 def test_a_start_is_in_time_with_room_to_spare_and_every_other_stream_sounded_and_further_ahead():

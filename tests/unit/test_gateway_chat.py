@@ -34,8 +34,8 @@ class Busy:
     def starts_in_time(self, context_id, in_hand_s):
         return False
 
-    def others_starting(self, context_id):
-        return 0
+    def others_first_s(self, context_id, first_chunk_s):
+        return 0.0
 
 
 def chat_session(speculation="greedy", chat=True, **kwargs):

@@ -4,7 +4,7 @@ alone and on the sans-I/O session with a hand-moved clock."""
 import pytest
 
 from gateway.session import AdmitAll, Limits, Session
-from gateway.start_gate import BURST_STARTS, StartGate
+from gateway.start_gate import StartGate
 from tests.unit.test_gateway_session import Clock, Recorder, frames, jobs, messages, send, session, speech
 
 TEXT = "The birch canoe slid on the smooth planks. " * 4  # 172 characters: about 8.6 s expected
@@ -124,42 +124,47 @@ class OthersAhead:
         self.asked.append((context_id, in_hand_s))
         return self.lead_s >= in_hand_s
 
-    def others_starting(self, context_id):
-        return 0
+    def others_first_s(self, context_id, first_chunk_s):
+        return 0.0
 
 
 class OthersStarting(AdmitAll):
-    """An Admission with `starting` other streams awaiting their first audio."""
+    """An Admission whose other streams starting take the servers `seconds` to make
+    their first chunks."""
 
-    def __init__(self, starting):
-        self.starting = starting
+    def __init__(self, seconds):
+        self.seconds, self.asked = seconds, []
 
-    def others_starting(self, context_id):
-        return self.starting
+    def others_first_s(self, context_id, first_chunk_s):
+        self.asked.append((context_id, first_chunk_s))
+        return self.seconds
 
 
-def test_a_first_chunk_alone_is_held_while_a_burst_of_others_starts_and_a_second_is_judged_by_its_wait():
+def test_the_audio_in_hand_must_outlast_the_other_streams_first_chunks_too():
     # Their first chunks go before this stream's next at the servers, however fast its own came.
     gate = StartGate(began=0.0, expected_s=10.0)
-    gate.arrived(0.5, now=0.1)  # five times real time
-    assert gate.is_open(0.1, others_starting=BURST_STARTS - 1) and not gate.is_open(0.1, others_starting=BURST_STARTS)
-    gate.arrived(0.5, now=0.5)  # the next came 0.4 s later, behind their first chunks
-    assert gate.is_open(0.5, others_starting=BURST_STARTS)  # 1 s in hand outlasts that wait
+    gate.arrived(0.5, now=0.1)  # five times real time, after a 0.1 s wait
+    assert gate.first_chunk_s == 0.5
+    assert gate.is_open(0.1, others_first_s=0.4) and not gate.is_open(0.1, others_first_s=0.5)
+    gate.arrived(0.5, now=0.3)
+    assert gate.first_chunk_s == 0.5 and gate.is_open(0.3, others_first_s=0.5)  # 1 s in hand outlasts both
     whole = StartGate(began=0.0, expected_s=1.0)
     whole.arrived(1.0, now=0.1)  # all of its text: nothing more to wait for
-    assert whole.is_open(0.1, others_starting=BURST_STARTS)
+    assert whole.is_open(0.1, others_first_s=float("inf"))
 
 
-@pytest.mark.parametrize("starting,sent", [(BURST_STARTS - 1, True), (BURST_STARTS, False)])
-def test_a_session_holds_a_fast_first_chunk_while_a_burst_of_other_streams_awaits_its_first_audio(starting, sent):
-    admission, clock = OthersStarting(starting), Clock()
+@pytest.mark.parametrize("others_first_s,sent", [(0.3, True), (0.5, False)])
+def test_a_session_holds_a_fast_first_chunk_while_other_streams_first_chunks_would_outlast_it(
+        others_first_s, sent):
+    admission, clock = OthersStarting(others_first_s), Clock()
     s = Session(Limits(), Recorder(), clock, admission=admission)
     s.start()
     (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
     clock.now += 0.1
     assert bool(frames(s.audio(job.id, speech(0.5), 0, []))) == sent  # five times real time
+    assert admission.asked == [("a", pytest.approx(0.5))]
     clock.now += 0.2
-    out = frames(s.audio(job.id, speech(0.5), 0, []))  # judged by its wait, the others still starting
+    out = frames(s.audio(job.id, speech(0.5), 0, []))  # 1 s in hand outlasts the others' first chunks
     assert out and (sent or out[0].sample_offset == 0)  # held: both chunks, from the first sample
 
 
