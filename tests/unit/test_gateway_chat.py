@@ -10,32 +10,20 @@ import pytest
 from gateway import chat as ch
 from gateway.actions import Stop, StopThinking, Synthesize, Think
 from gateway.protocol import Speculation
-from gateway.session import Limits, Session
+from gateway.session import AdmitAll, Limits, Session
 from speechstream import protocol as v1
 from tests.unit.test_gateway_session import Clock, Recorder, frames, messages
 
 END = 2  # the chat model's end token in these tests
 
 
-class Busy:
+class Busy(AdmitAll):
     """An admission that refuses every new stream."""
 
     def refusal(self):
         from gateway.protocol import ProtocolError
 
         return ProtocolError(v1.SERVER_BUSY, "full")
-
-    def wait(self, context_id):
-        return None
-
-    def leave(self, context_id):
-        pass
-
-    def starts_in_time(self, context_id, in_hand_s):
-        return False
-
-    def others_first_s(self, context_id, first_chunk_s):
-        return 0.0
 
 
 def chat_session(speculation="greedy", chat=True, **kwargs):

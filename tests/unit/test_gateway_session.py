@@ -11,7 +11,7 @@ from contract.voices import EMBEDDED
 from gateway import protocol as p
 from gateway.actions import Close, Job, Send, Stop, Synthesize
 from gateway.segmenter import REQUEST_CHARS
-from gateway.session import Limits, Session
+from gateway.session import AdmitAll, Limits, Session
 from speechstream import protocol as v1
 
 RATE = EMBEDDED.sample_rate
@@ -249,7 +249,7 @@ def test_abort_stops_every_job_in_flight():
     assert set(s.abort()) == {Stop(a.id), Stop(b.id)} and s.contexts == {}
 
 
-class Admission:
+class Admission(AdmitAll):
     """The gateway's side of admission, played by the test: `refusal` says what `said`
     holds; the queue has `room` places and logs who waits and who leaves."""
 
@@ -268,12 +268,6 @@ class Admission:
     def leave(self, context_id):
         self.waiting.remove(context_id)
         self.left.append(context_id)
-
-    def starts_in_time(self, context_id, in_hand_s):
-        return False
-
-    def others_first_s(self, context_id, first_chunk_s):
-        return 0.0
 
 
 def busy():

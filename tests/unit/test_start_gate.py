@@ -104,28 +104,16 @@ def test_a_cancelled_context_drops_what_was_held_and_the_switch_turns_the_gate_o
     assert frames(s.audio(job.id, speech(0.5), 0, []))
 
 
-class OthersAhead:
+class OthersAhead(AdmitAll):
     """An admission with room to spare whose other streams are all `lead_s` ahead of
     their listeners; it notes what it was asked."""
 
     def __init__(self, lead_s):
         self.lead_s, self.asked = lead_s, []
 
-    def refusal(self):
-        return None
-
-    def wait(self, context_id):
-        return None
-
-    def leave(self, context_id):
-        pass
-
     def starts_in_time(self, context_id, in_hand_s):
         self.asked.append((context_id, in_hand_s))
         return self.lead_s >= in_hand_s
-
-    def others_first_s(self, context_id, first_chunk_s):
-        return 0.0
 
 
 class OthersStarting(AdmitAll):
@@ -138,6 +126,15 @@ class OthersStarting(AdmitAll):
     def others_first_s(self, context_id, first_chunk_s):
         self.asked.append((context_id, first_chunk_s))
         return self.seconds
+
+
+def speaking(admission):
+    """A session on `admission` speaking TEXT in context "a": it, its clock and the job."""
+    clock = Clock()
+    s = Session(Limits(), Recorder(), clock, admission=admission)
+    s.start()
+    (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
+    return s, clock, job
 
 
 def test_the_audio_in_hand_must_outlast_the_other_streams_first_chunks_too():
@@ -156,10 +153,8 @@ def test_the_audio_in_hand_must_outlast_the_other_streams_first_chunks_too():
 @pytest.mark.parametrize("others_first_s,sent", [(0.3, True), (0.5, False)])
 def test_a_session_holds_a_fast_first_chunk_while_other_streams_first_chunks_would_outlast_it(
         others_first_s, sent):
-    admission, clock = OthersStarting(others_first_s), Clock()
-    s = Session(Limits(), Recorder(), clock, admission=admission)
-    s.start()
-    (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
+    admission = OthersStarting(others_first_s)
+    s, clock, job = speaking(admission)
     clock.now += 0.1
     assert bool(frames(s.audio(job.id, speech(0.5), 0, []))) == sent  # five times real time
     assert admission.asked == [("a", pytest.approx(0.5))]
@@ -171,10 +166,8 @@ def test_a_session_holds_a_fast_first_chunk_while_other_streams_first_chunks_wou
 @pytest.mark.parametrize("others_lead_s,sent", [(0.3, False), (0.6, True)])
 def test_a_slow_start_goes_out_at_once_while_every_other_stream_is_further_ahead_than_its_audio_in_hand(
         others_lead_s, sent):
-    admission, clock = OthersAhead(others_lead_s), Clock()
-    s = Session(Limits(), Recorder(), clock, admission=admission)
-    s.start()
-    (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
+    admission = OthersAhead(others_lead_s)
+    s, clock, job = speaking(admission)
     clock.now += 1.0
     out = s.audio(job.id, speech(0.5), 0, [])  # half real time: the rate alone would hold it
     assert bool(frames(out)) == sent and admission.asked == [("a", pytest.approx(0.5))]
