@@ -6,6 +6,8 @@ model is tests/build_orpheus_model.py's tiny one (random weights: its speech is 
 """
 
 import asyncio
+import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -158,6 +160,7 @@ def test_a_stream_cancelled_anywhere_frees_the_talker(ar_triton):
 
 SEEDED = {c.TEXT: TEXT, c.SEED: np.int64(7), c.MAX_FRAMES: np.int32(20)}  # sampled (temperature 0.6), seeded
 FAULT_AT_CHUNK = 4  # of nine (1, 16 and 3 frames a sentence): in the second sentence
+FAULT_TRIES = 4  # streams faulted, at most, before one loses a window to the fault
 
 
 def speak_seeded(url: str, fault: Callable[[], None] | None = None) -> tuple[np.ndarray, Timing]:
@@ -192,6 +195,32 @@ def code2wav_stub(server: TritonServer, instance: int) -> psutil.Process:
     return named[str(instance)]
 
 
+def whole(server: TritonServer) -> bool:
+    """code2wav has its two instances, of one load: code2wav_0_*, or code2wav_rN_0_*
+    after a reload, the old ones retired."""
+    loads = [stub.cmdline()[-2].rsplit("_", 2)[0] for stub in code2wav_stubs(server)]
+    return len(loads) == 2 and len(set(loads)) == 1 and server.fault() is None
+
+
+def lose_a_window(server: TritonServer, fault: str, instance: int) -> tuple[psutil.Process, np.ndarray, Timing]:
+    """The faulted stub, and the stream's PCM and timing, once a window was lost to the
+    fault and issued again. Triton gives each window to an instance that is free, so a
+    stream may pass a stopped instance by (its stub continues, none the worse, and no
+    reload comes), or the supervisor replace a killed one before a window went there.
+    The fault is then made again on another stream."""
+    for _ in range(FAULT_TRIES):
+        assert wait_for(lambda: whole(server), 60)  # after a miss, the supervisor's reload ended
+        logged = os.path.getsize(server.log_path)
+        stub = code2wav_stub(server, instance)
+        pcm, timing = speak_seeded(server.grpc_url, stop_for_3_s(stub) if fault == "stopped for 3 s" else stub.kill)
+        with open(server.log_path, "rb") as log_file:
+            log_file.seek(logged)
+            log = log_file.read().decode(errors="replace")
+        if re.search(r"code2wav: a window of request \d+ was lost .*issuing it again", log):
+            return stub, pcm, timing
+    pytest.fail(f"no window was lost to the {fault} instance in {FAULT_TRIES} streams")
+
+
 @pytest.fixture(scope="module")
 def reference(ar_triton) -> np.ndarray:
     speak_seeded(ar_triton.grpc_url)  # warm: the first stream's calls set the deadlines
@@ -203,8 +232,8 @@ def test_a_lost_code2wav_instance_costs_the_stream_a_little_time_not_its_audio(a
     url = ar_triton.grpc_url
     assert len(code2wav_stubs(ar_triton)) == 2  # two instances: a lost window has another to go to
     unfaulted_pcm, unfaulted = speak_seeded(url)
-    stub, tritonserver = code2wav_stub(ar_triton, instance), ar_triton.process
-    pcm, faulted = speak_seeded(url, stop_for_3_s(stub) if fault == "stopped for 3 s" else stub.kill)
+    tritonserver = ar_triton.process
+    stub, pcm, faulted = lose_a_window(ar_triton, fault, instance)
     after, _ = speak_seeded(url)  # the server serves on, a stopped stub's late answer never seen
     # The supervisor replaced the lost instance by reloading code2wav, Triton left running.
     assert wait_for(lambda: len(code2wav_stubs(ar_triton)) == 2 and stub not in code2wav_stubs(ar_triton), 60)
@@ -216,8 +245,6 @@ def test_a_lost_code2wav_instance_costs_the_stream_a_little_time_not_its_audio(a
     print(f"{fault} (instance {instance}): L_sf {unfaulted.stall_free_start_s:.2f} s unfaulted, {faulted.stall_free_start_s:.2f} s "
           f"faulted (+{added_s:.2f} s); SNR " + ", ".join(f"{k} {v:.1f} dB" for k, v in snr.items()))
     assert min(snr.values()) >= 40, snr
-    log = open(ar_triton.log_path).read()
-    assert "code2wav: a window of request" in log and "issuing it again" in log
     assert ar_triton.process.poll() is None
     if added_s > 1.0:
         # Measured +3.6 to +5.0 s here (+6.5 to +9.1 s while model.py imported torch for
