@@ -42,6 +42,7 @@ from python_backends.ar.inputs import TalkerParams
 from python_backends.ar.layouts import ENDING, Allowed, CodecTokens, FrameAssembler, Layout, allowed
 from python_backends.ar.orpheus import OrpheusTokens
 from python_backends.ar.step_logits import StepPlan
+from python_backends.vllm_process import compute_in_engine_core
 from python_backends.vllm_stats import EngineStats, StatsLogger
 
 CODEC_ARG = "speechstream_codec"  # the SamplingParams.extra_args key of a request's layout
@@ -161,6 +162,7 @@ class TalkerEngine:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         # GPU builds default to a model runner that refuses custom logits processors.
         os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+        compute_in_engine_core()
         args = AsyncEngineArgs(
             model=str(model), dtype=dtype, max_model_len=max_model_len, enforce_eager=eager,
             logits_processors=[CodecLogitsProcessor], scheduler_cls=PairingScheduler, disable_log_stats=False,

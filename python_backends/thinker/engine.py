@@ -28,6 +28,7 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from python_backends.thinker.speculation import verify
+from python_backends.vllm_process import compute_in_engine_core
 from python_backends.vllm_stats import EngineStats, StatsLogger
 
 
@@ -76,6 +77,7 @@ class ThinkerEngine:
     def __init__(self, model: str | Path, *, dtype: str = "float32", max_model_len: int = 4096, eager: bool = True,
                  on_stats: Callable[[ThinkerStats], None] = lambda stats: None) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: a small model's many turns
+        compute_in_engine_core()
         args = AsyncEngineArgs(model=str(model), dtype=dtype, max_model_len=max_model_len, enforce_eager=eager,
                                enable_prefix_caching=True, disable_log_stats=False)
         self.stats, self._on_stats = ThinkerStats(), on_stats
