@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -54,18 +53,16 @@ def stub_of(processes: Iterable[psutil.Process], model: str) -> psutil.Process:
     raise LookupError(f"no stub runs {model}")
 
 
-def kill_all(processes: Iterable[psutil.Process], timeout: float = 10.0) -> None:
-    """Kill `processes` (one may die meanwhile) and wait up to `timeout` for them to
-    die. A zombie counts as dead: a killed stub stays one until tritonserver reaps it,
-    which can take longer than the timeout, and the supervisor waiting on it saw no
-    other fault meanwhile. This process's own children are reaped."""
+def kill_all(processes: Iterable[psutil.Process], wait: bool = True) -> None:
+    """Kill `processes` (one may die meanwhile); with `wait`, wait up to 10 s for them to
+    be gone. Without it, a live parent reaps them when it will: tritonserver reaps its
+    stubs late, and a supervisor waiting on that saw no other fault meanwhile."""
     processes = list(processes)
     for process in processes:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
-    deadline = time.monotonic() + timeout
-    while (left := [p for p in processes if alive(p)]) and time.monotonic() < deadline:
-        psutil.wait_procs(left, timeout=0.05)  # reaps those that are this process's children
+    if wait:
+        psutil.wait_procs(processes, timeout=10)
 
 
 def kill_session(session: int) -> list[str]:

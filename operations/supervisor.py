@@ -63,7 +63,7 @@ class TritonServer(TritonProcess):
             raise RuntimeError(f"Triton refused to load {model}: {e.read().decode(errors='replace')}") from None
         self._watch([stub for stub in self.stubs() if stub not in old])
         time.sleep(RETIRE_AFTER_S)  # the windows the old instances hold end; a killed stub's calls fail only after ~1 s
-        kill_all([stub for stub in old if alive(stub)])
+        kill_all([stub for stub in old if alive(stub)], wait=False)  # tritonserver reaps them; `fault` sees them dead
 
     def replaceable(self) -> str | None:
         """The model whose dead stubs can be replaced without stopping Triton: Triton is

@@ -1,0 +1,71 @@
+"""The supervisor's reload of a model whose stub died, against real processes and a real
+HTTP server standing in for Triton's model control (no tritonserver): a parent that does
+not reap its killed child stands in for tritonserver and its retired stub."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import psutil
+
+from operations.process_tree import alive
+from operations.supervisor import RETIRE_AFTER_S, TritonServer
+
+# A child that runs "code2wav" (its command line names the model's model.py), whose parent
+# prints its pid and then never reaps it.
+STUB = "import time; time.sleep(60)"
+UNREAPING_PARENT = ("import subprocess, sys, time; "
+                    f"child = subprocess.Popen([sys.executable, '-c', {STUB!r}, '/models/code2wav/1/model.py']); "
+                    "print(child.pid, flush=True); time.sleep(60)")
+
+
+class ModelControl(BaseHTTPRequestHandler):
+    """Triton's model config and load, as `reload` uses them; the loads it was asked for."""
+
+    loads: list[dict] = []
+
+    def do_GET(self):
+        self._answer({"name": "code2wav", "instance_group": [{"count": 2, "kind": "KIND_CPU"}]})
+
+    def do_POST(self):
+        self.loads.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self._answer({})
+
+    def _answer(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_reload_does_not_wait_for_tritonserver_to_reap_the_stubs_it_retires():
+    # It waited up to 10 s for them to be gone, and a stub that died meanwhile was
+    # replaced only then: 6.5 s after its death in tests/vllm/test_ar_faults.py.
+    control = ThreadingHTTPServer(("127.0.0.1", 0), ModelControl)
+    threading.Thread(target=control.serve_forever, daemon=True).start()
+    tritonserver = subprocess.Popen([sys.executable, "-c", UNREAPING_PARENT], stdout=subprocess.PIPE, text=True)
+    try:
+        stub = psutil.Process(int(tritonserver.stdout.readline()))
+        server = TritonServer(http_port=control.server_address[1])
+        server.process = tritonserver
+        server._watch([stub])
+        started = time.monotonic()
+        server.reload("code2wav")
+        took_s = time.monotonic() - started
+        psutil.wait_procs([stub], timeout=1)  # the SIGKILL lands; the zombie stays
+        assert stub.status() == psutil.STATUS_ZOMBIE and not alive(stub)  # killed, not yet reaped
+        assert took_s < RETIRE_AFTER_S + 5  # not the 10 s it waited for the reaping
+        config = json.loads(ModelControl.loads[-1]["parameters"]["config"])
+        assert [group["name"] for group in config["instance_group"]] == ["code2wav_r1_0"]  # new instances' names
+    finally:
+        tritonserver.kill()
+        tritonserver.wait()
+        control.shutdown()
+        control.server_close()
