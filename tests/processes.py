@@ -1,10 +1,13 @@
 """What the tests (and perf's soak) read from /proc to check the servers: the shared
-memory a process maps by name."""
+memory a process maps by name, the vLLM engine processes under a model's stub."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+
+from operations.process_tree import model_of
+from operations.triton_process import TritonProcess
 
 
 def shm_mapped_by(pids: Iterable[int]) -> set[str]:
@@ -18,3 +21,9 @@ def shm_mapped_by(pids: Iterable[int]) -> set[str]:
         names.update(line.split("/dev/shm/", 1)[1].split(" ")[0] for line in maps.splitlines() if "/dev/shm/" in line)
     return names
 
+
+def vllm_engines(server: TritonProcess, model: str) -> list[str]:
+    """The vLLM processes under `model`'s stub, by their titles ("VLLM::EngineCore")."""
+    stub = next(stub for stub in server.stubs() if model_of(stub) == model)
+    titles = [" ".join(p.cmdline()).strip() for p in stub.children(recursive=True)]
+    return sorted(title for title in titles if title.startswith("VLLM::"))

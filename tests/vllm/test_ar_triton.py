@@ -28,7 +28,7 @@ from perf import perf_analyzer as pa
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME, frame_budget
 from speechstream.client import connection
 from tests.audio import snr_db
-from tests.processes import shm_mapped_by
+from tests.processes import shm_mapped_by, vllm_engines
 from tests.recorder import Recorder
 from tests.voices import build_orpheus_model
 
@@ -144,6 +144,12 @@ def test_cancelling_a_stream_frees_its_vllm_requests(ar_triton, guidance, reques
     budget = requests * frame_budget(long_sentence, 4096) * c.AR_POSITIONS
     assert before_cancel > generated
     assert stopped_at - before_cancel < budget / 4
+
+
+def test_the_talker_computes_in_its_engine_cores_process(ar_triton):
+    """vLLM's worker process, and its engine core's spinning wait for each step of the
+    worker's, took both cores of this host (python_backends/vllm_process.py)."""
+    assert vllm_engines(ar_triton, c.TALKER_MODEL) == ["VLLM::EngineCore"]
 
 
 def test_concurrent_streams_share_the_engines_batch(ar_triton):
@@ -273,9 +279,10 @@ def test_a_server_that_fails_to_start_leaves_no_vllm_process(tmp_path):
 
 
 def test_stopping_removes_the_shared_memory_of_triton_and_vllm(tmp_path):
-    """vLLM's engine processes keep shared memory and semaphores in /dev/shm (hundreds of
-    MB); a stop that has to kill them (a model that does not unload in time) left those
-    behind, run after run. Here the stop gives Triton no time to unload."""
+    """vLLM's engine processes kept shared memory and semaphores in /dev/shm (hundreds of
+    MB; its engine core alone, as now, keeps none), and the stubs keep theirs; a stop
+    that has to kill them (a model that does not unload in time) left those behind, run
+    after run. Here the stop gives Triton no time to unload."""
     before = {path.name for path in SHM.iterdir()}
     server = TritonServer(*free_ports(3), ar_model=str(build_orpheus_model()))
     with (tmp_path / "tritonserver.log").open("w") as log:
@@ -283,7 +290,7 @@ def test_stopping_removes_the_shared_memory_of_triton_and_vllm(tmp_path):
         try:
             server.wait_ready(timeout=300)
             session = [p.pid for p in psutil.process_iter() if session_of(p) == server.process.pid]
-            assert any(name.startswith("psm_") for name in shm_mapped_by(session))  # vLLM's, not only the stubs'
+            assert any(name.startswith("triton_python_backend_shm_region") for name in shm_mapped_by(session))
         finally:
             server.stop(timeout=0.1)
     left = {path.name for path in SHM.iterdir()} - before

@@ -23,6 +23,7 @@ from operations.supervisor import TritonServer
 from speechstream import protocol as v1
 from speechstream.client import SpeechClient, connection
 from tests.pages import FINISHED, REPORT, fake_microphone, http_of, microphone_browser
+from tests.processes import vllm_engines
 from tests.recorder import Recorder
 from tests.servers import running
 from tests.speech import say, silence, spoken, word_error_rate
@@ -172,6 +173,11 @@ def test_a_round_in_flight_over_the_final_question_becomes_the_reply(chat_gatewa
     assert after[1] - between[1] == between[1] - before[1]  # the reply written once, by the round, as off writes it
     assert greedy.messages("reply")[0]["rounds"] == 1
     assert reply_of(greedy) == reply_of(off) and reply_of(off)
+
+
+def test_the_thinker_computes_in_its_engine_cores_process(chat_triton):
+    """As the Talker does (tests/vllm/test_ar_triton.py): no worker process beside it."""
+    assert vllm_engines(chat_triton, c.THINKER_MODEL) == ["VLLM::EngineCore"]
 
 
 def test_cancel_mid_reply_frees_the_thinkers_vllm_request(chat_gateway, chat_triton):
