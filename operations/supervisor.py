@@ -55,15 +55,35 @@ class TritonServer(TritonProcess):
         for i, group in enumerate(config["instance_group"]):
             group["name"] = f"{model}_r{self._reloads}_{i}"
         body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
-        load = urllib.request.Request(f"{base}/repository/models/{model}/load", data=body, method="POST",
-                                      headers={"Content-Type": "application/json"})
-        try:
-            urllib.request.urlopen(load, timeout=RELOAD_TIMEOUT_S).close()
-        except urllib.error.HTTPError as e:
-            raise RuntimeError(f"Triton refused to load {model}: {e.read().decode(errors='replace')}") from None
+        self._load(model, urllib.request.Request(f"{base}/repository/models/{model}/load", data=body, method="POST",
+                                                 headers={"Content-Type": "application/json"}))
         self._watch([stub for stub in self.stubs() if stub not in old])
         time.sleep(RETIRE_AFTER_S)  # the windows the old instances hold end; a killed stub's calls fail only after ~1 s
         kill_all([stub for stub in old if alive(stub)], wait=False)  # tritonserver reaps them; `fault` sees them dead
+
+    def _load(self, model: str, load: urllib.request.Request) -> None:
+        """Send Triton's load request and await its answer, or raise once tritonserver has
+        exited meanwhile: a load cut short that way was left unanswered, and the
+        supervisor, waiting on it, did not restart the server for RELOAD_TIMEOUT_S."""
+        answer: list[BaseException | None] = []
+
+        def post() -> None:
+            try:
+                urllib.request.urlopen(load, timeout=RELOAD_TIMEOUT_S).close()
+                answer.append(None)
+            except urllib.error.HTTPError as e:
+                answer.append(RuntimeError(f"Triton refused to load {model}: {e.read().decode(errors='replace')}"))
+            except Exception as e:  # a connection reset or timed out: raised below, in the supervisor's thread
+                answer.append(e)
+
+        posting = threading.Thread(target=post, name=f"load-{model}", daemon=True)
+        posting.start()
+        while posting.is_alive():
+            posting.join(SUPERVISE_INTERVAL_S)
+            if posting.is_alive() and self.process.poll() is not None:
+                raise RuntimeError(f"tritonserver exited while loading {model}")
+        if answer[0] is not None:
+            raise answer[0]
 
     def replaceable(self) -> str | None:
         """The model whose dead stubs can be replaced without stopping Triton: Triton is

@@ -10,6 +10,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psutil
+import pytest
 
 from operations.process_tree import alive
 from operations.supervisor import RETIRE_AFTER_S, TritonServer
@@ -43,6 +44,34 @@ class ModelControl(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class NeverLoads(ModelControl):
+    """A load that never answers, as a load cut short by tritonserver's death was left."""
+
+    def do_POST(self):
+        time.sleep(60)
+
+
+def test_a_reload_ends_when_tritonserver_dies_while_it_loads():
+    # speechstream-serve's supervisor waited on such a load, not restarting Triton, for
+    # the load's 120 s timeout (tests/integration/test_serve.py saw 30 s of it).
+    control = ThreadingHTTPServer(("127.0.0.1", 0), NeverLoads)
+    threading.Thread(target=control.serve_forever, daemon=True).start()
+    tritonserver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        server = TritonServer(http_port=control.server_address[1])
+        server.process = tritonserver
+        threading.Timer(1.0, tritonserver.kill).start()
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="tritonserver exited while loading code2wav"):
+            server.reload("code2wav")
+        assert time.monotonic() - started < 10
+    finally:
+        tritonserver.kill()
+        tritonserver.wait()
+        control.shutdown()
+        control.server_close()
 
 
 def test_a_reload_does_not_wait_for_tritonserver_to_reap_the_stubs_it_retires():
