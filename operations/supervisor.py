@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from operations.process_tree import alive, kill_all, model_of
@@ -65,25 +66,24 @@ class TritonServer(TritonProcess):
         """Send Triton's load request and await its answer, or raise once tritonserver has
         exited meanwhile: a load cut short that way was left unanswered, and the
         supervisor, waiting on it, did not restart the server for RELOAD_TIMEOUT_S."""
-        answer: list[BaseException | None] = []
+        answered: Future[None] = Future()
 
         def post() -> None:
             try:
                 urllib.request.urlopen(load, timeout=RELOAD_TIMEOUT_S).close()
-                answer.append(None)
+                answered.set_result(None)
             except urllib.error.HTTPError as e:
-                answer.append(RuntimeError(f"Triton refused to load {model}: {e.read().decode(errors='replace')}"))
-            except Exception as e:  # a connection reset or timed out: raised below, in the supervisor's thread
-                answer.append(e)
+                answered.set_exception(RuntimeError(f"Triton refused to load {model}: {e.read().decode(errors='replace')}"))
+            except Exception as e:  # a connection reset or timed out: raised in the supervisor's thread
+                answered.set_exception(e)
 
-        posting = threading.Thread(target=post, name=f"load-{model}", daemon=True)
-        posting.start()
-        while posting.is_alive():
-            posting.join(SUPERVISE_INTERVAL_S)
-            if posting.is_alive() and self.process.poll() is not None:
-                raise RuntimeError(f"tritonserver exited while loading {model}")
-        if answer[0] is not None:
-            raise answer[0]
+        threading.Thread(target=post, name=f"load-{model}", daemon=True).start()  # a daemon: exit never waits on it
+        while True:
+            try:
+                return answered.result(timeout=SUPERVISE_INTERVAL_S)
+            except TimeoutError:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"tritonserver exited while loading {model}") from None
 
     def replaceable(self) -> str | None:
         """The model whose dead stubs can be replaced without stopping Triton: Triton is

@@ -1,5 +1,6 @@
 """Real servers for a test: a tritonserver (supervised or not) and gateway processes,
-each started on its own log in a test's directory, ready, and stopped after."""
+each started on its own log in a test's directory, ready, and stopped after; an HTTP
+server standing in for one of Triton's services."""
 
 from __future__ import annotations
 
@@ -7,12 +8,25 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from subprocess import Popen
 
 from operations.loopback import start_gateway, stop
 from operations.supervisor import TritonServer
 from speechstream import protocol as v1
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """An HTTP server on a free loopback port whose requests `handler` answers; its port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @contextlib.contextmanager
