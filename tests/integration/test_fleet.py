@@ -26,6 +26,7 @@ import urllib.request
 import pytest
 import yaml
 
+from gateway.backends import NOT_PROBED
 from operations.loopback import free_ports, stop, wait_for_http
 from operations.supervisor import TritonServer
 from perf.workloads import harvard_sentences, workload
@@ -55,6 +56,7 @@ NAME = "triton.speechstream.svc.cluster.local"
 PODS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 STREAMS = 10  # about what the gateways admit together over two servers (--admission-load is set by it)
 DRAIN_S = 3
+PROBING = f"cannot synthesize: {NOT_PROBED}"  # a server's readiness while up, its first probe under way
 SLOW = 3.0  # length_scale: speech three times slower than the voice's own pace
 
 
@@ -209,32 +211,44 @@ def test_a_triton_added_to_dns_takes_streams_only_once_its_probe_passed(fleet):
     one_, two, three = fleet.urls
     fleet.in_dns(0, 1)
     port = fleet.a.port
+    # The third's `tts` stub stopped (SIGSTOP) holds its probe for as long as the test
+    # wants, well within the stage timeout: a probe takes well under a second, which a
+    # slow host's readiness reads can miss.
+    held_probe = fleet.tritons[2].stub("tts")
+
+    async def opened_on(client: Recorder, context: str) -> tuple[str, list[str], str]:
+        """(the third's state before, the server the stream went to, its state after)"""
+        before = await asyncio.to_thread(readiness, port)
+        counts = await asyncio.to_thread(outstanding, port)
+        assert await open_context(client, context) == "admitted", context
+        went = where_it_went(counts, await asyncio.to_thread(outstanding, port))
+        return before[three], went, (await asyncio.to_thread(readiness, port))[three]
 
     async def run():
         ws, client = await hold(port, ["h0", "h1"])  # one stream held on each of the first two
         try:
             assert await asyncio.to_thread(outstanding, port) == {one_: 1, two: 1}
-            fleet.records.names = {NAME: list(PODS)}
-            await asyncio.to_thread(wait_for, lambda: three in readiness(port), "the third found in DNS", 10)
-            opened = []  # (its state before, the server the stream went to, its state after)
+            held_probe.suspend()
+            try:
+                fleet.records.names = {NAME: list(PODS)}
+                await asyncio.to_thread(wait_for, lambda: readiness(port).get(three) == PROBING,
+                                        "the third found in DNS, up, its probe under way", 10)
+                early = [await opened_on(client, f"e{i}") for i in range(3)]  # admitted, all held
+            finally:
+                held_probe.resume()
+            later = []
             async with asyncio.timeout(60):
-                while not opened or opened[-1][1] != [three]:
-                    before = await asyncio.to_thread(readiness, port)
-                    counts = await asyncio.to_thread(outstanding, port)
-                    context = f"n{len(opened)}"
-                    assert await open_context(client, context) == "admitted", opened
-                    went = where_it_went(counts, await asyncio.to_thread(outstanding, port))
-                    after = await asyncio.to_thread(readiness, port)
-                    opened.append((before[three], went, after[three]))
-                    await asyncio.sleep(0.3)  # a few in the second or so before its probe: admitted, all held
-            return opened
+                while not later or later[-1][1] != [three]:
+                    later.append(await opened_on(client, f"n{len(later)}"))
+                    await asyncio.sleep(0.3)
+            return early, later
         finally:
             await ws.close()  # cancels them
 
-    opened = asyncio.run(run())
-    assert opened[0][0] != "ready" and opened[0][2] != "ready"  # the first, before its probe passed ...
-    assert all(went != [three] for _, went, after in opened if after != "ready")  # ... and all then: elsewhere
-    assert opened[-1][1] == [three] and opened[-1][2] == "ready"  # once ready it takes the next (the least busy)
+    early, later = asyncio.run(run())
+    assert all(before == after == PROBING for before, _, after in early), early  # up, before its probe passed ...
+    assert all(went != [three] for _, went, after in early + later if after != "ready")  # ... all went elsewhere
+    assert later[-1][1] == [three] and later[-1][2] == "ready"  # once ready it takes the next (the least busy)
     with open(fleet.a.log_path) as log:  # the gateway's word: found, up, then its probe passed
         said = [line.split(f"Triton {three} ")[1].split(":")[0].strip() for line in log if f"Triton {three} " in line]
     assert said == ["found in DNS", "is up", "synthesizes"]
