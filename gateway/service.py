@@ -24,6 +24,7 @@ from gateway.pace import Pace
 from gateway.protocol import ProtocolError
 from gateway.session import Limits, Session
 from gateway.settings import Settings
+from gateway.start_gate import SpeakingPace
 from gateway.synthesis import Synthesizer
 from gateway.thinking import Thinker
 from gateway.workers import Worker
@@ -49,6 +50,7 @@ class Gateway:
         # VoiceError, saying what to fix, at start-up
         self.voices = find_voices(settings.voices, ar=settings.ar_model is not None)
         self.limits = Limits.of(settings)
+        self.pace = SpeakingPace()  # learned from every session's jobs, for their start gates
         # A DNS name's servers are found once running (discovery.watch); BadAddress at start-up.
         self.service = discovery.Address.parse(settings.triton_service) if settings.triton_service else None
         self.dns = discovery.Address.parse(settings.dns, discovery.DNS_PORT) if settings.dns else None

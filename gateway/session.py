@@ -50,7 +50,7 @@ from gateway.protocol import error as error_message  # the frame; Session.error 
 from gateway.segmenter import Segmenter, batches
 from gateway.settings import Settings
 from gateway.ssml import Pause, Spoken, SsmlError, read_ssml, with_phonemes
-from gateway.start_gate import StartGate
+from gateway.start_gate import SpeakingPace, StartGate
 from gateway.turns import ChatObserver, Turns
 from speechstream import protocol as v1
 
@@ -209,10 +209,11 @@ class Session:
         self, limits: Limits, observer: Observer, clock: Callable[[], float] = time.monotonic,
         session_id: str | None = None, admission: Admission | None = None,
         voices: Mapping[str, VoiceInfo] = EMBEDDED_ONLY, chat: bool = False, listen: bool = False,
-        start_when_safe: bool = True,
+        start_when_safe: bool = True, pace: SpeakingPace | None = None,
     ) -> None:
         self.limits = limits
         self.start_when_safe = start_when_safe  # hold a context's first audio until a stall cannot follow (StartGate)
+        self.pace = pace or SpeakingPace()  # what the gate expects of a voice's text (the gateway's, shared)
         self.observer = observer
         self.admission = admission or AdmitAll()  # asked before a context opens
         self.clock = clock
@@ -451,7 +452,7 @@ class Session:
             context.job = Job(self.new_job(), context.id, tuple(batch), context.voice, self._params(context), start_ms)
             if self.start_when_safe and context.ready_at is not None and context.gate is None and context.words is None:
                 chars = sum(len(s.text) for s in batch) + context.waiting_chars
-                context.gate = StartGate(self.clock(), chars * c.SECONDS_PER_CHAR / context.rate)
+                context.gate = StartGate(self.clock(), chars * self.pace.seconds_per_char(context.voice) / context.rate)
             actions.append(Synthesize(context.job))
         return actions
 
@@ -504,7 +505,9 @@ class Session:
         context = self._context_of(job_id)
         if context is None:
             return []
-        context.job = None
+        job, context.job = context.job, None
+        chars = sum(len(s.text) for s in job.sentences)
+        self.pace.spoke(job.voice, chars, (context.encoder.position_ms - job.start_ms) / 1000 * context.rate)
         actions = self._advance(context)
         if context.job is None and context.gate is not None:  # no more audio is coming for now
             return self._release(context, []) + actions

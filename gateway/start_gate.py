@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from contract.models import SECONDS_PER_CHAR
 from gateway.actions import Action
 
 
@@ -70,3 +71,30 @@ class StartGate:
         if self.in_hand_s >= self.expected_s:
             return True
         return self.in_hand_s >= self.lack_s(now) + self.longest_gap_s + others_first_s
+
+
+class SpeakingPace:
+    """The seconds of audio a voice makes per character of text, learned from the jobs it
+    spoke: what a start gate expects of a context's text in hand. Voices differ (Orpheus's
+    test model makes six times Piper's), and a gate that expects too little opens as soon
+    as that little is in hand, a stall after it.
+
+    Per voice, the ratio of the audio to the characters of its jobs, each job's weight
+    decaying by DECAY per job after it, from a prior of PRIOR_CHARS at SECONDS_PER_CHAR."""
+
+    DECAY = 0.9
+    PRIOR_CHARS = 100.0
+
+    def __init__(self) -> None:
+        self._sums: dict[str, tuple[float, float]] = {}  # voice: (audio seconds, characters), decayed
+
+    def seconds_per_char(self, voice: str) -> float:
+        audio_s, chars = self._sums.get(voice, (self.PRIOR_CHARS * SECONDS_PER_CHAR, self.PRIOR_CHARS))
+        return audio_s / chars
+
+    def spoke(self, voice: str, chars: int, audio_s: float) -> None:
+        """A job of `chars` characters made `audio_s` seconds of `voice`'s audio at its own pace."""
+        if chars <= 0:
+            return
+        before_s, before_chars = self._sums.get(voice, (self.PRIOR_CHARS * SECONDS_PER_CHAR, self.PRIOR_CHARS))
+        self._sums[voice] = (self.DECAY * before_s + audio_s, self.DECAY * before_chars + chars)

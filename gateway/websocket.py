@@ -92,7 +92,7 @@ class Connection:
         self.transport = transport
         self.session = Session(gateway.limits, gateway.metrics, admission=self, voices=gateway.voices,
                                chat=gateway.thinker is not None, listen=gateway.settings.listen,
-                               start_when_safe=gateway.settings.start_when_safe)
+                               start_when_safe=gateway.settings.start_when_safe, pace=gateway.pace)
         self.jobs: dict[int, asyncio.Task] = {}
         self.thinking: dict[int, asyncio.Task] = {}  # chat mode's Thinker requests in flight
         self.queue_tasks: set[asyncio.Task] = set()  # carrying out what the admission queue's turns said

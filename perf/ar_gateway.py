@@ -10,8 +10,10 @@ Against a server started apart (`scripts/serve --ar-model DIR`); run it in a ses
 its own (`setsid`), so that no CPU-bound process shares its scheduling group. The client
 only awaits its sockets (no busy loop), and reports its own longest stall beside the
 figures (perf/host_load.py). Per admitted stream: first audio in seconds and as a
-fraction of its time from request to end; over all levels, first audio's p50 and p99 and
-how many streams had it after LATE_FIRST of their time.
+fraction of its time from request to end, and its underruns (a player starting
+PLAYER_LEAD_S after its first audio, in real time: what holding a start until it is safe
+trades a later start for); over all levels, first audio's p50 and p99 and how many
+streams had it after LATE_FIRST of their time.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import numpy as np
 
 from perf.ar import LATE_FIRST, TEXT
 from perf.host_load import ClientStalls
-from speechstream.client.asyncio_client import SpeechClient
+from perf.playback import stalls
+from speechstream.client import SpeechClient, audio_end_s
 from speechstream.client.events import SpeechError
 
 
@@ -40,6 +43,8 @@ class Stream:
     first_s: float | None = None  # first audio frame, since asked
     end_s: float | None = None  # `done`, since asked
     refused: str | None = None  # the error code, when it was refused or failed
+    audio_s: float = 0.0  # the audio it delivered
+    underruns: int = 0  # times a player starting PLAYER_LEAD_S after its first audio ran dry
     asked_at: float = 0.0  # time.time() when it was asked, to match the server's logs
 
     @property
@@ -53,14 +58,18 @@ async def one_stream(url: str, text: str, voice: str, stream: Stream, start: flo
         context = client.context()
         asked = await context.speak(text)
         stream.asked_s, stream.asked_at = asked - start, time.time() - (time.perf_counter() - asked)
+        arrivals = []  # (when, where its audio ends) per frame
         try:
             async for event in context.events():
-                if event.frame is not None and stream.first_s is None:
-                    stream.first_s = event.at - asked
+                if event.frame is not None:
+                    arrivals.append((event.at - asked, audio_end_s(event.frame, client.ready)))
                 if event.ends:
                     stream.end_s = event.at - asked
         except SpeechError as e:
             stream.refused = e.code
+        if arrivals:
+            stream.first_s, stream.audio_s = arrivals[0][0], arrivals[-1][1]
+            stream.underruns = stalls(arrivals)[0]
     finally:
         await client.close()
 
@@ -72,6 +81,11 @@ async def level(url: str, streams: int, number: int, voice: str, text: str) -> l
     return runs
 
 
+def underruns(streams: list[Stream]) -> str:
+    """"N (S)": N underruns in S streams."""
+    return f"{sum(s.underruns for s in streams)} ({sum(1 for s in streams if s.underruns)})"
+
+
 def summary(runs: list[Stream], stall_s: float) -> str:
     admitted = [s for s in runs if s.refused is None and s.first_s is not None]
     refused = [s for s in runs if s.refused is not None]
@@ -80,19 +94,21 @@ def summary(runs: list[Stream], stall_s: float) -> str:
     p50, p99 = np.percentile(firsts, 50), np.percentile(firsts, 99)
     levels = len({(s.level, s.round) for s in runs})
     rows = ["| streams asked | levels | admitted | refused | first audio p50 ms | p99 ms | max ms "
-            "| latest first ÷ time | after 60 % |", "|---|---|---|---|---|---|---|---|---|"]
+            "| latest first ÷ time | after 60 % | underruns (streams) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for n in sorted({s.level for s in runs}):
         at = [s for s in admitted if s.level == n]
         f = np.array([s.first_s for s in at])
         rows.append(f"| {n} | {len({s.round for s in runs if s.level == n})} | {len(at)} "
                     f"| {sum(1 for s in refused if s.level == n)} | {1000 * np.percentile(f, 50):.0f} "
                     f"| {1000 * np.percentile(f, 99):.0f} | {1000 * f.max():.0f} "
-                    f"| {max(s.first_of_time for s in at):.2f} | {sum(1 for s in at if s.first_of_time > LATE_FIRST)} |")
+                    f"| {max(s.first_of_time for s in at):.2f} | {sum(1 for s in at if s.first_of_time > LATE_FIRST)} "
+                    f"| {underruns(at)} |")
     rows.append("")
     rows.append(f"Over {levels} levels: {len(admitted)} streams admitted, {len(refused)} refused "
                 f"({', '.join(sorted({s.refused for s in refused})) or 'none'}); first audio p50 {1000 * p50:.0f} ms, "
                 f"p99 {1000 * p99:.0f} ms (p99 ÷ p50 {p99 / p50:.2f}); {len(late)} of {len(admitted)} after "
-                f"{LATE_FIRST:.0%} of their time, the latest at {max(s.first_of_time for s in admitted):.2f}. "
+                f"{LATE_FIRST:.0%} of their time, the latest at {max(s.first_of_time for s in admitted):.2f}; "
+                f"underruns {underruns(admitted)}. "
                 f"The client's longest stall: {1000 * stall_s:.0f} ms.")
     return "\n".join(rows)
 
@@ -109,8 +125,9 @@ async def run(url: str, levels: list[int], rounds: int, voice: str, text: str,
                 for s in done:
                     print(f"level {n} round {r} stream {s.index}: asked {s.asked_s:.3f} s ({s.asked_at:.3f}), first "
                           f"{s.first_s if s.first_s is None else round(s.first_s, 3)} s, end "
-                          f"{s.end_s if s.end_s is None else round(s.end_s, 3)} s"
+                          f"{s.end_s if s.end_s is None else round(s.end_s, 3)} s, audio {s.audio_s:.2f} s"
                           + (f", {s.first_of_time:.2f} of its time" if s.first_of_time is not None else "")
+                          + (f", {s.underruns} underruns" if s.underruns else "")
                           + (f", refused {s.refused}" if s.refused else ""), flush=True)
                 await asyncio.sleep(pause_s)  # the streams ended; the capacity they held comes back
     return runs, stalls.longest_s

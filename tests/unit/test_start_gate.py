@@ -3,8 +3,9 @@ alone and on the sans-I/O session with a hand-moved clock."""
 
 import pytest
 
+from contract.models import DEFAULT_VOICE, SECONDS_PER_CHAR
 from gateway.session import AdmitAll, Limits, Session
-from gateway.start_gate import StartGate
+from gateway.start_gate import SpeakingPace, StartGate
 from tests.unit.test_gateway_session import Clock, Recorder, frames, jobs, messages, send, session, speech
 
 TEXT = "The birch canoe slid on the smooth planks. " * 4  # 172 characters: about 8.6 s expected
@@ -171,3 +172,49 @@ def test_a_slow_start_goes_out_at_once_while_every_other_stream_is_further_ahead
     clock.now += 1.0
     out = s.audio(job.id, speech(0.5), 0, [])  # half real time: the rate alone would hold it
     assert bool(frames(out)) == sent and admission.asked == [("a", pytest.approx(0.5))]
+
+
+def test_the_pace_of_a_voice_is_learned_from_its_jobs_and_of_no_other():
+    pace = SpeakingPace()
+    assert pace.seconds_per_char("a") == SECONDS_PER_CHAR  # nothing spoken yet: the prior
+    pace.spoke("a", 15, 4.5)  # six times the prior's audio a character
+    assert SECONDS_PER_CHAR < pace.seconds_per_char("a") < 0.3  # one job moves it, some way
+    for _ in range(19):
+        pace.spoke("a", 15, 4.5)
+    assert pace.seconds_per_char("a") == pytest.approx(0.3, rel=0.1)  # twenty: the voice's own
+    pace.spoke("a", 0, 1.0)  # a job of no text (a pause) says nothing of the pace
+    assert pace.seconds_per_char("a") == pytest.approx(0.3, rel=0.1)
+    assert pace.seconds_per_char("b") == SECONDS_PER_CHAR
+
+
+def gate_after_a_slow_chunk(pace):
+    """Whether "Hello there." is held when 0.7 s of its audio came after 1 s, on a session
+    whose voice has `pace`: the prior expects 0.6 s of it, all in hand."""
+    clock = Clock()
+    s = Session(Limits(), Recorder(), clock, pace=pace)
+    s.start()
+    (job,) = jobs(send(s, type="speak", context_id="a", text="Hello there."))
+    clock.now += 1.0
+    return s.audio(job.id, speech(0.7), 0, []) == []
+
+
+def test_a_voice_slower_per_character_than_the_prior_is_held_as_its_pace_says():
+    assert not gate_after_a_slow_chunk(SpeakingPace())  # all it expects is in hand: out
+    slow = SpeakingPace()
+    for _ in range(20):
+        slow.spoke(DEFAULT_VOICE, 15, 4.5)
+    assert gate_after_a_slow_chunk(slow)  # 3.6 s expected, 0.7 s in hand at 0.7 × real time: held
+
+
+def test_each_finished_job_teaches_the_sessions_pace_its_voices_audio_per_character():
+    s, _, clock = session()
+    s.start()
+    (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
+    chars = sum(len(sentence.text) for sentence in job.sentences)
+    clock.now += 0.1
+    s.audio(job.id, speech(chars * 0.2), 0, [])  # four times the prior's audio a character
+    assert s.pace.seconds_per_char(DEFAULT_VOICE) == SECONDS_PER_CHAR  # a job counts once finished
+    s.finished(job.id)
+    prior_s, prior_chars = SpeakingPace.PRIOR_CHARS * SECONDS_PER_CHAR, SpeakingPace.PRIOR_CHARS
+    after_one = (SpeakingPace.DECAY * prior_s + chars * 0.2) / (SpeakingPace.DECAY * prior_chars + chars)
+    assert s.pace.seconds_per_char(DEFAULT_VOICE) == pytest.approx(after_one, rel=0.01)
