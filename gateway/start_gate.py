@@ -75,9 +75,9 @@ class StartGate:
 
 class SpeakingPace:
     """The seconds of audio a voice makes per character of text, learned from the jobs it
-    spoke: what a start gate expects of a context's text in hand. Voices differ (Orpheus's
-    test model makes six times Piper's), and a gate that expects too little opens as soon
-    as that little is in hand, a stall after it.
+    spoke: what a start gate expects of a context's text in hand. Voices differ (an AR
+    voice's pace is its model's, not Piper's), and a gate that expects too little opens as
+    soon as that little is in hand, a stall after it.
 
     Per voice, the ratio of the audio to the characters of its jobs, each job's weight
     decaying by DECAY per job after it, from a prior of PRIOR_CHARS at SECONDS_PER_CHAR."""
