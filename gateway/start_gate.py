@@ -84,17 +84,18 @@ class SpeakingPace:
 
     DECAY = 0.9
     PRIOR_CHARS = 100.0
+    _PRIOR = (PRIOR_CHARS * SECONDS_PER_CHAR, PRIOR_CHARS)  # (audio seconds, characters)
 
     def __init__(self) -> None:
         self._sums: dict[str, tuple[float, float]] = {}  # voice: (audio seconds, characters), decayed
 
     def seconds_per_char(self, voice: str) -> float:
-        audio_s, chars = self._sums.get(voice, (self.PRIOR_CHARS * SECONDS_PER_CHAR, self.PRIOR_CHARS))
+        audio_s, chars = self._sums.get(voice, self._PRIOR)
         return audio_s / chars
 
     def spoke(self, voice: str, chars: int, audio_s: float) -> None:
         """A job of `chars` characters made `audio_s` seconds of `voice`'s audio at its own pace."""
         if chars <= 0:
             return
-        before_s, before_chars = self._sums.get(voice, (self.PRIOR_CHARS * SECONDS_PER_CHAR, self.PRIOR_CHARS))
+        before_s, before_chars = self._sums.get(voice, self._PRIOR)
         self._sums[voice] = (self.DECAY * before_s + audio_s, self.DECAY * before_chars + chars)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from operations.process_tree import model_of
 from operations.triton_process import TritonProcess
 
 
@@ -24,6 +23,5 @@ def shm_mapped_by(pids: Iterable[int]) -> set[str]:
 
 def vllm_engines(server: TritonProcess, model: str) -> list[str]:
     """The vLLM processes under `model`'s stub, by their titles ("VLLM::EngineCore")."""
-    stub = next(stub for stub in server.stubs() if model_of(stub) == model)
-    titles = [" ".join(p.cmdline()).strip() for p in stub.children(recursive=True)]
+    titles = [" ".join(p.cmdline()).strip() for p in server.stub(model).children(recursive=True)]
     return sorted(title for title in titles if title.startswith("VLLM::"))
