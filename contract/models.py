@@ -107,6 +107,11 @@ HEAD_FRAMES = "HEAD_FRAMES"
 # (1, the default), as many as its caller found cores idle; the model's `head_threads`
 # parameter sets what more than one thread means.
 HEAD_THREADS = "HEAD_THREADS"
+# Input of `acoustic` and `vocoder`: true when the caller needs the call's result at once
+# (a stream's first packet, or a listener about to run dry): it is computed at the
+# stub's own priority, other calls on threads below it (python_backends.priority), so
+# that the kernel runs it first even while the cores compute calls far ahead of need.
+URGENT = "URGENT"
 
 # Chunking inputs of `tts`.
 INITIAL_CHUNK_FRAMES = "INITIAL_CHUNK_FRAMES"
@@ -320,14 +325,16 @@ def model_inputs(model: str) -> list[dict]:
     voice = [_tensor(VOICE, "TYPE_STRING", [1], optional=True)]
     if model == ACOUSTIC_MODEL:
         phonemes = [_tensor(PHONEMES, "TYPE_STRING", [1], optional=True)]
-        return [_tensor(TEXT, "TYPE_STRING", [1])] + phonemes + voice + _params(VOICE_PARAMS) + _params(HEAD_PARAMS)
+        urgent = [_tensor(URGENT, "TYPE_BOOL", [1], optional=True)]
+        return [_tensor(TEXT, "TYPE_STRING", [1])] + phonemes + voice + _params(VOICE_PARAMS) + _params(HEAD_PARAMS) + urgent
     if model == TTS_MODEL:
         text = [_tensor(TEXT, "TYPE_STRING", [1], optional=True)]
         sentences = [_tensor(SENTENCES, "TYPE_STRING", [-1], optional=True)]
         phonemes = [_tensor(PHONEMES, "TYPE_STRING", [-1], optional=True)]
         return text + sentences + phonemes + voice + _params(VOICE_PARAMS) + _params(CHUNK_PARAMS)
     if model == VOCODER_MODEL:
-        return [_tensor(LATENT, "TYPE_FP32", [-1, -1])] + voice + [_tensor(SPEAKER, "TYPE_INT64", [1], optional=True)]
+        return [_tensor(LATENT, "TYPE_FP32", [-1, -1])] + voice + [
+            _tensor(SPEAKER, "TYPE_INT64", [1], optional=True), _tensor(URGENT, "TYPE_BOOL", [1], optional=True)]
     if model == TALKER_MODEL:
         stream = [_tensor(STREAM_ID, "TYPE_STRING", [1], optional=True), _tensor(STOP, "TYPE_BOOL", [1], optional=True)]
         return [_tensor(TEXT, "TYPE_STRING", [1], optional=True)] + voice + _params(AR_PARAMS) + stream

@@ -15,6 +15,7 @@ from contract.models import (
     RIGHT_CONTEXT_FRAMES,
     SENTENCES,
     TEXT,
+    URGENT,
     InvalidRequest,
     Param,
 )
@@ -27,6 +28,11 @@ def decode(name: str, value: object) -> str:
         return value.decode("utf-8") if isinstance(value, bytes) else str(value)
     except UnicodeDecodeError as e:
         raise InvalidRequest(f"{name} is not valid UTF-8: {e}") from None
+
+
+def read_urgent(inputs: Mapping[str, np.ndarray]) -> bool:
+    """Whether the call is URGENT (absent: not)."""
+    return URGENT in inputs and bool(inputs[URGENT].reshape(-1)[0])
 
 
 def read_string(inputs: Mapping[str, np.ndarray], name: str, what: str = "") -> str:

@@ -3,17 +3,15 @@
 A stage has a fixed number of instances. If every stream sent its calls as soon as it
 could, a stream seconds ahead of its listener would queue in front of a new stream's
 first chunk, or of one about to stall. So calls wait here instead, for a free slot
-(one per core by default, `tts`'s `slots`: on a CPU both stages share the cores, so
-their calls share the slots), and the free slot goes to the call with the earliest
+(`tts`'s `slots`, one more than the cores by default: on a CPU both stages share the
+cores, so their calls share the slots), and the free slot goes to the call with the earliest
 deadline: the time its stream's listener will need the audio. Triton 2.51's BLS cannot
 give a request a priority, so the order is kept here rather than in Triton's queue.
 
 A free slot is never left idle while a call waits, even one far from its deadline (a
-sentence synthesized ahead): calls are not preempted, so such a call may hold a slot
-while a new stream's first chunk waits for it, but a slot kept free for urgent calls
-leaves a core idle whenever every stream is ahead, and the calls put off then pile up
-near their deadlines: less throughput and more stalls (docs/design.md, Deadline
-scheduling).
+sentence synthesized ahead): a slot kept free for calls due soon leaves a core idle
+whenever every stream is ahead, and the calls put off then pile up near their
+deadlines: less throughput and more stalls (docs/design.md, Deadline scheduling).
 
 Deadlines alone are unfair above capacity: streams that fell behind have the earliest
 deadlines, so one client with many streams would starve a newcomer. So a free slot goes
@@ -26,6 +24,13 @@ of the slots (slots // clients, at least one), and the client that comes back fi
 share free; a client alone may hold them all. Anonymous calls (no client named: the
 gateway's readiness probe, direct Triton users) count only while they run or wait, so a
 probe every few seconds does not halve a lone client's slots.
+
+Calls are not preempted, so a new stream's first packet would wait for a call in
+flight, up to a long sentence's flow or a grown chunk's window. So an urgent call (its
+listener needs it within URGENT_S: a first packet, or a listener about to run dry) may
+run beside the calls that hold the slots, on up to `urgent_slots` more: the stages
+compute it above the others (python_backends.priority), so the kernel gives it a core
+at once and the calls it overtook lose only its own time.
 
 Pure asyncio, no Triton: the tts model owns one scheduler for both stages.
 """
@@ -48,13 +53,17 @@ T = TypeVar("T")
 
 # A client that called within this long still has its share of the slots kept for it.
 RECENT_S = 5.0
+# A call whose listener needs it within this long is urgent: a new stream's first
+# packet (due PLAYER_LEAD_S after its request), or a listener about to run dry.
+URGENT_S = 2 * PLAYER_LEAD_S
 
 
 class Scheduler(Protocol):
     """What a stream needs of a scheduler: run a call when it is granted a slot; or, with
     `borrow`, at once where it has not been granted one (see DeadlineScheduler.run)."""
 
-    async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T: ...
+    async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False,
+                  urgent: bool = False) -> T: ...
 
     def spare(self) -> int:
         """Slots free with no call waiting for them: cores a call running now may use
@@ -65,6 +74,7 @@ class Scheduler(Protocol):
 @dataclass
 class _Waiter:
     deadline: float
+    urgent: bool
     arrival: int
     client: str
     granted: asyncio.Future  # set when the slot is handed over
@@ -73,14 +83,17 @@ class _Waiter:
 class DeadlineScheduler:
     """Runs calls on `slots` slots: a free slot goes to the client with the fewest calls
     running, then to its earliest deadline; ties go in arrival order. A client holds no
-    more than its share while others have been active lately."""
+    more than its share while others have been active lately. Urgent calls may run on
+    `urgent_slots` more."""
 
-    def __init__(self, slots: int, cores: int | None = None, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, slots: int, cores: int | None = None, urgent_slots: int = 0, now: Callable[[], float] = time.monotonic,
+    ) -> None:
         """`cores`: what the calls share (default `slots`); the capacity is measured on
         no more of them than there are slots."""
         if slots < 1:
             raise ValueError(f"slots must be at least 1, not {slots}")
-        self.slots = slots
+        self.slots, self.urgent_slots = slots, urgent_slots
         self.meter = CapacityMeter(min(slots, cores or slots), now=now)
         self.busy = 0
         self.running: Counter[str] = Counter()  # calls running, by client
@@ -99,7 +112,8 @@ class DeadlineScheduler:
         return ClientScheduler(self, client)
 
     async def run(
-        self, deadline: float, work: Callable[[], Awaitable[T]], client: str = "", borrow: bool = False
+        self, deadline: float, work: Callable[[], Awaitable[T]], client: str = "", borrow: bool = False,
+        urgent: bool = False,
     ) -> T:
         """Wait for a slot, then run `work()` holding it. Once started, the work runs to
         its end and holds the slot until then even if the caller is cancelled: Triton
@@ -110,10 +124,13 @@ class DeadlineScheduler:
         is free for it now, the call runs at once on that slot rather than wait for
         another: so a stream's first packet keeps the overlap an idle machine gives it,
         even when its client's share is a single slot. At most one such call runs per
-        slot held, so the cores are oversubscribed by no more than the slots."""
-        if borrow and (self._waiting or not self._may_start(client, self.share())):
+        slot held, so the cores are oversubscribed by no more than the slots.
+
+        `urgent`: the call may start on one of the `urgent_slots` while the others are
+        held (the caller computes it above them)."""
+        if borrow and (self._waiting or not self._may_start(client, self.share(), urgent)):
             return await work()
-        await self._acquire(deadline, client)
+        await self._acquire(deadline, client, urgent)
         try:
             task = asyncio.ensure_future(work())
         except BaseException:
@@ -123,7 +140,7 @@ class DeadlineScheduler:
         return await asyncio.shield(task)
 
     def spare(self) -> int:
-        return 0 if self.waiting else self.slots - self.busy
+        return 0 if self.waiting else max(self.slots - self.busy, 0)
 
     def share(self) -> int:
         """Slots one client may hold: an even split among the clients active lately."""
@@ -132,17 +149,18 @@ class DeadlineScheduler:
         active = self._last_call.keys() | self.running.keys() | {w.client for w in self._waiting}
         return max(1, self.slots // max(1, len(active)))
 
-    def _may_start(self, client: str, share: int) -> bool:
-        return self.busy < self.slots and self.running[client] < share
+    def _may_start(self, client: str, share: int, urgent: bool = False) -> bool:
+        extra = self.urgent_slots if urgent else 0
+        return self.busy < self.slots + extra and self.running[client] < share + extra
 
-    async def _acquire(self, deadline: float, client: str) -> None:
+    async def _acquire(self, deadline: float, client: str, urgent: bool) -> None:
         if client:
             self._last_call[client] = self._now()
         self._hand_over()  # waiters whose client's share came free meanwhile go first
-        if not self._waiting and self._may_start(client, self.share()):
+        if not self._waiting and self._may_start(client, self.share(), urgent):
             self._start(client)
             return
-        waiter = _Waiter(deadline, next(self._arrivals), client, asyncio.get_running_loop().create_future())
+        waiter = _Waiter(deadline, urgent, next(self._arrivals), client, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
         self._hand_over()
         try:
@@ -169,9 +187,9 @@ class DeadlineScheduler:
         """Give free slots to the waiters first in line among those that may start now:
         fewest calls running for their client, then earliest deadline."""
         self._waiting = [w for w in self._waiting if not w.granted.done()]  # drop the cancelled
-        while self.busy < self.slots:
+        while self.busy < self.slots + self.urgent_slots:
             share = self.share()
-            ready = [w for w in self._waiting if self._may_start(w.client, share)]
+            ready = [w for w in self._waiting if self._may_start(w.client, share, w.urgent)]
             if not ready:
                 return
             first = min(ready, key=lambda w: (self.running[w.client], w.deadline, w.arrival))
@@ -187,8 +205,10 @@ class ClientScheduler:
     scheduler: DeadlineScheduler
     client: str
 
-    async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False) -> T:
-        return await self.scheduler.run(deadline, work, self.client, borrow)
+    async def run(
+        self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False, urgent: bool = False,
+    ) -> T:
+        return await self.scheduler.run(deadline, work, self.client, borrow, urgent)
 
     def spare(self) -> int:
         return self.scheduler.spare()
@@ -255,6 +275,10 @@ class PlaybackClock:
     async def first_audio(self) -> None:
         """Return once the first chunk has been sent (`start`)."""
         await self._sounded.wait()
+
+    def urgent(self, deadline: float) -> bool:
+        """Whether the listener needs audio due at `deadline` within URGENT_S."""
+        return deadline - self.now() <= URGENT_S
 
     def ahead_s(self) -> float:
         """The audio planned so far that the listener has not reached yet, in seconds:

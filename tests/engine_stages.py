@@ -24,10 +24,10 @@ class EngineStages:
         self.params = params.over(acoustic.default_params())
         self.workers = ThreadPoolExecutor(2)
 
-    def acoustic_pieces(self, text, head, phonemes=(), head_threads=1):
+    def acoustic_pieces(self, text, head, phonemes=(), head_threads=1, urgent=False):
         return self.acoustic.pieces(text, self.params, head, self.workers, phonemes, head_threads)
 
-    async def vocode(self, window):
+    async def vocode(self, window, urgent=False):
         self.calls.append(window.shape[1])
         loop = asyncio.get_running_loop()
         return (await loop.run_in_executor(self.workers, self.vocoder.vocode, window[None]))[0]

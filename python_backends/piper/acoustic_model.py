@@ -5,17 +5,17 @@ first frames early. Imported only inside Triton's Python backend (needs its `pb_
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from contract import models as c
 from contract.voices import configured_voices
-from python_backends.inputs import read_params, read_text
+from python_backends.inputs import read_params, read_text, read_urgent
 from python_backends.piper.engines import DEFAULT_HEAD_THREADS, AcousticEngine
 from python_backends.piper.inputs import read_phonemes, read_voice, read_voice_params
 from python_backends.piper.pipeline import acoustic_outputs
 from python_backends.piper.voice import load_voice
+from python_backends.priority import pools
 from python_backends.serving import DecoupledModel, parameters, request_inputs
 
 
@@ -27,8 +27,9 @@ class AcousticModel(DecoupledModel):
         head_threads = int(parameters(args).get("head_threads", DEFAULT_HEAD_THREADS))
         self.engines = {name: AcousticEngine(load_voice(info), 1, head_threads) for name, info in self.voices.items()}
         # Sentences of all streams share these workers in arrival order, so a new
-        # stream's first sentence waits for at most one job (a prior or a flow) per worker.
-        self.workers = ThreadPoolExecutor(int(parameters(args).get("workers", "2")), thread_name_prefix="acoustic")
+        # stream's first sentence waits for at most one job (a prior or a flow) per
+        # worker; an urgent one waits for none, its workers running above the others.
+        self.workers = pools(int(parameters(args).get("workers", "5")), "acoustic")
 
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         inputs = request_inputs(request, self.model)
@@ -37,9 +38,11 @@ class AcousticModel(DecoupledModel):
         params = read_voice_params(inputs, voice).over(engine.default_params())
         head = read_params(inputs, c.HEAD_PARAMS)
         (phonemes,) = read_phonemes(inputs, [text])
-        pieces = engine.pieces(text, params, head[c.HEAD_FRAMES], self.workers, phonemes, head[c.HEAD_THREADS])
+        workers = self.workers[read_urgent(inputs)]
+        pieces = engine.pieces(text, params, head[c.HEAD_FRAMES], workers, phonemes, head[c.HEAD_THREADS])
         async for piece in pieces:
             yield acoustic_outputs(piece)
 
     def finalize(self) -> None:
-        self.workers.shutdown(cancel_futures=True)
+        for workers in self.workers.values():
+            workers.shutdown(cancel_futures=True)

@@ -31,10 +31,11 @@ class BlsStages:
     label: str
 
     async def acoustic_pieces(
-        self, text: str, head: int, phonemes: Phonemes = (), head_threads: int = 1
+        self, text: str, head: int, phonemes: Phonemes = (), head_threads: int = 1, urgent: bool = False
     ) -> AsyncIterator[LatentPiece]:
         """One acoustic request for one sentence, its responses as pieces."""
-        inputs = [string_tensor(c.TEXT, text), string_tensor(c.VOICE, self.voice), *tensors(self.params.tensors())]
+        inputs = [string_tensor(c.TEXT, text), string_tensor(c.VOICE, self.voice), *tensors(self.params.tensors()),
+                  pb_utils.Tensor(c.URGENT, np.array([urgent]))]
         if phonemes:
             inputs.append(string_tensor(c.PHONEMES, encode_phonemes(phonemes)))
         if head:
@@ -46,10 +47,11 @@ class BlsStages:
             async for r in responses:
                 yield latent_piece(r)
 
-    async def vocode(self, window: np.ndarray) -> np.ndarray:
+    async def vocode(self, window: np.ndarray, urgent: bool = False) -> np.ndarray:
         inputs = [
             pb_utils.Tensor(c.LATENT, window[None]), string_tensor(c.VOICE, self.voice, (1, 1)),
             pb_utils.Tensor(c.SPEAKER, np.array([[self.params.speaker]], dtype=np.int64)),
+            pb_utils.Tensor(c.URGENT, np.array([[urgent]])),
         ]
         return (await self.bls.infer(c.VOCODER_MODEL, inputs, c.PCM, window.shape[1], self.label))[0]
 

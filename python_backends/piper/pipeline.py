@@ -59,17 +59,19 @@ class Stages(Protocol):
     """The two stages the tts stage calls, one call per sentence or per chunk."""
 
     def acoustic_pieces(
-        self, text: str, head: int, phonemes: Phonemes = (), head_threads: int = 1
+        self, text: str, head: int, phonemes: Phonemes = (), head_threads: int = 1, urgent: bool = False
     ) -> AsyncIterator[LatentPiece]:
         """One sentence's latent frames, as the acoustic stage sends them: its first
         `head` frames alone when `head` > 0, then the rest; spans of its text spoken as
         the IPA `phonemes` give; its prior and first piece on up to `head_threads`
-        threads. Nothing is asked of the stage before the first
-        piece is awaited, and closing the iterator early waits for what was asked."""
+        threads; computed above calls that are not `urgent` (Scheduler.run). Nothing is
+        asked of the stage before the first piece is awaited, and closing the iterator
+        early waits for what was asked."""
         ...
 
-    async def vocode(self, window: np.ndarray) -> np.ndarray:
-        """The PCM of a window of latent frames: [channels, frames] → [frames · 256]."""
+    async def vocode(self, window: np.ndarray, urgent: bool = False) -> np.ndarray:
+        """The PCM of a window of latent frames: [channels, frames] → [frames · 256],
+        computed above calls that are not `urgent`."""
         ...
 
 
@@ -162,13 +164,14 @@ async def speak(
 
 async def latent_sentence(
     index: int,
-    request: Callable[[int], AsyncIterator[LatentPiece]],
+    request: Callable[[int, bool], AsyncIterator[LatentPiece]],
     scheduler: Scheduler,
     deadline: float,
+    urgent: bool,
 ) -> LatentSentence:
     """A sentence's latent as soon as its first piece is in; the rest fills in as the
-    pieces of `request(threads)` come, `threads` being its slot and the slots spare when
-    it starts (Scheduler.spare). The reading holds a scheduler slot from its first piece
+    pieces of `request(threads, urgent)` come, `threads` being its slot and the slots
+    spare when it starts (Scheduler.spare). The reading holds a scheduler slot from its first piece
     to its last, even if the stream is cancelled meanwhile (Triton 2.51's BLS cannot cancel a
     request it has sent, so the stage stays busy anyway). A failure after the first
     piece reaches the latent's readers; one before it is raised here."""
@@ -176,7 +179,7 @@ async def latent_sentence(
 
     async def read() -> None:
         latent = None
-        pieces = request(1 + scheduler.spare())
+        pieces = request(1 + scheduler.spare(), urgent)
         try:
             async with aclosing(pieces):
                 async for piece in pieces:
@@ -189,7 +192,7 @@ async def latent_sentence(
                 latent.fail(error)
             raise
 
-    work = asyncio.ensure_future(scheduler.run(deadline, read))
+    work = asyncio.ensure_future(scheduler.run(deadline, read, urgent=urgent))
     await asyncio.wait([first, work], return_when=asyncio.FIRST_COMPLETED)
     if not first.done():
         work.result()  # failed before its first piece: raise that
@@ -199,11 +202,14 @@ async def latent_sentence(
     return first.result()
 
 
-def acoustic_request(stages: Stages, sentence: Sentence, head: int) -> Callable[[int], AsyncIterator[LatentPiece]]:
-    """The sentence's acoustic request, given the threads it may use: a head (a first
-    sentence's prior and first piece, a first packet's compute) takes them; other work
-    keeps to its slot's one."""
-    return lambda threads: stages.acoustic_pieces(sentence.text, head, sentence.phonemes, threads if head else 1)
+def acoustic_request(
+    stages: Stages, sentence: Sentence, head: int,
+) -> Callable[[int, bool], AsyncIterator[LatentPiece]]:
+    """The sentence's acoustic request, given the threads it may use and its urgency: a
+    head (a first sentence's prior and first piece, a first packet's compute) takes the
+    threads; other work keeps to its slot's one."""
+    return lambda threads, urgent: stages.acoustic_pieces(
+        sentence.text, head, sentence.phonemes, threads if head else 1, urgent)
 
 
 async def sentence_latents(
@@ -230,7 +236,8 @@ async def sentence_latents(
                 await clock.first_audio()
             before = max(clock.planned, round(chars * SECONDS_PER_CHAR * clock.rate))
             request = acoustic_request(stages, sentence, head if index == 0 else 0)
-            yield None, latent_sentence(index, request, scheduler, clock.deadline(before))
+            deadline = clock.deadline(before)
+            yield None, latent_sentence(index, request, scheduler, deadline, clock.urgent(deadline))
             chars += len(sentence.text) + 1
 
     async for _, latent in ordered(calls(), depth, is_cancelled):
@@ -238,18 +245,21 @@ async def sentence_latents(
 
 
 async def vocode_chunk(
-    stages: Stages, scheduler: Scheduler, latent: Latent, chunk: Chunk, deadline: float, pad: bool
+    stages: Stages, scheduler: Scheduler, latent: Latent, chunk: Chunk, clock: PlaybackClock, deadline: float,
+    pad: bool,
 ) -> np.ndarray:
     """Vocode the chunk's window (zero-padded to its bucket if `pad`), once its frames
     are in, and cut the context off. A sentence's first window, in while the rest of the
     sentence is still being read (a first sentence's head), borrows the reading's slot;
     the windows after it wait for a slot of their own, so that the first packet shares
-    the cores with the flow alone."""
+    the cores with the flow alone. Urgent when its frames are in and the listener needs
+    it soon."""
     frames = await latent.until(chunk.window_end)
     window = np.zeros((frames.shape[0], bucket_frames(chunk.window_frames) if pad else chunk.window_frames), np.float32)
     window[:, : chunk.window_frames] = frames[:, chunk.window_start : chunk.window_end]
     borrow = chunk.start == 0 and not latent.complete
-    pcm = await scheduler.run(deadline, lambda: stages.vocode(window), borrow=borrow)
+    urgent = clock.urgent(deadline)
+    pcm = await scheduler.run(deadline, lambda: stages.vocode(window, urgent), borrow=borrow, urgent=urgent)
     first = chunk.lead_frames * SAMPLES_PER_FRAME
     return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]
 
@@ -291,7 +301,7 @@ async def stream_pcm(
                     chunk = next_chunk(start, frames, size, chunking.left_context, chunking.right_context)
                     deadline = clock.deadline()
                     clock.planned += chunk.frames * SAMPLES_PER_FRAME
-                    work = vocode_chunk(stages, scheduler, sentence.latent, chunk, deadline, pad_to_buckets)
+                    work = vocode_chunk(stages, scheduler, sentence.latent, chunk, clock, deadline, pad_to_buckets)
                     yield (sentence, chunk), work
                     start = chunk.end
 

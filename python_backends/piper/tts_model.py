@@ -40,10 +40,13 @@ class TtsModel(DecoupledModel):
         self.bls = Bls(waiters=int(p.get("max_streams", "256")) * SENTENCE_LOOKAHEAD)
         # Calls in flight to both stages together, handed to the client with the fewest
         # running, then to the stream whose listener needs audio soonest: on a CPU the
-        # stages share the cores, so no more calls run than there are cores (by default:
-        # see docs/configuration.md) and none of them is a stream's work far ahead of its need.
+        # stages share the cores, so by default one more call runs than there are cores,
+        # to keep them busy across the calls' hops, and urgent calls (a first packet) may
+        # run on as many more as there are cores, computed above the others (see
+        # docs/configuration.md).
         cores = os.cpu_count() or 1
-        self.scheduler = DeadlineScheduler(int(p.get("slots", "0")) or cores, cores)
+        slots, urgent_slots = int(p.get("slots", "0")) or cores + 1, int(p.get("urgent_slots", "0")) or cores
+        self.scheduler = DeadlineScheduler(slots, cores, urgent_slots)
         self.pad_to_buckets = p.get("pad_to_buckets", "false") == "true"
         self.voices = configured_voices()
         self.metric_family, self.active = gauge(c.TTS_ACTIVE_METRIC, "tts requests being synthesized now")

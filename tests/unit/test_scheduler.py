@@ -7,7 +7,7 @@ import pytest
 
 from python_backends.chunking import ChunkParams
 from python_backends.piper.pipeline import LatentSentence, stream_pcm
-from python_backends.scheduler import PLAYER_LEAD_S, RECENT_S, DeadlineScheduler, PlaybackClock, Streams
+from python_backends.scheduler import PLAYER_LEAD_S, RECENT_S, URGENT_S, DeadlineScheduler, PlaybackClock, Streams
 from tests.engine_stages import whole_latent
 
 
@@ -241,7 +241,7 @@ def test_a_new_streams_first_chunk_overtakes_running_streams_ahead_of_their_list
             def __init__(self, name):
                 self.name = name
 
-            async def vocode(self, window):
+            async def vocode(self, window, urgent=False):
                 order.append(self.name)
                 await asyncio.sleep(0.002)
                 return np.zeros(window.shape[1] * 256, np.float32)
@@ -439,3 +439,62 @@ def test_the_slots_spare_are_those_free_while_no_call_waits():
         return spare + [scheduler.spare()]
 
     assert run(main()) == [3, 2, 0, 3]
+
+
+def test_an_urgent_call_runs_beside_the_calls_holding_every_slot_and_no_more_than_its_slots():
+    async def main():
+        scheduler, release = DeadlineScheduler(1, urgent_slots=1), asyncio.Event()
+        holder = await occupy(scheduler, release)
+        urgent = await scheduler.run(9.0, lambda: asyncio.sleep(0, result=scheduler.busy), urgent=True)
+        lane = asyncio.ensure_future(scheduler.run(9.0, release.wait, urgent=True))  # takes the urgent slot
+        await asyncio.sleep(0)
+        late = [asyncio.ensure_future(scheduler.run(0.0, lambda: asyncio.sleep(0), urgent=u)) for u in (True, False)]
+        await asyncio.sleep(0)
+        waiting = scheduler.waiting
+        release.set()
+        await asyncio.gather(holder, lane, *late)
+        return urgent, waiting, scheduler.busy
+
+    # Ran at once on the second slot; then a second urgent call and a plain one both wait.
+    assert run(main()) == (2, 2, 0)
+
+
+def test_urgent_calls_are_not_let_past_the_slots_without_urgent_slots():
+    async def main():
+        scheduler, release = DeadlineScheduler(1), asyncio.Event()
+        holder = await occupy(scheduler, release)
+        urgent = asyncio.ensure_future(scheduler.run(0.0, lambda: asyncio.sleep(0), urgent=True))
+        await asyncio.sleep(0)
+        waited = not urgent.done()
+        release.set()
+        await asyncio.gather(holder, urgent)
+        return waited
+
+    assert run(main())
+
+
+def test_an_urgent_call_passes_its_clients_share_by_the_urgent_slots():
+    """A client alone holds every slot; its new stream's first packet still runs at once."""
+
+    async def main():
+        scheduler, release = DeadlineScheduler(2, urgent_slots=1), asyncio.Event()
+        client = scheduler.for_client("a")
+        holders = [asyncio.ensure_future(client.run(5.0, release.wait)) for _ in range(2)]
+        await asyncio.sleep(0)
+        busy = await client.run(0.0, lambda: asyncio.sleep(0, result=dict(scheduler.running)), urgent=True)
+        release.set()
+        await asyncio.gather(*holders)
+        return busy
+
+    assert run(main()) == {"a": 3}
+
+
+def test_audio_is_urgent_when_its_listener_needs_it_within_urgent_s():
+    now = [10.0]
+    clock = PlaybackClock(22050, now=lambda: now[0])
+    first = clock.deadline()  # nothing sent: due a player's lead from now
+    clock.start()
+    clock.planned = 22050  # a second planned
+    assert clock.urgent(first) and not clock.urgent(clock.deadline())
+    now[0] = clock.deadline() - URGENT_S / 2  # the listener has played nearly all of it
+    assert clock.urgent(clock.deadline())

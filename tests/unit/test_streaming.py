@@ -41,11 +41,13 @@ class ScriptedStages:
         self.frames, self.delays, self.failures = frames, delays or {}, failures or {}
         self.log: list[tuple] = []
         self.threads_asked: list[int] = []  # each acoustic request's head_threads
+        self.urgency: list[tuple[str, bool]] = []  # each call's stage and urgency, as asked
 
-    async def acoustic_pieces(self, text, head, phonemes=(), head_threads=1):
+    async def acoustic_pieces(self, text, head, phonemes=(), head_threads=1, urgent=False):
         i = int(text[1:])
         self.log.append(("acoustic", i, head))
         self.threads_asked.append(head_threads)
+        self.urgency.append(("acoustic", urgent))
         try:
             await asyncio.sleep(self.delays.get(i, 0))
             failure = self.failures.get(i)
@@ -62,13 +64,14 @@ class ScriptedStages:
         finally:
             self.log.append(("acoustic done", i))
 
-    async def vocode(self, window):
+    async def vocode(self, window, urgent=False):
         self.log.append(("vocode", window.shape[1]))
+        self.urgency.append(("vocode", urgent))
         await asyncio.sleep(0.001)
         return np.repeat(window[0], 256)
 
 
-def run(stages, count, head=8, cancel_after=None, scheduler=None):
+def run(stages, count, head=8, cancel_after=None, scheduler=None, clock=None):
     """Synthesize sentences "s0" … "s<count-1>"; (chunks, error or None)."""
     sentences = [Sentence(0, 2, f"s{i}") for i in range(count)]
     chunks = []
@@ -77,7 +80,7 @@ def run(stages, count, head=8, cancel_after=None, scheduler=None):
         try:
             async for chunk in speak(
                 sentences, stages, scheduler=scheduler or DeadlineScheduler(4), chunking=CHUNKING, head=head,
-                clock=PlaybackClock(22050), is_cancelled=lambda: len(chunks) >= (cancel_after or float("inf")),
+                clock=clock or PlaybackClock(22050), is_cancelled=lambda: len(chunks) >= (cancel_after or float("inf")),
             ):
                 chunks.append(chunk)
         except Exception as error:
@@ -123,7 +126,7 @@ def test_beside_the_first_sentences_flow_only_its_first_window_is_vocoded():
     stages, scheduler = ScriptedStages([60]), DeadlineScheduler(2)
     vocoding, peak = [0], [0]
 
-    async def vocode(window):
+    async def vocode(window, urgent=False):
         flowing = ("acoustic done", 0) not in stages.log
         vocoding[0] += 1
         peak[0] = max(peak[0], vocoding[0] if flowing else 0)
@@ -198,7 +201,7 @@ def test_a_stage_failing_after_the_first_piece_ends_the_stream_with_that_error()
 
 def test_a_sentence_without_frames_is_a_stage_error():
     class Silent(ScriptedStages):
-        async def acoustic_pieces(self, text, head, phonemes=(), head_threads=1):
+        async def acoustic_pieces(self, text, head, phonemes=(), head_threads=1, urgent=False):
             return
             yield
 
@@ -208,7 +211,7 @@ def test_a_sentence_without_frames_is_a_stage_error():
 
 def test_a_vocoder_failure_ends_the_stream_with_that_error():
     class Broken(ScriptedStages):
-        async def vocode(self, window):
+        async def vocode(self, window, urgent=False):
             raise RuntimeError("vocoder down")
 
     _, error = run(Broken([20]), 1)
@@ -218,7 +221,7 @@ def test_a_vocoder_failure_ends_the_stream_with_that_error():
 def test_calls_wait_for_the_shared_schedulers_slots():
     stages, scheduler, peak = ScriptedStages([40] * 4), DeadlineScheduler(1), [0]
 
-    async def vocode(window):
+    async def vocode(window, urgent=False):
         peak[0] = max(peak[0], scheduler.busy)
         return await ScriptedStages.vocode(stages, window)
 
@@ -233,7 +236,7 @@ class Recording:
     def __init__(self):
         self.deadlines = []
 
-    async def run(self, deadline, work, borrow=False):
+    async def run(self, deadline, work, borrow=False, urgent=False):
         self.deadlines.append(deadline)
         return await work()
 
@@ -248,7 +251,7 @@ def test_a_sentence_is_due_after_the_likely_audio_of_the_text_before_it():
     clock.start()  # the first audio is out: later sentences may be asked for
 
     class Stages(ScriptedStages):
-        async def acoustic_pieces(self, text, head, phonemes=(), head_threads=1):
+        async def acoustic_pieces(self, text, head, phonemes=(), head_threads=1, urgent=False):
             yield LatentPiece(np.zeros((1, 1), np.float32), np.array([1], np.int32))
 
     async def collect():
@@ -306,7 +309,7 @@ def read_pieces(pieces, log):
             yield piece
 
     async def main():
-        sentence = await latent_sentence(3, lambda _threads: stream(), scheduler, 0.0)
+        sentence = await latent_sentence(3, lambda _threads, _urgent: stream(), scheduler, 0.0, False)
         log.append(("returned", sentence.latent.filled))
         try:
             frames = await sentence.latent.until(sentence.latent.frames)
@@ -366,3 +369,14 @@ def test_acoustic_outputs_declare_every_output_of_acoustic_and_only_those():
     assert first[c.WORDS].tolist() == [b"hi"] and first[c.WORD_FRAMES].tolist() == [[0, 3]]
     assert later[c.DURATIONS].dtype == np.int32 and later[c.DURATIONS].size == 0
     assert later[c.WORD_FRAMES].shape == (0, 2)
+
+
+def test_a_streams_first_packet_is_asked_for_urgent_and_its_calls_ahead_of_the_listener_are_not():
+    stages = ScriptedStages([40, 40])
+    clock = PlaybackClock(22050, now=lambda: 0.0)  # time stands still: a call's urgency is its deadline's
+    chunks, error = run(stages, 2, clock=clock)
+    assert error is None and chunks
+    acoustic = [u for stage, u in stages.urgency if stage == "acoustic"]
+    vocode = [u for stage, u in stages.urgency if stage == "vocode"]
+    assert acoustic == [True, False]  # the first sentence's head is the first packet; the second is due later
+    assert vocode[0] and not vocode[-1] and vocode == sorted(vocode, reverse=True)  # later windows are due later
