@@ -246,19 +246,21 @@ async def sentence_latents(
 
 async def vocode_chunk(
     stages: Stages, scheduler: Scheduler, latent: Latent, chunk: Chunk, clock: PlaybackClock, deadline: float,
-    pad: bool,
+    pad: bool, first: bool,
 ) -> np.ndarray:
     """Vocode the chunk's window (zero-padded to its bucket if `pad`), once its frames
     are in, and cut the context off. A sentence's first window, in while the rest of the
     sentence is still being read (a first sentence's head), borrows the reading's slot;
-    the windows after it wait for a slot of their own, so that the first packet shares
-    the cores with the flow alone. Urgent when its frames are in and the listener needs
-    it soon."""
+    the windows after the stream's `first` wait for its first audio unless urgent (when
+    its frames are in, the listener needs it soon), so that the first packet shares the
+    cores with the flow alone, whatever slots are free."""
     frames = await latent.until(chunk.window_end)
     window = np.zeros((frames.shape[0], bucket_frames(chunk.window_frames) if pad else chunk.window_frames), np.float32)
     window[:, : chunk.window_frames] = frames[:, chunk.window_start : chunk.window_end]
     borrow = chunk.start == 0 and not latent.complete
     urgent = clock.urgent(deadline)
+    if not (first or urgent):
+        await clock.first_audio()
     pcm = await scheduler.run(deadline, lambda: stages.vocode(window, urgent), borrow=borrow, urgent=urgent)
     first = chunk.lead_frames * SAMPLES_PER_FRAME
     return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]
@@ -297,11 +299,11 @@ async def stream_pcm(
                     size = next(sizes)
                     if grow:
                         size = max(size, first_floor()) if first else grown_size(size, chunking.frames, clock.ahead_s())
-                    first = False
                     chunk = next_chunk(start, frames, size, chunking.left_context, chunking.right_context)
                     deadline = clock.deadline()
                     clock.planned += chunk.frames * SAMPLES_PER_FRAME
-                    work = vocode_chunk(stages, scheduler, sentence.latent, chunk, clock, deadline, pad_to_buckets)
+                    work = vocode_chunk(stages, scheduler, sentence.latent, chunk, clock, deadline, pad_to_buckets, first)
+                    first = False
                     yield (sentence, chunk), work
                     start = chunk.end
 

@@ -380,3 +380,25 @@ def test_a_streams_first_packet_is_asked_for_urgent_and_its_calls_ahead_of_the_l
     vocode = [u for stage, u in stages.urgency if stage == "vocode"]
     assert acoustic == [True, False]  # the first sentence's head is the first packet; the second is due later
     assert vocode[0] and not vocode[-1] and vocode == sorted(vocode, reverse=True)  # later windows are due later
+
+
+def test_a_streams_later_windows_wait_for_its_first_audio_whatever_slots_are_free():
+    """The first packet shares the cores with its sentence's flow alone: a window due
+    later waits for the stream's first audio even where a slot is free for it."""
+    clock, started = PlaybackClock(22050), []
+    stages = ScriptedStages([64])
+
+    async def vocode(window, urgent=False):
+        started.append((clock.started is not None, urgent))
+        return await ScriptedStages.vocode(stages, window, urgent)
+
+    stages.vocode = vocode
+
+    async def main():
+        chunks = speak([Sentence(0, 2, "s0")], stages, scheduler=DeadlineScheduler(4), chunking=ChunkParams(16, 16, 2, 2),
+                       head=0, clock=clock)
+        return [chunk async for chunk in chunks]
+
+    assert asyncio.run(asyncio.wait_for(main(), 10))
+    assert started[0] == (False, True)  # the first packet
+    assert len(started) == 4 and all(sounded for sounded, urgent in started[1:] if not urgent)
