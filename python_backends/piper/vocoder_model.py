@@ -11,11 +11,10 @@ import triton_python_backend_utils as pb_utils
 
 from contract import models as c
 from contract.voices import configured_voices
-from python_backends.inputs import read_urgent
 from python_backends.piper.engines import VocoderEngine
 from python_backends.piper.voice import load_voice
 from python_backends.priority import background_pool
-from python_backends.serving import BatchedModel, error, parameters, request_inputs, response
+from python_backends.serving import BatchedModel, error, parameters, response
 
 Key = tuple[str, tuple[int, ...], bool]  # a window's voice, shape and urgency: the windows one run vocodes
 Window = tuple[np.ndarray, int]  # a window's latent frames and speaker
@@ -34,7 +33,7 @@ class VocoderModel(BatchedModel):
         urgencies: one run each."""
         latent = pb_utils.get_input_tensor_by_name(request, c.LATENT).as_numpy()
         voice = voice_of(request)
-        return (voice, latent.shape, read_urgent(request_inputs(request, self.model))), (latent, speaker_of(request))
+        return (voice, latent.shape, urgent_of(request)), (latent, speaker_of(request))
 
     def run(self, key: Key, windows: list[Window]) -> np.ndarray | None:
         voice, _, urgent = key
@@ -62,3 +61,9 @@ def speaker_of(request) -> int:
     """The window's speaker id (tts checked it against the voice), else 0."""
     tensor = pb_utils.get_input_tensor_by_name(request, c.SPEAKER)
     return 0 if tensor is None else int(tensor.as_numpy().reshape(-1)[0])
+
+
+def urgent_of(request) -> bool:
+    """Whether the window is URGENT (absent: not)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, c.URGENT)
+    return tensor is not None and bool(tensor.as_numpy().reshape(-1)[0])
