@@ -197,19 +197,23 @@ def test_triton_unloads_cleanly_after_clients_vanished(tmp_path, gateways):
     Triton's 30 s exit timeout (a known leftover; the launcher then kills it and cleans up)."""
     ports = free_ports(3)
     triton = own_triton(tmp_path, ports)
-    gateway = gateways.start(f"127.0.0.1:{ports[1]}")
-    for _ in range(3):
-        asyncio.run(vanish_mid_stream(gateway.url, 4))
-    stop(gateway.process)  # before Triton's stop, which is timed
-    deadline = time.monotonic() + 30
-    while active_tts_requests(ports[2]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    stubs = psutil.Process(triton.process.pid).children(recursive=True)
-    regions = stub_regions(stubs)
-    instances = model_instances(f"127.0.0.1:{triton.grpc_port}", (c.ACOUSTIC_MODEL, c.TTS_MODEL, c.VOCODER_MODEL))
-    started = time.monotonic()
-    triton.process.terminate()
-    code = triton.process.wait(60)
+    try:
+        gateway = gateways.start(f"127.0.0.1:{ports[1]}")
+        for _ in range(3):
+            asyncio.run(vanish_mid_stream(gateway.url, 4))
+        stop(gateway.process)  # before Triton's stop, which is timed
+        deadline = time.monotonic() + 30
+        while active_tts_requests(ports[2]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stubs = psutil.Process(triton.process.pid).children(recursive=True)
+        regions = stub_regions(stubs)
+        instances = model_instances(f"127.0.0.1:{triton.grpc_port}", (c.ACOUSTIC_MODEL, c.TTS_MODEL, c.VOCODER_MODEL))
+        started = time.monotonic()
+        triton.process.terminate()
+        code = triton.process.wait(60)
+    finally:
+        if triton.process.poll() is None:  # the test failed before its stop: leave nothing behind
+            kill_tree(triton)
     assert code == 0 and time.monotonic() - started < 20
     assert len(stubs) == instances  # a stub per instance
     _, alive = psutil.wait_procs(stubs, timeout=10)
