@@ -11,6 +11,7 @@ import triton_python_backend_utils as pb_utils
 
 from contract import models as c
 from contract.voices import configured_voices
+from python_backends.inputs import read_urgent
 from python_backends.piper.engines import VocoderEngine
 from python_backends.piper.voice import load_voice
 from python_backends.priority import background_pool
@@ -66,4 +67,4 @@ def speaker_of(request) -> int:
 def urgent_of(request) -> bool:
     """Whether the window is URGENT (absent: not)."""
     tensor = pb_utils.get_input_tensor_by_name(request, c.URGENT)
-    return tensor is not None and bool(tensor.as_numpy().reshape(-1)[0])
+    return read_urgent({} if tensor is None else {c.URGENT: tensor.as_numpy()})
