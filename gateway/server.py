@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import faulthandler
+import gc
 import logging
 import os
 import resource
@@ -128,6 +129,10 @@ async def serve_forever(settings: Settings, worker: Worker | None = None) -> Non
     raise_open_file_limit(settings.max_connections)
     listener = await listen(runner.server, settings, reuse_port=worker is not None)
     own = await answer_for_itself(gateway, worker) if worker else None
+    # What startup made (mostly the modules) lives as long as the process: out of the
+    # collector's reach, it no longer lengthens a full collection, a pause of every
+    # stream (23 ms on the benchmark's host).
+    gc.freeze()
     try:
         tritons = f"the A records of {gateway.service}" if gateway.service else ", ".join(settings.triton_urls)
         which = f"worker {worker.index} (pid {os.getpid()})" if worker else "gateway"

@@ -253,14 +253,15 @@ async def vocode_chunk(
     sentence is still being read (a first sentence's head), borrows the reading's slot;
     the windows after the stream's `first` wait for its first audio unless urgent (when
     its frames are in, the listener needs it soon), so that the first packet shares the
-    cores with the flow alone, whatever slots are free."""
+    cores with the flow alone, whatever slots are free. Its urgency is judged again once
+    the first audio is out: a first packet that came late leaves the next one due soon."""
     frames = await latent.until(chunk.window_end)
     window = np.zeros((frames.shape[0], bucket_frames(chunk.window_frames) if pad else chunk.window_frames), np.float32)
     window[:, : chunk.window_frames] = frames[:, chunk.window_start : chunk.window_end]
     borrow = chunk.start == 0 and not latent.complete
-    urgent = clock.urgent(deadline)
-    if not (first or urgent):
+    if not (first or clock.urgent(deadline)):
         await clock.first_audio()
+    urgent = clock.urgent(deadline)
     pcm = await scheduler.run(deadline, lambda: stages.vocode(window, urgent), borrow=borrow, urgent=urgent)
     first = chunk.lead_frames * SAMPLES_PER_FRAME
     return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]

@@ -382,6 +382,32 @@ def test_a_streams_first_packet_is_asked_for_urgent_and_its_calls_ahead_of_the_l
     assert vocode[0] and not vocode[-1] and vocode == sorted(vocode, reverse=True)  # later windows are due later
 
 
+def test_a_window_that_waited_for_a_late_first_audio_is_computed_urgent_once_its_listener_needs_it_soon():
+    """Issued ahead of the listener, the second window is not urgent; its first packet
+    then takes longer than the audio it holds (a busy server), so the listener needs the
+    second soon after the first is out: it is computed urgent, not behind the calls due
+    later (a start gate holding the first audio waits for it)."""
+    now = [0.0]
+    clock, asked = PlaybackClock(22050, now=lambda: now[0]), []
+    stages = ScriptedStages([64])
+
+    async def vocode(window, urgent=False):
+        asked.append(urgent)
+        if len(asked) == 1:
+            now[0] = 0.2  # the first packet took 0.2 s; its window holds 16 frames, 0.19 s
+        return await ScriptedStages.vocode(stages, window, urgent)
+
+    stages.vocode = vocode
+
+    async def main():
+        chunks = speak([Sentence(0, 2, "s0")], stages, scheduler=DeadlineScheduler(4), chunking=ChunkParams(16, 16, 2, 2),
+                       head=0, clock=clock)
+        return [chunk async for chunk in chunks]
+
+    assert len(asyncio.run(asyncio.wait_for(main(), 10))) == 4
+    assert asked == [True, True, False, False]  # the second is due 0.04 s after the first went out
+
+
 def test_a_streams_later_windows_wait_for_its_first_audio_whatever_slots_are_free():
     """The first packet shares the cores with its sentence's flow alone: a window due
     later waits for the stream's first audio even where a slot is free for it."""
