@@ -30,10 +30,7 @@ flight, up to a long sentence's flow or a grown chunk's window. So an urgent cal
 listener needs it within URGENT_S: a first packet, or a listener about to run dry) may
 run beside the calls that hold the slots, on up to `urgent_slots` more: the stages
 compute it above the others (python_backends.priority), so the kernel gives it a core
-at once and the calls it overtook lose only its own time. Urgency is judged here, from
-the deadline, when a call starts: a call queued while its listener had audio in hand
-becomes urgent as its deadline nears, and a call in flight long (a grown window) no
-longer holds it past that deadline.
+at once and the calls it overtook lose only its own time.
 
 Pure asyncio, no Triton: the tts model owns one scheduler for both stages.
 """
@@ -62,11 +59,11 @@ URGENT_S = 2 * PLAYER_LEAD_S
 
 
 class Scheduler(Protocol):
-    """What a stream needs of a scheduler: run a call when it is granted a slot, told
-    whether it is urgent; or, with `borrow`, at once where it has not been granted one
-    (see DeadlineScheduler.run)."""
+    """What a stream needs of a scheduler: run a call when it is granted a slot; or, with
+    `borrow`, at once where it has not been granted one (see DeadlineScheduler.run)."""
 
-    async def run(self, deadline: float, work: Callable[[bool], Awaitable[T]], borrow: bool = False) -> T: ...
+    async def run(self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False,
+                  urgent: bool = False) -> T: ...
 
     def spare(self) -> int:
         """Slots free with no call waiting for them: cores a call running now may use
@@ -74,17 +71,13 @@ class Scheduler(Protocol):
         ...
 
 
-def is_urgent(deadline: float, now: float) -> bool:
-    """Whether the listener needs audio due at `deadline` within URGENT_S of `now`."""
-    return deadline - now <= URGENT_S
-
-
 @dataclass
 class _Waiter:
     deadline: float
+    urgent: bool
     arrival: int
     client: str
-    granted: asyncio.Future  # set to the call's urgency when the slot is handed over
+    granted: asyncio.Future  # set when the slot is handed over
 
 
 class DeadlineScheduler:
@@ -119,27 +112,27 @@ class DeadlineScheduler:
         return ClientScheduler(self, client)
 
     async def run(
-        self, deadline: float, work: Callable[[bool], Awaitable[T]], client: str = "", borrow: bool = False,
+        self, deadline: float, work: Callable[[], Awaitable[T]], client: str = "", borrow: bool = False,
+        urgent: bool = False,
     ) -> T:
-        """Wait for a slot, then run `work(urgent)` holding it: `urgent`, whether its
-        listener needs it within URGENT_S of its start, is whether it may start on one
-        of the `urgent_slots` while the others are held, and whether the caller computes
-        it above the others. Once started, the work runs to its end and holds the slot
-        until then even if the caller is cancelled: Triton cannot take back a request it
-        was sent, so the instance stays busy anyway.
+        """Wait for a slot, then run `work()` holding it. Once started, the work runs to
+        its end and holds the slot until then even if the caller is cancelled: Triton
+        cannot take back a request it was sent, so the instance stays busy anyway.
 
         `borrow`: the caller's own stream holds a slot for work that overlaps this call
         (a first sentence's flow still running while its head is vocoded). Where no slot
         is free for it now, the call runs at once on that slot rather than wait for
         another: so a stream's first packet keeps the overlap an idle machine gives it,
         even when its client's share is a single slot. At most one such call runs per
-        slot held, so the cores are oversubscribed by no more than the slots."""
-        urgent = is_urgent(deadline, self._now())
+        slot held, so the cores are oversubscribed by no more than the slots.
+
+        `urgent`: the call may start on one of the `urgent_slots` while the others are
+        held (the caller computes it above them)."""
         if borrow and (self._waiting or not self._may_start(client, self.share(), urgent)):
-            return await work(urgent)
-        urgent = await self._acquire(deadline, client)
+            return await work()
+        await self._acquire(deadline, client, urgent)
         try:
-            task = asyncio.ensure_future(work(urgent))
+            task = asyncio.ensure_future(work())
         except BaseException:
             self._release(client)
             raise
@@ -160,23 +153,18 @@ class DeadlineScheduler:
         extra = self.urgent_slots if urgent else 0
         return self.busy < self.slots + extra and self.running[client] < share + extra
 
-    async def _acquire(self, deadline: float, client: str) -> bool:
-        """Hold a slot for a call due at `deadline`; whether it is urgent as it starts."""
-        now = self._now()
+    async def _acquire(self, deadline: float, client: str, urgent: bool) -> None:
         if client:
-            self._last_call[client] = now
+            self._last_call[client] = self._now()
         self._hand_over()  # waiters whose client's share came free meanwhile go first
-        if not self._waiting and self._may_start(client, self.share(), is_urgent(deadline, now)):
+        if not self._waiting and self._may_start(client, self.share(), urgent):
             self._start(client)
-            return is_urgent(deadline, now)
-        loop = asyncio.get_running_loop()
-        waiter = _Waiter(deadline, next(self._arrivals), client, loop.create_future())
+            return
+        waiter = _Waiter(deadline, urgent, next(self._arrivals), client, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
         self._hand_over()
-        if not waiter.granted.done() and (urgent_in := deadline - URGENT_S - now) > 0:
-            loop.call_later(urgent_in, self._hand_over)  # once urgent, it may take an urgent slot
         try:
-            return await waiter.granted  # the slot is handed over with the call's urgency
+            await waiter.granted  # the slot is handed over with the result
         except asyncio.CancelledError:
             if waiter.granted.done() and not waiter.granted.cancelled():
                 self._release(client)  # handed a slot, then cancelled before using it
@@ -200,14 +188,14 @@ class DeadlineScheduler:
         fewest calls running for their client, then earliest deadline."""
         self._waiting = [w for w in self._waiting if not w.granted.done()]  # drop the cancelled
         while self.busy < self.slots + self.urgent_slots:
-            share, now = self.share(), self._now()
-            ready = [w for w in self._waiting if self._may_start(w.client, share, is_urgent(w.deadline, now))]
+            share = self.share()
+            ready = [w for w in self._waiting if self._may_start(w.client, share, w.urgent)]
             if not ready:
                 return
             first = min(ready, key=lambda w: (self.running[w.client], w.deadline, w.arrival))
             self._waiting.remove(first)
             self._start(first.client)
-            first.granted.set_result(is_urgent(first.deadline, now))
+            first.granted.set_result(None)
 
 
 @dataclass(frozen=True)
@@ -217,8 +205,10 @@ class ClientScheduler:
     scheduler: DeadlineScheduler
     client: str
 
-    async def run(self, deadline: float, work: Callable[[bool], Awaitable[T]], borrow: bool = False) -> T:
-        return await self.scheduler.run(deadline, work, self.client, borrow)
+    async def run(
+        self, deadline: float, work: Callable[[], Awaitable[T]], borrow: bool = False, urgent: bool = False,
+    ) -> T:
+        return await self.scheduler.run(deadline, work, self.client, borrow, urgent)
 
     def spare(self) -> int:
         return self.scheduler.spare()
@@ -288,7 +278,7 @@ class PlaybackClock:
 
     def urgent(self, deadline: float) -> bool:
         """Whether the listener needs audio due at `deadline` within URGENT_S."""
-        return is_urgent(deadline, self.now())
+        return deadline - self.now() <= URGENT_S
 
     def ahead_s(self) -> float:
         """The audio planned so far that the listener has not reached yet, in seconds:

@@ -167,17 +167,17 @@ async def latent_sentence(
     request: Callable[[int, bool], AsyncIterator[LatentPiece]],
     scheduler: Scheduler,
     deadline: float,
+    urgent: bool,
 ) -> LatentSentence:
     """A sentence's latent as soon as its first piece is in; the rest fills in as the
     pieces of `request(threads, urgent)` come, `threads` being its slot and the slots
-    spare when it starts (Scheduler.spare), `urgent` the scheduler's judgment then. The
-    reading holds a scheduler slot from its first piece to its last, even if the stream
-    is cancelled meanwhile (Triton 2.51's BLS cannot cancel a request it has sent, so
-    the stage stays busy anyway). A failure after the first piece reaches the latent's
-    readers; one before it is raised here."""
+    spare when it starts (Scheduler.spare). The reading holds a scheduler slot from its first piece
+    to its last, even if the stream is cancelled meanwhile (Triton 2.51's BLS cannot cancel a
+    request it has sent, so the stage stays busy anyway). A failure after the first
+    piece reaches the latent's readers; one before it is raised here."""
     first: asyncio.Future[LatentSentence] = asyncio.get_running_loop().create_future()
 
-    async def read(urgent: bool) -> None:
+    async def read() -> None:
         latent = None
         pieces = request(1 + scheduler.spare(), urgent)
         try:
@@ -192,7 +192,7 @@ async def latent_sentence(
                 latent.fail(error)
             raise
 
-    work = asyncio.ensure_future(scheduler.run(deadline, read))
+    work = asyncio.ensure_future(scheduler.run(deadline, read, urgent=urgent))
     await asyncio.wait([first, work], return_when=asyncio.FIRST_COMPLETED)
     if not first.done():
         work.result()  # failed before its first piece: raise that
@@ -237,7 +237,7 @@ async def sentence_latents(
             before = max(clock.planned, round(chars * SECONDS_PER_CHAR * clock.rate))
             request = acoustic_request(stages, sentence, head if index == 0 else 0)
             deadline = clock.deadline(before)
-            yield None, latent_sentence(index, request, scheduler, deadline)
+            yield None, latent_sentence(index, request, scheduler, deadline, clock.urgent(deadline))
             chars += len(sentence.text) + 1
 
     async for _, latent in ordered(calls(), depth, is_cancelled):
@@ -253,14 +253,16 @@ async def vocode_chunk(
     sentence is still being read (a first sentence's head), borrows the reading's slot;
     the windows after the stream's `first` wait for its first audio unless urgent (when
     its frames are in, the listener needs it soon), so that the first packet shares the
-    cores with the flow alone, whatever slots are free."""
+    cores with the flow alone, whatever slots are free. Its urgency is judged again once
+    the first audio is out: a first packet that came late leaves the next one due soon."""
     frames = await latent.until(chunk.window_end)
     window = np.zeros((frames.shape[0], bucket_frames(chunk.window_frames) if pad else chunk.window_frames), np.float32)
     window[:, : chunk.window_frames] = frames[:, chunk.window_start : chunk.window_end]
     borrow = chunk.start == 0 and not latent.complete
     if not (first or clock.urgent(deadline)):
         await clock.first_audio()
-    pcm = await scheduler.run(deadline, lambda urgent: stages.vocode(window, urgent), borrow=borrow)
+    urgent = clock.urgent(deadline)
+    pcm = await scheduler.run(deadline, lambda: stages.vocode(window, urgent), borrow=borrow, urgent=urgent)
     first = chunk.lead_frames * SAMPLES_PER_FRAME
     return pcm[first : first + chunk.frames * SAMPLES_PER_FRAME]
 

@@ -15,9 +15,9 @@ def run(coroutine):
     return asyncio.run(asyncio.wait_for(coroutine, 10))
 
 
-async def occupy(scheduler: DeadlineScheduler, release: asyncio.Event, deadline: float = 0.0) -> asyncio.Task:
-    """A call due at `deadline` holding one slot until `release` is set."""
-    task = asyncio.ensure_future(scheduler.run(deadline, lambda _: release.wait()))
+async def occupy(scheduler: DeadlineScheduler, release: asyncio.Event) -> asyncio.Task:
+    """A call holding one slot until `release` is set."""
+    task = asyncio.ensure_future(scheduler.run(0.0, release.wait))
     await asyncio.sleep(0)
     return task
 
@@ -30,7 +30,7 @@ def test_waiting_calls_run_earliest_deadline_first():
         order = []
 
         async def call(deadline):
-            async def work(_urgent):
+            async def work():
                 order.append(deadline)
             await scheduler.run(deadline, work)
 
@@ -53,7 +53,7 @@ def test_a_client_with_fewer_calls_running_goes_first_whatever_the_deadlines():
         order = []
 
         async def call(client, deadline):
-            async def work(_urgent):
+            async def work():
                 order.append(client)
                 await asyncio.sleep(0.001)
             await scheduler.for_client(client).run(deadline, work)
@@ -73,7 +73,7 @@ def test_a_client_with_fewer_calls_running_goes_first_whatever_the_deadlines():
 def test_the_scheduler_counts_the_time_its_calls_hold_a_slot():
     async def main():
         scheduler = DeadlineScheduler(1)
-        await scheduler.run(0.0, lambda _: asyncio.sleep(0.05))
+        await scheduler.run(0.0, lambda: asyncio.sleep(0.05))
         scheduler.meter.made(1.0)
         return scheduler.meter.capacity
 
@@ -87,7 +87,7 @@ def test_capacity_counts_the_cores_a_call_had_not_the_slots_there_are():
     scheduler = DeadlineScheduler(3, cores=2, now=lambda: now[0])
 
     async def one_call():
-        def work(_urgent):
+        def work():
             now[0] += 1.0
             return asyncio.sleep(0)
 
@@ -102,7 +102,7 @@ def test_a_client_is_loaded_past_its_fair_share_of_the_slots():
     scheduler, streams = DeadlineScheduler(4), Streams()
 
     def called(client):
-        run(scheduler.for_client(client).run(0.0, lambda _: asyncio.sleep(0)))
+        run(scheduler.for_client(client).run(0.0, lambda: asyncio.sleep(0)))
         return scheduler.share()
 
     greedy = [streams.serving("greedy", PlaybackClock(22050)) for _ in range(3)]
@@ -152,7 +152,7 @@ def test_no_more_than_slots_calls_run_at_once(slots):
         scheduler = DeadlineScheduler(slots)
         running, peak = 0, 0
 
-        async def work(_urgent):
+        async def work():
             nonlocal running, peak
             running += 1
             peak = max(peak, running)
@@ -175,8 +175,8 @@ def test_a_caller_cancelled_while_waiting_never_runs_and_frees_nothing_twice():
         async def work(name):
             ran.append(name)
 
-        doomed = asyncio.ensure_future(scheduler.run(1.0, lambda _: work("doomed")))
-        kept = asyncio.ensure_future(scheduler.run(2.0, lambda _: work("kept")))
+        doomed = asyncio.ensure_future(scheduler.run(1.0, lambda: work("doomed")))
+        kept = asyncio.ensure_future(scheduler.run(2.0, lambda: work("kept")))
         await asyncio.sleep(0)
         doomed.cancel()
         release.set()
@@ -194,7 +194,7 @@ def test_work_cancelled_by_its_caller_still_holds_the_slot_to_its_end():
         finish = asyncio.Event()
         finished = []
 
-        async def work(_urgent):
+        async def work():
             await finish.wait()
             finished.append(True)
 
@@ -284,7 +284,7 @@ def test_no_slot_is_left_free_while_calls_wait_whatever_their_deadlines():
         started = []
 
         async def call(name, deadline):
-            async def work(_urgent):
+            async def work():
                 started.append(name)
                 await release[name].wait()
             await scheduler.run(deadline, work)
@@ -318,7 +318,7 @@ class Calls:
 
     def start(self, client: str) -> asyncio.Event:
         release = asyncio.Event()
-        task = asyncio.ensure_future(self.scheduler.for_client(client).run(0.0, lambda _: release.wait()))
+        task = asyncio.ensure_future(self.scheduler.for_client(client).run(0.0, release.wait))
         self.tasks.append((task, release))
         return release
 
@@ -397,9 +397,9 @@ def test_a_call_that_borrows_runs_at_once_only_where_it_would_wait():
         await settle()
         await calls.end(greedy[0])  # and given the one freed: greedy has one running, one waiting
         normal = scheduler.for_client("normal")
-        borrowed = await normal.run(0.0, lambda _: asyncio.sleep(0, result=(dict(scheduler.running), scheduler.busy)),
+        borrowed = await normal.run(0.0, lambda: asyncio.sleep(0, result=(dict(scheduler.running), scheduler.busy)),
                                     borrow=True)
-        waited = asyncio.ensure_future(normal.run(0.0, lambda _: asyncio.sleep(0, result="ran")))
+        waited = asyncio.ensure_future(normal.run(0.0, lambda: asyncio.sleep(0, result="ran")))
         await settle()
         still_waiting = not waited.done()
         await calls.end(reading)
@@ -414,7 +414,7 @@ def test_a_call_that_borrows_runs_at_once_only_where_it_would_wait():
 def test_a_call_that_borrows_takes_a_free_slot_like_any_other():
     async def main():
         scheduler = DeadlineScheduler(2)
-        return await scheduler.run(0.0, lambda _: asyncio.sleep(0, result=scheduler.busy), "normal", borrow=True)
+        return await scheduler.run(0.0, lambda: asyncio.sleep(0, result=scheduler.busy), "normal", borrow=True)
 
     assert run(main()) == 1
 
@@ -443,28 +443,27 @@ def test_the_slots_spare_are_those_free_while_no_call_waits():
 
 def test_an_urgent_call_runs_beside_the_calls_holding_every_slot_and_no_more_than_its_slots():
     async def main():
-        # Time stands at 0: a call due at 0 is urgent, one due at 9 s is not.
-        scheduler, release = DeadlineScheduler(1, urgent_slots=1, now=lambda: 0.0), asyncio.Event()
-        holder = await occupy(scheduler, release, 9.0)
-        told = await scheduler.run(0.0, lambda urgent: asyncio.sleep(0, result=(urgent, scheduler.busy)))
-        lane = asyncio.ensure_future(scheduler.run(0.0, lambda _: release.wait()))  # takes the urgent slot
+        scheduler, release = DeadlineScheduler(1, urgent_slots=1), asyncio.Event()
+        holder = await occupy(scheduler, release)
+        urgent = await scheduler.run(9.0, lambda: asyncio.sleep(0, result=scheduler.busy), urgent=True)
+        lane = asyncio.ensure_future(scheduler.run(9.0, release.wait, urgent=True))  # takes the urgent slot
         await asyncio.sleep(0)
-        late = [asyncio.ensure_future(scheduler.run(d, lambda _: asyncio.sleep(0))) for d in (0.0, 9.0)]
+        late = [asyncio.ensure_future(scheduler.run(0.0, lambda: asyncio.sleep(0), urgent=u)) for u in (True, False)]
         await asyncio.sleep(0)
         waiting = scheduler.waiting
         release.set()
         await asyncio.gather(holder, lane, *late)
-        return told, waiting, scheduler.busy
+        return urgent, waiting, scheduler.busy
 
-    # Ran at once on the second slot, told it was urgent; then a second urgent call and a plain one both wait.
-    assert run(main()) == ((True, 2), 2, 0)
+    # Ran at once on the second slot; then a second urgent call and a plain one both wait.
+    assert run(main()) == (2, 2, 0)
 
 
 def test_urgent_calls_are_not_let_past_the_slots_without_urgent_slots():
     async def main():
-        scheduler, release = DeadlineScheduler(1, now=lambda: 0.0), asyncio.Event()
-        holder = await occupy(scheduler, release, 9.0)
-        urgent = asyncio.ensure_future(scheduler.run(0.0, lambda _: asyncio.sleep(0)))
+        scheduler, release = DeadlineScheduler(1), asyncio.Event()
+        holder = await occupy(scheduler, release)
+        urgent = asyncio.ensure_future(scheduler.run(0.0, lambda: asyncio.sleep(0), urgent=True))
         await asyncio.sleep(0)
         waited = not urgent.done()
         release.set()
@@ -478,37 +477,16 @@ def test_an_urgent_call_passes_its_clients_share_by_the_urgent_slots():
     """A client alone holds every slot; its new stream's first packet still runs at once."""
 
     async def main():
-        scheduler, release = DeadlineScheduler(2, urgent_slots=1, now=lambda: 0.0), asyncio.Event()
+        scheduler, release = DeadlineScheduler(2, urgent_slots=1), asyncio.Event()
         client = scheduler.for_client("a")
-        holders = [asyncio.ensure_future(client.run(5.0, lambda _: release.wait())) for _ in range(2)]
+        holders = [asyncio.ensure_future(client.run(5.0, release.wait)) for _ in range(2)]
         await asyncio.sleep(0)
-        busy = await client.run(0.0, lambda _: asyncio.sleep(0, result=dict(scheduler.running)))
+        busy = await client.run(0.0, lambda: asyncio.sleep(0, result=dict(scheduler.running)), urgent=True)
         release.set()
         await asyncio.gather(*holders)
         return busy
 
     assert run(main()) == {"a": 3}
-
-
-def test_a_waiting_call_takes_an_urgent_slot_once_its_deadline_nears():
-    """Queued while its listener had audio in hand, a call becomes urgent as time passes:
-    it starts on an urgent slot, told so, without waiting for the call holding the slot."""
-
-    async def main():
-        loop = asyncio.get_running_loop()
-        scheduler, release = DeadlineScheduler(1, urgent_slots=1, now=loop.time), asyncio.Event()
-        holder = await occupy(scheduler, release, loop.time() + 9.0)
-        due = loop.time() + URGENT_S + 0.05
-        waiter = asyncio.ensure_future(scheduler.run(due, lambda urgent: asyncio.sleep(0, result=(urgent, loop.time()))))
-        await asyncio.sleep(0)
-        queued = scheduler.waiting
-        urgent, started = await waiter
-        release.set()
-        await holder
-        return queued, urgent, due - started
-
-    queued, urgent, ahead_s = run(main())
-    assert queued == 1 and urgent and 0 <= ahead_s <= URGENT_S  # started once within URGENT_S of its deadline
 
 
 def test_audio_is_urgent_when_its_listener_needs_it_within_urgent_s():

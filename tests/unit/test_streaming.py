@@ -236,9 +236,9 @@ class Recording:
     def __init__(self):
         self.deadlines = []
 
-    async def run(self, deadline, work, borrow=False):
+    async def run(self, deadline, work, borrow=False, urgent=False):
         self.deadlines.append(deadline)
-        return await work(False)
+        return await work()
 
     def spare(self):
         return 0
@@ -309,7 +309,7 @@ def read_pieces(pieces, log):
             yield piece
 
     async def main():
-        sentence = await latent_sentence(3, lambda _threads, _urgent: stream(), scheduler, 0.0)
+        sentence = await latent_sentence(3, lambda _threads, _urgent: stream(), scheduler, 0.0, False)
         log.append(("returned", sentence.latent.filled))
         try:
             frames = await sentence.latent.until(sentence.latent.frames)
@@ -374,7 +374,7 @@ def test_acoustic_outputs_declare_every_output_of_acoustic_and_only_those():
 def test_a_streams_first_packet_is_asked_for_urgent_and_its_calls_ahead_of_the_listener_are_not():
     stages = ScriptedStages([40, 40])
     clock = PlaybackClock(22050, now=lambda: 0.0)  # time stands still: a call's urgency is its deadline's
-    chunks, error = run(stages, 2, clock=clock, scheduler=DeadlineScheduler(4, now=clock.now))
+    chunks, error = run(stages, 2, clock=clock)
     assert error is None and chunks
     acoustic = [u for stage, u in stages.urgency if stage == "acoustic"]
     vocode = [u for stage, u in stages.urgency if stage == "vocode"]
@@ -400,8 +400,8 @@ def test_a_window_that_waited_for_a_late_first_audio_is_computed_urgent_once_its
     stages.vocode = vocode
 
     async def main():
-        chunks = speak([Sentence(0, 2, "s0")], stages, scheduler=DeadlineScheduler(4, now=clock.now),
-                       chunking=ChunkParams(16, 16, 2, 2), head=0, clock=clock)
+        chunks = speak([Sentence(0, 2, "s0")], stages, scheduler=DeadlineScheduler(4), chunking=ChunkParams(16, 16, 2, 2),
+                       head=0, clock=clock)
         return [chunk async for chunk in chunks]
 
     assert len(asyncio.run(asyncio.wait_for(main(), 10))) == 4
