@@ -130,8 +130,8 @@ async def serve_forever(settings: Settings, worker: Worker | None = None) -> Non
     listener = await listen(runner.server, settings, reuse_port=worker is not None)
     own = await answer_for_itself(gateway, worker) if worker else None
     # What startup made (mostly the modules) lives as long as the process: out of the
-    # collector's reach, it no longer lengthens a full collection, a pause of every
-    # stream (23 ms on the benchmark's host).
+    # collector's reach, it no longer lengthens a full collection, which pauses every
+    # stream (docs/design.md, Audio out).
     gc.freeze()
     try:
         tritons = f"the A records of {gateway.service}" if gateway.service else ", ".join(settings.triton_urls)
