@@ -382,6 +382,17 @@ def test_a_streams_first_packet_is_asked_for_urgent_and_its_calls_ahead_of_the_l
     assert vocode[0] and not vocode[-1] and vocode == sorted(vocode, reverse=True)  # later windows are due later
 
 
+def speak_windows(stages, clock):
+    """The chunks of one 64-frame sentence "s0" in 16-frame windows, no head piece, on 4 slots."""
+
+    async def main():
+        chunks = speak([Sentence(0, 2, "s0")], stages, scheduler=DeadlineScheduler(4), chunking=ChunkParams(16, 16, 2, 2),
+                       head=0, clock=clock)
+        return [chunk async for chunk in chunks]
+
+    return asyncio.run(asyncio.wait_for(main(), 10))
+
+
 def test_a_window_that_waited_for_a_late_first_audio_is_computed_urgent_once_its_listener_needs_it_soon():
     """Issued ahead of the listener, the second window is not urgent; its first packet
     then takes longer than the audio it holds (a busy server), so the listener needs the
@@ -399,12 +410,7 @@ def test_a_window_that_waited_for_a_late_first_audio_is_computed_urgent_once_its
 
     stages.vocode = vocode
 
-    async def main():
-        chunks = speak([Sentence(0, 2, "s0")], stages, scheduler=DeadlineScheduler(4), chunking=ChunkParams(16, 16, 2, 2),
-                       head=0, clock=clock)
-        return [chunk async for chunk in chunks]
-
-    assert len(asyncio.run(asyncio.wait_for(main(), 10))) == 4
+    assert len(speak_windows(stages, clock)) == 4
     assert asked == [True, True, False, False]  # the second is due 0.04 s after the first went out
 
 
@@ -420,11 +426,6 @@ def test_a_streams_later_windows_wait_for_its_first_audio_whatever_slots_are_fre
 
     stages.vocode = vocode
 
-    async def main():
-        chunks = speak([Sentence(0, 2, "s0")], stages, scheduler=DeadlineScheduler(4), chunking=ChunkParams(16, 16, 2, 2),
-                       head=0, clock=clock)
-        return [chunk async for chunk in chunks]
-
-    assert asyncio.run(asyncio.wait_for(main(), 10))
+    assert speak_windows(stages, clock)
     assert started[0] == (False, True)  # the first packet
     assert len(started) == 4 and all(sounded for sounded, urgent in started[1:] if not urgent)
