@@ -42,6 +42,11 @@ SECONDS_PER_CHAR = 0.05
 # to zero when every stream has ended or been cancelled (a leak shows here), and it
 # is the outstanding-work signal for balancing gateways across Triton servers.
 TTS_ACTIVE_METRIC = "speechstream_tts_active_requests"
+# The same, for each gateway process that sent some (label GATEWAY_LABEL: the name its
+# GATEWAY_PARAMETER gave; the series of a gateway gone stays, at 0). From the two, a
+# gateway tells the streams the other gateways hold on a server (gateway/fleet.py).
+TTS_ACTIVE_BY_GATEWAY_METRIC = "speechstream_tts_active_requests_by_gateway"
+GATEWAY_LABEL = "gateway"
 # The Talker's vLLM engine, as its own scheduler reports it (gauges on Triton's metrics port).
 TALKER_RUNNING_METRIC = "speechstream_talker_running_requests"
 TALKER_WAITING_METRIC = "speechstream_talker_waiting_requests"
@@ -142,6 +147,9 @@ CAPACITY = "CAPACITY"  # [1] fp32, real-time streams this server sustains, as th
 # opaque name (the gateway sends the client's address). The model shares its compute
 # fairly among the names; requests without one share a single name.
 CLIENT_PARAMETER = "client"
+# A `tts` request parameter: the gateway process that sent it (its host and pid), so that
+# the model counts each gateway's requests apart (TTS_ACTIVE_BY_GATEWAY_METRIC).
+GATEWAY_PARAMETER = "gateway"
 
 
 @dataclass(frozen=True)

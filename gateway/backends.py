@@ -81,13 +81,13 @@ class Backend:
                 log.info("Triton %s is back in DNS: it takes requests again", self.url)
         self.draining = draining
 
-    def serving(self, streams: int) -> None:
-        """It says it serves `streams` now, for every gateway: those not this gateway's are
-        elsewhere (ours are counted as they open)."""
+    def serving(self, streams: int, ours: int) -> None:
+        """It says it serves `streams` now, for every gateway, `ours` of them for this one:
+        the rest are elsewhere (ours are counted as they open)."""
         if self.uncounted:
             log.info("Triton %s: its streams are read again", self.url)
         self.uncounted = None
-        self.elsewhere = max(0, streams - self.outstanding)
+        self.elsewhere = max(0, streams - ours)
 
     def unread(self, why: str) -> None:
         """Its metrics could not be read: only this gateway's streams on it are counted."""

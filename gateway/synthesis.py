@@ -31,6 +31,7 @@ from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 from contract import models as c
 from contract.text import Sentence
 from gateway.backends import NOT_PROBED, Backend, Backends, NoBackend
+from gateway.fleet import gateway_name
 from gateway.resumption import Resumption, TtsChunk
 from speechstream import protocol as v1
 
@@ -104,7 +105,8 @@ def tts_request(
         phonemes = [c.encode_phonemes(s.phonemes).encode() for s in sentences]
         inputs.append(infer_input(c.PHONEMES, np.array(phonemes, dtype=object)))
     inputs += [infer_input(name, np.array([value], dtype=_PARAM_TYPES[name])) for name, value in params if name in takes]
-    parameters = {"triton_enable_empty_final_response": True, c.CLIENT_PARAMETER: client}
+    parameters = {"triton_enable_empty_final_response": True, c.CLIENT_PARAMETER: client,
+                  c.GATEWAY_PARAMETER: gateway_name()}
     return {"model_name": model, "inputs": inputs, "parameters": parameters}
 
 

@@ -92,6 +92,29 @@ def counter(name: str, description: str):
     return family, family.Metric(labels={})
 
 
+class GaugeByLabel:
+    """A gauge family with a series for each value of one label, made as the values come.
+    The Python backend removes no series but with its family: one whose value is no
+    longer used stays, at 0."""
+
+    def __init__(self, name: str, description: str, label: str) -> None:
+        self.family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.GAUGE)
+        self.label = label
+        self._series: dict[str, object] = {}  # value: its Metric
+
+    def increment(self, value: str, delta: int) -> None:
+        """Add `delta` to the series of `value` (none for an empty value)."""
+        if not value:
+            return
+        if value not in self._series:
+            self._series[value] = self.family.Metric(labels={self.label: value})
+        self._series[value].increment(delta)
+
+    def close(self) -> None:
+        self._series.clear()  # the metrics go before their family
+        del self.family
+
+
 class DecoupledModel:
     """A decoupled Triton Python model: one stream of responses per request.
 

@@ -19,7 +19,14 @@ from python_backends.piper.bls import BlsStages
 from python_backends.piper.inputs import read_tts_request
 from python_backends.piper.pipeline import SENTENCE_LOOKAHEAD, speak
 from python_backends.scheduler import DeadlineScheduler, PlaybackClock, Streams
-from python_backends.serving import DecoupledModel, gauge, parameters, request_inputs, request_parameter
+from python_backends.serving import (
+    DecoupledModel,
+    GaugeByLabel,
+    gauge,
+    parameters,
+    request_inputs,
+    request_parameter,
+)
 
 
 def request_label(request, client: str) -> str:
@@ -50,13 +57,20 @@ class TtsModel(DecoupledModel):
         self.pad_to_buckets = p.get("pad_to_buckets", "false") == "true"
         self.voices = configured_voices()
         self.metric_family, self.active = gauge(c.TTS_ACTIVE_METRIC, "tts requests being synthesized now")
+        self.active_by_gateway = GaugeByLabel(c.TTS_ACTIVE_BY_GATEWAY_METRIC,
+                                              "tts requests being synthesized now, by the gateway that sent them",
+                                              c.GATEWAY_LABEL)
         self.streams = Streams()
 
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         client = request_parameter(request, c.CLIENT_PARAMETER)
         tts = read_tts_request(request_inputs(request, self.model), self.max_text_chars, self.voices)
         rate = tts.voice.sample_rate
+        gateway = request_parameter(request, c.GATEWAY_PARAMETER)
+        # The total first and last: a reading between the two counts a gateway's own
+        # request as another's (fleet.py), never the reverse.
         self.active.increment(1)
+        self.active_by_gateway.increment(gateway, 1)
         try:
             clock = PlaybackClock(rate)
             with self.streams.serving(client, clock):
@@ -77,9 +91,11 @@ class TtsModel(DecoupledModel):
                         yield chunk_outputs(chunk)
             yield capacity_outputs(self.scheduler.meter.capacity)  # this stream's work measured too
         finally:
+            self.active_by_gateway.increment(gateway, -1)
             self.active.increment(-1)
 
     def finalize(self) -> None:
         self.bls.close()
+        self.active_by_gateway.close()
         del self.active  # a metric goes before its family
         del self.metric_family

@@ -8,6 +8,8 @@ rules and the autoscaler's query. In order, on servers started once for the modu
 - one removed from DNS takes no new stream, and its streams end `done`, whole;
 - admission across both gateways stays within the fleet's measured capacity, and
   Prometheus reports the demand the autoscaler scales on: streams ÷ capacity;
+- a gateway's streams that Triton has synthesized to their ends, for a listener that
+  reads nothing, hide none of the other gateway's from it;
 - a gateway told to stop (SIGTERM) ends its streams `done` within its drain, refuses new
   ones, and the client library resumes a longer one on the other gateway."""
 
@@ -17,6 +19,7 @@ import json
 import math
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -25,7 +28,9 @@ import urllib.request
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from contract import models as c
 from gateway.backends import NOT_PROBED
 from operations.loopback import free_ports, stop, wait_for_http
 from operations.supervisor import TritonServer
@@ -57,7 +62,8 @@ PODS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 STREAMS = 10  # about what the gateways admit together over two servers (--admission-load is set by it)
 DRAIN_S = 3
 PROBING = f"cannot synthesize: {NOT_PROBED}"  # a server's readiness while up, its first probe under way
-SLOW = 3.0  # length_scale: speech three times slower than the voice's own pace
+SLOW = 4.0  # length_scale: the slowest speech v1 takes, four times slower than the voice's own pace
+ELSEWHERE = "speechstream_triton_streams_elsewhere"
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +138,22 @@ class Fleet:
         self.prometheus, self.namespace = prometheus_port, namespace
         self.urls = [f"{host}:{tritons[0].grpc_port}" for host in PODS]
 
+    def synthesizing(self) -> tuple[float, dict[str, float]]:
+        """The `tts` requests the three Tritons synthesize now: in all, and by the gateway
+        that sent them (the series there are)."""
+        total, by_gateway = 0.0, {}
+        for triton in self.tritons:
+            with urllib.request.urlopen(f"http://{triton.host}:{triton.metrics_port}/metrics", timeout=5) as r:
+                families = text_string_to_metric_families(r.read().decode())
+            for family in families:
+                for sample in family.samples:
+                    if family.name == c.TTS_ACTIVE_METRIC:
+                        total += sample.value
+                    elif family.name == c.TTS_ACTIVE_BY_GATEWAY_METRIC:
+                        gateway = sample.labels[c.GATEWAY_LABEL]
+                        by_gateway[gateway] = by_gateway.get(gateway, 0.0) + sample.value
+        return total, by_gateway
+
     def in_dns(self, *pods: int) -> None:
         """DNS names these pods (0, 1, 2) now; wait until both gateways have them ready
         and have forgotten the others."""
@@ -141,7 +163,7 @@ class Fleet:
             wait_for(lambda: readiness(gateway.port) == wanted, f"{wanted} on {gateway.port}", 60)
             # Streams of an earlier test, cancelled, that Triton is still winding up count
             # for admission until it has.
-            wait_for(lambda: set(per_server(gateway.port, "speechstream_triton_streams_elsewhere").values()) <= {0},
+            wait_for(lambda: set(per_server(gateway.port, ELSEWHERE).values()) <= {0},
                      "no stream left on the servers", 60)
 
 
@@ -310,9 +332,14 @@ def test_admission_across_both_gateways_stays_within_the_fleets_capacity_and_pro
             for i in range(2 * limit + 8):
                 if [outcome for _, outcome in outcomes[-4:]] == [v1.SERVER_BUSY] * 4:
                     break  # both full, twice each
-                name = "ab"[i % 2]
+                name, other = ("a", fleet.b) if i % 2 == 0 else ("b", fleet.a)
+                this = fleet.a if name == "a" else fleet.b
                 outcomes.append((name, await open_context(clients[name], f"{name}{i}")))
-                await asyncio.sleep(0.75)  # the other gateway reads the servers' streams 4 times a second
+                # The other gateway reads the servers' streams 4 times a second: once it has
+                # read this one's, it counts them all elsewhere (all are being synthesized).
+                await asyncio.to_thread(
+                    wait_for, lambda: sum(per_server(other.port, ELSEWHERE).values()) == sum(outstanding(this.port).values()),
+                    f"gateway {name}'s streams counted by the other", 10)
             held = sum(sum(outstanding(g.port).values()) for g in (fleet.a, fleet.b))
             # Prometheus: the recorded demand, as the autoscaler's query reads it, once it
             # has scraped the streams held now.
@@ -338,13 +365,48 @@ def test_admission_across_both_gateways_stays_within_the_fleets_capacity_and_pro
         [("gateway", fleet.namespace, "1")] * 2 + [("triton", fleet.namespace, "1")] * 3
     admitted = [name for name, outcome in outcomes if outcome == "admitted"]
     assert {outcome for _, outcome in outcomes} == {"admitted", v1.SERVER_BUSY}
+    assert streams == held  # Triton synthesizes every held stream: admission counts them all
     assert 1 <= len(admitted) == held <= limit  # both gateways together, within the fleet's share
     assert {"a", "b"} == {name for name, outcome in outcomes if outcome == v1.SERVER_BUSY}  # each refused, once full
     assert [outcome for _, outcome in outcomes[-4:]] == [v1.SERVER_BUSY] * 4  # and stay full
-    assert demand > 0 and streams == held
+    assert demand > 0
     assert utilisation == pytest.approx(held / sum(capacity.values()), rel=1e-3)  # <= limit / capacity: admission held it
     wait_for(lambda: all(set(outstanding(g.port).values()) == {0} for g in (fleet.a, fleet.b)), "the held streams ended")
     wait_for(lambda: scalar(fleet.prometheus, trigger["query"]) == 0, "no demand once they ended")
+
+
+def test_streams_synthesized_for_a_listener_that_reads_nothing_hide_no_other_gateways_streams(fleet):
+    """Gateway a holds two streams whose listener reads nothing, and Triton synthesizes
+    their first requests to the end: they are in flight on a, and in no count of Triton's.
+    A stream that b opens then is what a counts elsewhere (taking a's requests in flight
+    from the servers' count, it counted none); Triton's per-gateway series count b's alone,
+    and none once every stream has ended."""
+    fleet.in_dns(0, 2)
+
+    async def run():
+        ws, _ = await hold(fleet.a.port, ["a0", "a1"])
+        try:
+            await asyncio.to_thread(wait_for, lambda: fleet.synthesizing()[0] == 0, "a's requests synthesized", 60)
+            held = sum(outstanding(fleet.a.port).values())
+            b = Recorder(await holding_connection(f"ws://127.0.0.1:{fleet.b.port}{v1.PROTOCOL_PATH}"))
+            try:
+                await b.until("ready")
+                await b.send(type="config", format="pcm_s16le", sample_rate=48000, length_scale=SLOW)
+                await b.until("ready")
+                assert await open_context(b, "b0") == "admitted"
+                await asyncio.to_thread(
+                    wait_for, lambda: sum(per_server(fleet.a.port, ELSEWHERE).values()) == 1, "b's stream counted by a", 10)
+                return held, fleet.synthesizing()
+            finally:
+                await b.ws.close()
+        finally:
+            await ws.close()
+
+    held, (total, by_gateway) = asyncio.run(run())
+    assert held == 2  # a's two, still in flight
+    assert total == 1 and {name: n for name, n in by_gateway.items() if n} == {f"{socket.gethostname()}/{fleet.b.process.pid}": 1}
+    wait_for(lambda: fleet.synthesizing()[0] == 0 and set(fleet.synthesizing()[1].values()) == {0},
+             "a request counted once every stream ended", 30)
 
 
 def test_a_gateway_told_to_stop_ends_its_streams_done_and_its_listener_resumes_on_the_other(fleet):
@@ -353,8 +415,9 @@ def test_a_gateway_told_to_stop_ends_its_streams_done_and_its_listener_resumes_o
     503, so a new connection goes to b; at the drain's end it closes with 1001 and the
     client library's longer context goes on on b to `done`."""
     urls = [fleet.a.url, fleet.b.url]
-    text = " ".join(harvard_sentences()[:120])  # its synthesis takes longer than the drain, on a fast host too
-    config = {"format": "pcm_s16le", "sample_rate": 24000}
+    text = " ".join(harvard_sentences()[:120])
+    # Slow speech: a delivered 96 % of it at the voice's pace within the drain on a quiet host.
+    config = {"format": "pcm_s16le", "sample_rate": 24000, "length_scale": SLOW}
 
     async def run():
         short = Recorder(await connection(urls[0]))

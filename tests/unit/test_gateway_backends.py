@@ -127,22 +127,30 @@ def test_streams_other_gateways_serve_take_their_share_of_the_capacity():
     server.capacity_by_model = {c.TTS_MODEL: 8.0}  # 4 streams admitted in all
     gateway.backends.all = [server]
     gateway.http_streams.update({"10.0.0.1": 1})
-    server.serving(3)  # the server serves 3, none of them this gateway's requests yet
+    server.serving(3, 0)  # the server serves 3, none of them this gateway's requests yet
     refusal = gateway.stream_refusal("10.0.0.1")
     assert refusal.code == v1.SERVER_BUSY  # 1 here + 3 elsewhere fill 0.5 × 8
-    server.outstanding = 1  # this gateway's stream now runs on the server...
-    server.serving(4)  # ...and is in its count: not counted twice
+    server.serving(4, 1)  # this gateway's stream now runs on the server, and is in its count: not counted twice
     assert server.elsewhere == 3 and gateway.stream_refusal("10.0.0.1").code == v1.SERVER_BUSY
-    server.serving(3)  # one of the others' ended
+    server.serving(3, 1)  # one of the others' ended
     assert gateway.stream_refusal("10.0.0.1") is None
+
+
+def test_this_gateways_requests_the_server_has_synthesized_do_not_hide_the_others():
+    """Its requests still in flight to listeners that read slowly, which the server has
+    synthesized to their ends, are in neither of its counts: the others' 3 are all there."""
+    server = backend("a")
+    server.outstanding = 4  # 4 in flight, 1 of them still being synthesized
+    server.serving(4, 1)
+    assert server.elsewhere == 3
 
 
 def test_a_server_whose_metrics_cannot_be_read_counts_this_gateways_streams_only():
     server = backend("a")
-    server.serving(5)
+    server.serving(5, 0)
     server.unread("http://a:8002/metrics: connection refused")
     assert server.elsewhere == 0 and server.uncounted
-    server.serving(2)
+    server.serving(2, 0)
     assert server.elsewhere == 2 and server.uncounted is None
 
 
@@ -152,6 +160,10 @@ nv_inference_pending_request_count{model="tts",version="1"} 0
 # HELP speechstream_tts_active_requests tts requests being synthesized now
 # TYPE speechstream_tts_active_requests gauge
 speechstream_tts_active_requests 3
+# HELP speechstream_tts_active_requests_by_gateway tts requests being synthesized now, by the gateway that sent them
+# TYPE speechstream_tts_active_requests_by_gateway gauge
+speechstream_tts_active_requests_by_gateway{gateway="gw-a/12"} 1
+speechstream_tts_active_requests_by_gateway{gateway="gw-b/7"} 2
 # HELP speechstream_talker_running_requests requests in the batch
 # TYPE speechstream_talker_running_requests gauge
 speechstream_talker_running_requests 7
@@ -159,8 +171,9 @@ speechstream_talker_running_requests 7
 
 
 def test_what_a_server_serves_is_read_from_its_tts_gauge():
-    assert fleet.serving(EXPOSITION) == 3
-    assert fleet.serving("# no tts loaded\n") == 0
+    assert fleet.serving(EXPOSITION, "gw-b/7") == (3, 2)
+    assert fleet.serving(EXPOSITION, "gw-c/1") == (3, 0)  # none of them this gateway's
+    assert fleet.serving("# no tts loaded\n", "gw-a/12") == (0, 0)
 
 
 def test_a_stream_awaiting_its_first_audio_is_starting_to_the_others_until_its_audio_comes():
@@ -218,5 +231,5 @@ def test_a_start_is_in_time_with_room_to_spare_and_every_other_stream_sounded_an
     gateway.http_streams["10.0.0.3"] = 1  # a third stream fills the room
     assert not gateway.starts_in_time(starting, "b", 0.01)
     del gateway.http_streams["10.0.0.3"]
-    server.serving(1)  # a stream through another gateway, its lead unknown here
+    server.serving(1, 0)  # a stream through another gateway, its lead unknown here
     assert not gateway.starts_in_time(starting, "b", 0.01)
