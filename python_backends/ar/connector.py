@@ -7,6 +7,9 @@ once its frames and its right context have arrived; the decoder's receptive fiel
 reaches across a chunk's edges, so each window carries `left_context` frames before the
 chunk and `right_context` after it, whose audio is cut off again. Sizes grow from
 `initial_frames` to `frames` (python_backends.chunking.chunk_sizes), as the Piper chain's.
+A grown chunk's frames take the Talker longer than the audio in hand may last when many
+streams share its batch: a listener about to run dry (`push(..., hurry=True)`) gets the
+frames in hand at once, in a chunk of at least HURRY_FRAMES.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from python_backends.chunking import Chunk, ChunkParams, chunk_sizes
+
+# The fewest frames a hurried chunk speaks: fewer would decode mostly context, and a
+# stream whose Talker falls behind real time would spend the decoder on context.
+HURRY_FRAMES = 4
 
 
 @dataclass
@@ -31,13 +38,19 @@ class FrameChunker:
         self._sizes = chunk_sizes(self.params.initial_frames, self.params.frames)
         self._size = next(self._sizes)
 
-    def push(self, frames: int) -> list[Chunk]:
-        """`frames` more frames arrived; the chunks now complete with their right context."""
+    def push(self, frames: int, hurry: bool = False) -> list[Chunk]:
+        """`frames` more frames arrived; the chunks now complete with their right context.
+        With `hurry` (its listener is about to run dry), the frames in hand with their
+        right context, when there are HURRY_FRAMES, are a chunk now, and the chunk being
+        filled starts after them, at its size."""
         self.arrived += frames
         chunks = []
         while self.arrived >= self.spoken + self._size + self.params.right_context:
             chunks.append(self._chunk(self.spoken + self._size, self.spoken + self._size + self.params.right_context))
             self._size = next(self._sizes)
+        ready = self.arrived - self.params.right_context
+        if hurry and not chunks and ready - self.spoken >= HURRY_FRAMES:
+            chunks.append(self._chunk(ready, self.arrived))
         return chunks
 
     def finish(self) -> list[Chunk]:

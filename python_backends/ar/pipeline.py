@@ -4,7 +4,8 @@
 Each sentence is one Talker request, so a generation stays bounded and every chunk knows
 its sentence. The frames of a sentence go to Code2Wav in chunks as the connector plans
 them (python_backends.ar.connector), each decoded with its context, the context's audio
-cut off again.
+cut off again. A listener with less than HURRY_S of audio in hand gets the frames that
+are in at once, rather than after the rest of a grown chunk.
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ from contract.text import Sentence
 from python_backends.ar.connector import FrameChunker
 from python_backends.chunking import Chunk, ChunkParams
 from python_backends.delivery import AudioChunk
+from python_backends.scheduler import PlaybackClock
+
+# The audio in hand below which a stream's frames are decoded as they are (the
+# connector's hurry): a decode and its delivery take well under it, a Talker's output
+# comes every few tens of ms, and the gateway holds a start until its continuation is
+# safe, so the listener has this much more.
+HURRY_S = 0.3
 
 
 class Stages(Protocol):
@@ -32,12 +40,13 @@ class Stages(Protocol):
 
 async def speak(
     sentences: Sequence[Sentence], stages: Stages, chunking: ChunkParams, samples_per_frame: int,
-    is_cancelled: Callable[[], bool] = lambda: False, first_chunk: Callable[[float, float], None] = lambda *_: None,
+    clock: PlaybackClock, is_cancelled: Callable[[], bool] = lambda: False,
+    first_chunk: Callable[[float, float], None] = lambda *_: None,
 ) -> AsyncIterator[AudioChunk]:
     """The request's audio in chunks, sentence after sentence; stops when cancelled.
-    `first_chunk` is told when the first chunk's frames were in and when they were
-    decoded, in seconds since the start: the Talker's and Code2Wav's parts of the
-    first packet."""
+    `clock` is the listener's, started at the first chunk. `first_chunk` is told when
+    the first chunk's frames were in and when they were decoded, in seconds since the
+    start: the Talker's and Code2Wav's parts of the first packet."""
     start = time.monotonic()
     for number, sentence in enumerate(sentences):
         if is_cancelled():  # before the sentence's Talker request is issued, not after its first frames
@@ -47,18 +56,23 @@ async def speak(
         # stream, and so sends its STOP, before the request ends. Left to the garbage
         # collector, the STOP went out later from a task of asyncio's async-generator
         # finalizer, after the final response, as timing and reference cycles allowed.
-        async with aclosing(_sentence_audio(sentence.text, stages, chunking, samples_per_frame, is_cancelled)) as pieces:
+        pieces = _sentence_audio(sentence.text, stages, chunking, samples_per_frame, is_cancelled, clock)
+        async with aclosing(pieces):
             async for pcm, frames_in, decoded in pieces:
                 if start is not None:
                     first_chunk(frames_in - start, decoded - start)
                     start = None
+                clock.start()
+                clock.planned += pcm.size
                 yield AudioChunk(pcm, number)
 
 
 async def _sentence_audio(
-    text: str, stages: Stages, chunking: ChunkParams, samples_per_frame: int, is_cancelled: Callable[[], bool]
+    text: str, stages: Stages, chunking: ChunkParams, samples_per_frame: int, is_cancelled: Callable[[], bool],
+    clock: PlaybackClock,
 ) -> AsyncIterator[tuple[np.ndarray, float, float]]:
-    """Each chunk's PCM, with when its frames were in and when it was decoded."""
+    """Each chunk's PCM, with when its frames were in and when it was decoded; a chunk
+    cut short when the listener (`clock`) has less than HURRY_S in hand."""
     chunker, frames = FrameChunker(chunking), []
     async with aclosing(stages.talk(text)) as talk:
         async for new in talk:
@@ -68,7 +82,8 @@ async def _sentence_audio(
             if is_cancelled():
                 return
             frames.append(new)
-            for chunk in chunker.push(len(new)):
+            hurry = clock.started is not None and clock.ahead_s() < HURRY_S
+            for chunk in chunker.push(len(new), hurry):
                 if is_cancelled():
                     return
                 yield await _decode(stages, np.concatenate(frames), chunk, samples_per_frame)

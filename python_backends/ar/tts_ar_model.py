@@ -17,6 +17,7 @@ from python_backends.ar.pipeline import speak
 from python_backends.bls import Bls
 from python_backends.capacity import CapacityMeter, capacity_outputs
 from python_backends.delivery import chunk_outputs
+from python_backends.scheduler import PlaybackClock
 from python_backends.serving import DecoupledModel, counter, parameters, request_inputs
 
 
@@ -48,8 +49,8 @@ class TtsArModel(DecoupledModel):
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         tts = read_tts_ar_request(request_inputs(request, self.model), self.max_text_chars)
         stages = BlsStages(self.bls, tts.voice, tts.params, f"{request.request_id() or id(request)}")
-        chunks = speak(tts.sentences, stages, tts.chunking,
-                       orpheus.SAMPLES_PER_FRAME, request.is_cancelled, self._first_chunk)
+        chunks = speak(tts.sentences, stages, tts.chunking, orpheus.SAMPLES_PER_FRAME,
+                       PlaybackClock(c.AR_SAMPLE_RATE), request.is_cancelled, self._first_chunk)
         self.open += 1
         self.meter.running(self.open)
         try:

@@ -3,7 +3,7 @@ frames arrive, each as soon as its frames and right context are in."""
 
 import pytest
 
-from python_backends.ar.connector import FrameChunker
+from python_backends.ar.connector import HURRY_FRAMES, FrameChunker
 from python_backends.chunking import ChunkParams
 
 PARAMS = ChunkParams(initial_frames=2, frames=8, left_context=3, right_context=2)
@@ -41,3 +41,14 @@ def test_sizes_grow_from_the_first_chunk_to_the_largest():
 
 def test_nothing_arrived_nothing_to_decode():
     assert run(PARAMS, []) == []
+
+
+def test_a_hurried_push_makes_the_frames_in_hand_a_chunk_and_the_next_keeps_its_size():
+    chunker = FrameChunker(PARAMS)
+    assert [c.frames for c in chunker.push(10)] == [2, 4]  # 6 spoken; 2 more in hand with their right context
+    assert chunker.push(HURRY_FRAMES - 3, hurry=True) == []  # 3 in hand: too few
+    (cut,) = chunker.push(1, hurry=True)
+    assert (cut.start, cut.end, cut.window_end) == (6, 6 + HURRY_FRAMES, chunker.arrived)
+    # The next is 8 frames, with its right context: due at 10 + 8 + 2 frames in.
+    assert chunker.push(10 + 8 + 2 - 1 - chunker.arrived) == [] and [c.frames for c in chunker.push(1)] == [8]
+    assert chunker.push(5) == []  # unhurried, frames wait for the chunk's size

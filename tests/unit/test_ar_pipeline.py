@@ -7,10 +7,13 @@ import asyncio
 import numpy as np
 
 from contract.text import Sentence
+from python_backends.ar.connector import HURRY_FRAMES
 from python_backends.ar.pipeline import speak
-from python_backends.chunking import ChunkParams
+from python_backends.chunking import ChunkParams, chunk_sizes
+from python_backends.scheduler import PlaybackClock
 
 SPF = 4  # samples per frame
+UNHURRIED = SPF  # a listener's rate at which a frame is a second of audio: never about to run dry here
 KERNEL = np.hanning(2 * SPF + 1)  # reaches SPF samples, one frame, either side
 
 
@@ -40,7 +43,8 @@ class Stages:
 def collect(sentences, stages, params, cancel_after=None):
     async def run():
         out = []
-        async for chunk in speak(sentences, stages, params, SPF, lambda: cancel_after is not None and len(out) >= cancel_after):
+        async for chunk in speak(sentences, stages, params, SPF, PlaybackClock(UNHURRIED),
+                                 lambda: cancel_after is not None and len(out) >= cancel_after):
             out.append(chunk)
         return out
     return asyncio.run(run())
@@ -65,7 +69,8 @@ def test_the_first_chunk_is_timed_once_talker_then_code2wav():
     times = []
 
     async def run():
-        chunks = speak(sentences, Stages(frames), ChunkParams(1, 4, 1, 1), SPF, first_chunk=lambda *t: times.append(t))
+        chunks = speak(sentences, Stages(frames), ChunkParams(1, 4, 1, 1), SPF, PlaybackClock(UNHURRIED),
+                       first_chunk=lambda *t: times.append(t))
         return [chunk async for chunk in chunks]
 
     assert len(asyncio.run(run())) > 1
@@ -93,3 +98,50 @@ def test_a_cancel_between_chunks_stops_the_talker_at_its_next_frames():
     chunks = collect([Sentence(0, 1, "a")], stages, ChunkParams(1, 100, 1, 1), cancel_after=1)
     assert len(chunks) == 1
     assert stages.batches_read <= 1 + 1 + 1  # the first chunk, its right context, the one that saw the cancel
+
+
+class Timed(Stages):
+    """A Talker that takes `step_s` per output on a clock of its own (`now`), and a
+    decoder that takes no time."""
+
+    def __init__(self, frames_of, step_s):
+        super().__init__(frames_of, batch=1)
+        self.now, self.step_s = 0.0, step_s
+
+    async def talk(self, text):
+        async for frames in super().talk(text):
+            self.now += self.step_s
+            yield frames
+
+
+def spoken_sizes(step_s: float) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """A 60-frame sentence, each frame 0.1 s of audio, its Talker taking `step_s` a frame:
+    the frames each chunk speaks, the audio, and the sentence decoded whole."""
+    frames = {"a": np.random.default_rng(2).integers(0, 100, (60, 7))}
+    stages = Timed(frames, step_s)
+
+    async def run():
+        clock = PlaybackClock(10 * SPF, now=lambda: stages.now)  # a frame is 0.1 s of audio
+        return [c async for c in speak([Sentence(0, 1, "a")], stages, ChunkParams(1, 16, 1, 1), SPF, clock)]
+
+    chunks = asyncio.run(run())
+    return [c.pcm.size // SPF for c in chunks], np.concatenate([c.pcm for c in chunks]), decode(frames["a"])
+
+
+def test_a_talker_ahead_of_its_listener_fills_every_chunk_to_its_size():
+    sizes, pcm, whole = spoken_sizes(step_s=0.01)  # ten times real time
+    schedule = chunk_sizes(1, 16)
+    assert sizes[:-1] == [next(schedule) for _ in sizes[:-1]]
+    np.testing.assert_allclose(pcm, whole, atol=1e-9)
+
+
+def test_a_listener_about_to_run_dry_gets_the_frames_in_hand_rather_than_a_grown_chunk():
+    """A Talker slower than real time (0.12 s a 0.1 s frame) could not fill the 8- and
+    16-frame chunks before the audio in hand ran out: once less than HURRY_S is left, the
+    frames in are decoded at once, in chunks of at least HURRY_FRAMES."""
+    sizes, pcm, whole = spoken_sizes(step_s=0.12)
+    schedule = chunk_sizes(1, 16)
+    expected = [next(schedule) for _ in sizes]
+    cut = [i for i, (size, planned) in enumerate(zip(sizes[:-1], expected)) if size != planned]
+    assert cut and all(HURRY_FRAMES <= sizes[i] < expected[i] for i in cut)
+    np.testing.assert_allclose(pcm, whole, atol=1e-9)  # the same audio, cut elsewhere

@@ -28,6 +28,7 @@ from perf.metrics import Stream as Timing
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME
 from python_backends.ar.pipeline import speak
 from python_backends.chunking import ChunkParams
+from python_backends.scheduler import PlaybackClock
 from tests.audio import snr_db
 from tests.integration.test_vocoder_failover import stop_for_3_s
 
@@ -68,7 +69,7 @@ def test_a_stream_closed_at_a_chunk_stops_its_talker_before_the_close_returns():
     stages = Stages()
 
     async def run():
-        chunks = speak([Sentence(0, 1, "a"), Sentence(2, 3, "b")], stages, ChunkParams(1, 2, 1, 1), 4)
+        chunks = speak([Sentence(0, 1, "a"), Sentence(2, 3, "b")], stages, ChunkParams(1, 2, 1, 1), 4, PlaybackClock(4))
         for _ in range(3):
             await anext(chunks)
         await chunks.aclose()
@@ -91,7 +92,7 @@ def test_a_stream_cancelled_between_sentences_issues_no_talker_request():
         nonlocal cancelled
         out = []
         async for chunk in speak([Sentence(0, 1, "a"), Sentence(2, 3, "b")], Counting(), ChunkParams(1, 2, 1, 1), 4,
-                                 lambda: cancelled):
+                                 PlaybackClock(4), lambda: cancelled):
             out.append(chunk)
             cancelled = cancelled or len(out) == 1  # after sentence a's first chunk
         return out
