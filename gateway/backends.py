@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -102,6 +104,11 @@ class Backend:
             level = logging.INFO if error is None else logging.WARNING
             log.log(level, "Triton %s %s", self.url, "synthesizes" if error is None else f"cannot synthesize: {error}")
         self.probe_error = error
+
+
+def gateway_name() -> str:
+    """This gateway process, as its `tts` requests name it (c.GATEWAY_PARAMETER): its host and pid."""
+    return f"{socket.gethostname()}/{os.getpid()}"
 
 
 class NoBackend(ConnectionError):

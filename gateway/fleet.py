@@ -2,34 +2,28 @@
 serves now for the other gateways, read from its metrics port a few times a second.
 
 `tts` keeps two gauges of the requests it is synthesizing: all of them, and each
-gateway's apart, by the name the gateway gives itself (`gateway_name`). A gateway counts
-its own streams as they open, and the others' from the last reading: the server's count
-less its own there as the server counted them (Backend.serving). So G gateways admit
-together what the servers sustain (service.Gateway.stream_refusal), a reading a little
-old never counts a gateway's own streams twice, and what it misses is what the other
-gateways admitted since, within one interval. A request `tts` has synthesized to its
-end counts no more, even while its gateway still delivers it to a slow listener.
+gateway's apart, by the name the gateway gives itself (`backends.gateway_name`). A
+gateway counts its own streams as they open, and the others' from the last reading: the
+server's count less its own there as the server counted them (Backend.serving). So G
+gateways admit together what the servers sustain (service.Gateway.stream_refusal), a
+reading a little old never counts a gateway's own streams twice, and what it misses is
+what the other gateways admitted since, within one interval. A request `tts` has
+synthesized to its end counts no more, even while its gateway still delivers it to a
+slow listener.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from contract import models as c
-from gateway.backends import Backend, Backends
+from gateway.backends import Backend, Backends, gateway_name
 
 READ_INTERVAL_S = 0.25
 READ_TIMEOUT_S = 1.0
-
-
-def gateway_name() -> str:
-    """This gateway process, as its `tts` requests name it (c.GATEWAY_PARAMETER): its host and pid."""
-    return f"{socket.gethostname()}/{os.getpid()}"
 
 
 def serving(exposition: str, gateway: str) -> tuple[int, int]:

@@ -30,8 +30,7 @@ from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from contract import models as c
 from contract.text import Sentence
-from gateway.backends import NOT_PROBED, Backend, Backends, NoBackend
-from gateway.fleet import gateway_name
+from gateway.backends import NOT_PROBED, Backend, Backends, NoBackend, gateway_name
 from gateway.resumption import Resumption, TtsChunk
 from speechstream import protocol as v1
 
