@@ -332,8 +332,8 @@ def test_admission_across_both_gateways_stays_within_the_fleets_capacity_and_pro
             for i in range(2 * limit + 8):
                 if [outcome for _, outcome in outcomes[-4:]] == [v1.SERVER_BUSY] * 4:
                     break  # both full, twice each
-                name, other = ("a", fleet.b) if i % 2 == 0 else ("b", fleet.a)
-                this = fleet.a if name == "a" else fleet.b
+                name = "ab"[i % 2]
+                this, other = (fleet.a, fleet.b) if name == "a" else (fleet.b, fleet.a)
                 outcomes.append((name, await open_context(clients[name], f"{name}{i}")))
                 # The other gateway reads the servers' streams 4 times a second: once it has
                 # read this one's, it counts them all elsewhere (all are being synthesized).
