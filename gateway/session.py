@@ -452,7 +452,8 @@ class Session:
             context.job = Job(self.new_job(), context.id, tuple(batch), context.voice, self._params(context), start_ms)
             if self.start_when_safe and context.ready_at is not None and context.gate is None and context.words is None:
                 chars = sum(len(s.text) for s in batch) + context.waiting_chars
-                context.gate = StartGate(self.clock(), chars * self.pace.seconds_per_char(context.voice) / context.rate)
+                expected_s = chars * self.pace.seconds_per_char(context.voice) / context.rate
+                context.gate = StartGate(self.clock(), expected_s, self.pace.prompt_s(context.voice))
             actions.append(Synthesize(context.job))
         return actions
 
@@ -494,6 +495,8 @@ class Session:
         if context.words is not None:
             context.words += [(word, context.job.start_ms + end * 1000 / context.encoder.source_rate)
                               for word, _, end in words]
+        if context.gate is not None and not context.gate.in_hand_s:
+            self.pace.started(context.voice, self.clock() - context.gate.began)
         actions += self._frames(context, context.encoder.push(pcm))
         return self._through_gate(context, actions, len(pcm) / context.encoder.source_rate)
 

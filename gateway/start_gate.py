@@ -17,10 +17,17 @@ servers, however fast its own came: the audio in hand must outlast their making 
 If the audio so far (`in_hand` seconds of it, `elapsed` seconds after the request) came
 at rate r = in_hand / elapsed, the rest (`expected` − `in_hand`) takes rest / r to come
 while the player plays in_hand + rest; it never runs dry if in_hand ≥ rest × (1 − r) / r.
+
+Part of the first wait is the voice's prompt: what its servers take before any audio with
+nothing else to make (an AR Talker's prefill and the frames its first chunk looks ahead
+to). It comes once per request, so the rate leaves it out of `elapsed`: the least first
+wait of the voice's recent starts (SpeakingPace.prompt_s). What a start waited beyond it,
+a queue's wait, still counts, as the longest gap does the whole first wait.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from contract.models import SECONDS_PER_CHAR
@@ -33,6 +40,7 @@ class StartGate:
 
     began: float  # when the context's synthesis was asked for
     expected_s: float  # the audio its text in hand will likely make
+    prompt_s: float = 0.0  # the voice's prompt: the least wait for a first chunk of its recent starts
     in_hand_s: float = 0.0
     first_chunk_s: float = 0.0  # the audio the first chunk held
     longest_gap_s: float = 0.0  # the longest wait for a chunk so far, the first one's included
@@ -53,10 +61,12 @@ class StartGate:
 
     def lack_s(self, now: float) -> float:
         """The audio the player would run out of if it started now: what the rest lacks
-        at the rate the audio has come so far."""
-        elapsed = now - self.began
-        if self.in_hand_s <= 0 or elapsed <= 0:
-            return 0.0 if elapsed <= 0 else float("inf")
+        at the rate the audio has come so far, the voice's prompt aside."""
+        elapsed = now - self.began - self.prompt_s
+        if self.in_hand_s <= 0:
+            return float("inf") if elapsed > 0 else 0.0
+        if elapsed <= 0:  # came within the prompt's wait: as fast as the voice starts
+            return 0.0
         rate = self.in_hand_s / elapsed
         rest = max(self.expected_s - self.in_hand_s, 0.0)
         return rest * (1 - rate) / rate if rate < 1 else 0.0
@@ -74,20 +84,25 @@ class StartGate:
 
 
 class SpeakingPace:
-    """The seconds of audio a voice makes per character of text, learned from the jobs it
-    spoke: what a start gate expects of a context's text in hand. Voices differ (an AR
-    voice's pace is its model's, not Piper's), and a gate that expects too little opens as
-    soon as that little is in hand, a stall after it.
+    """What a start gate expects of a voice, learned from its jobs: the seconds of audio it
+    makes per character of text, and its prompt's wait. Voices differ (an AR voice's pace
+    is its model's, not Piper's), and a gate that expects too little opens as soon as that
+    little is in hand, a stall after it.
 
     Per voice, the ratio of the audio to the characters of its jobs, each job's weight
-    decaying by DECAY per job after it, from a prior of PRIOR_CHARS at SECONDS_PER_CHAR."""
+    decaying by DECAY per job after it, from a prior of PRIOR_CHARS at SECONDS_PER_CHAR;
+    and the least wait for a first chunk over its last PROMPT_STARTS starts (none: 0). The
+    least, as a start alone at the servers waits for its prompt only; a wait that every
+    recent start shared is taken for the prompt's, which PROMPT_STARTS makes rare."""
 
     DECAY = 0.9
     PRIOR_CHARS = 100.0
     _PRIOR = (PRIOR_CHARS * SECONDS_PER_CHAR, PRIOR_CHARS)  # (audio seconds, characters)
+    PROMPT_STARTS = 64
 
     def __init__(self) -> None:
         self._sums: dict[str, tuple[float, float]] = {}  # voice: (audio seconds, characters), decayed
+        self._first_waits: dict[str, deque[float]] = {}  # voice: its last starts' waits for a first chunk
 
     def seconds_per_char(self, voice: str) -> float:
         audio_s, chars = self._sums.get(voice, self._PRIOR)
@@ -99,3 +114,10 @@ class SpeakingPace:
             return
         before_s, before_chars = self._sums.get(voice, self._PRIOR)
         self._sums[voice] = (self.DECAY * before_s + audio_s, self.DECAY * before_chars + chars)
+
+    def prompt_s(self, voice: str) -> float:
+        return min(self._first_waits.get(voice, (0.0,)))
+
+    def started(self, voice: str, wait_s: float) -> None:
+        """A start of `voice` (a context's first job after idle) had its first chunk `wait_s` after its request."""
+        self._first_waits.setdefault(voice, deque(maxlen=self.PROMPT_STARTS)).append(wait_s)

@@ -218,3 +218,50 @@ def test_each_finished_job_teaches_the_sessions_pace_its_voices_audio_per_charac
     prior_s, prior_chars = SpeakingPace.PRIOR_CHARS * SECONDS_PER_CHAR, SpeakingPace.PRIOR_CHARS
     after_one = (SpeakingPace.DECAY * prior_s + chars * 0.2) / (SpeakingPace.DECAY * prior_chars + chars)
     assert s.pace.seconds_per_char(DEFAULT_VOICE) == pytest.approx(after_one, rel=0.01)
+
+
+def test_the_voices_prompt_is_left_out_of_the_rate_and_a_queues_wait_is_not():
+    # An AR start: its first 0.1 s came 0.2 s after the request, the next 0.25 s 0.2 s later.
+    alone = StartGate(began=0.0, expected_s=3.0)
+    prompted = StartGate(began=0.0, expected_s=3.0, prompt_s=0.15)
+    for gate in (alone, prompted):
+        gate.arrived(0.1, now=0.2)
+        gate.arrived(0.25, now=0.4)
+    assert alone.lack_s(0.4) > 0 and not alone.is_open(0.4)  # 0.875 × real time since the request
+    assert prompted.lack_s(0.4) == 0 and prompted.is_open(0.4)  # 1.4 × since the prompt
+    # A queue's wait is no prompt: a first chunk 1 s late is still weighed as slow.
+    queued = StartGate(began=0.0, expected_s=3.0, prompt_s=0.15)
+    queued.arrived(0.6, now=1.0)
+    assert queued.lack_s(1.0) == pytest.approx(2.4 * (1 - 0.6 / 0.85) / (0.6 / 0.85))
+    assert not queued.is_open(1.0)
+
+
+def test_a_chunk_within_the_prompts_wait_lacks_nothing():
+    gate = StartGate(began=0.0, expected_s=3.0, prompt_s=0.15)
+    assert gate.lack_s(0.1) == 0 and gate.lack_s(0.2) == float("inf")
+    gate.arrived(0.1, now=0.1)
+    assert gate.lack_s(0.1) == 0
+
+
+def test_a_voices_prompt_is_the_least_first_wait_of_its_recent_starts_and_of_no_other():
+    pace = SpeakingPace()
+    assert pace.prompt_s("a") == 0  # no start yet: the whole first wait counts
+    for wait_s in (0.4, 0.2, 0.3):
+        pace.started("a", wait_s)
+    assert pace.prompt_s("a") == 0.2 and pace.prompt_s("b") == 0
+    for _ in range(SpeakingPace.PROMPT_STARTS):
+        pace.started("a", 0.5)  # a queue every start shared, long enough: taken for the prompt
+    assert pace.prompt_s("a") == 0.5
+
+
+def test_a_session_learns_its_voices_prompt_from_each_starts_first_chunk():
+    s, _, clock = session()
+    s.start()
+    (job,) = jobs(send(s, type="speak", context_id="a", text=TEXT))
+    clock.now += 0.25
+    s.audio(job.id, speech(0.1), 0, [])
+    clock.now += 0.5
+    s.audio(job.id, speech(0.1), 0, [])  # not a first chunk
+    assert s.pace.prompt_s(DEFAULT_VOICE) == pytest.approx(0.25)
+    (later,) = jobs(send(s, type="speak", context_id="b", text=TEXT))
+    assert s.contexts["b"].gate.prompt_s == pytest.approx(0.25)
