@@ -23,6 +23,14 @@ OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the rates an Opus encoder tak
 
 RESAMPLE_SLICE = 4096  # source samples per call into the resampler
 
+# soxr's low quality: on this voice's speech its output is 58 dB from the very high
+# quality's, above the 45 dB the chunked synthesis keeps and below Opus' own noise, and
+# resampling up from the voice's rate it holds back about 1 ms of what it is given. The
+# high quality (103 dB) held 19-37 ms of each chunk until the next came, so a listener
+# had that much less in hand than `tts` counts on when it judges what is urgent
+# (docs/benchmarks.md, The resampler's hold).
+RESAMPLE_QUALITY = "LQ"
+
 
 @functools.cache
 def pre_skip(fmt: str, rate: int) -> int:
@@ -105,7 +113,7 @@ class FrameEncoder:
     def _new_resampler(self) -> soxr.ResampleStream | None:
         if self.source_rate == self._codec_rate:
             return None
-        return soxr.ResampleStream(self.source_rate, self._codec_rate, 1, dtype="float32")
+        return soxr.ResampleStream(self.source_rate, self._codec_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
 
     def push(self, pcm: np.ndarray) -> list[bytes]:
         """Payloads of the frames completed by `pcm` (float32 in [-1, 1])."""
