@@ -263,5 +263,5 @@ def test_a_session_learns_its_voices_prompt_from_each_starts_first_chunk():
     clock.now += 0.5
     s.audio(job.id, speech(0.1), 0, [])  # not a first chunk
     assert s.pace.prompt_s(DEFAULT_VOICE) == pytest.approx(0.25)
-    (later,) = jobs(send(s, type="speak", context_id="b", text=TEXT))
+    send(s, type="speak", context_id="b", text=TEXT)  # the next start's gate leaves it out
     assert s.contexts["b"].gate.prompt_s == pytest.approx(0.25)
