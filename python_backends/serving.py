@@ -1,16 +1,15 @@
 """What every Triton-facing model shares: declaring tensors from the contract, reading
 requests, serving a decoupled model (`DecoupledModel`), its responses sent in order, its
-errors sent as the client should read them, or a batched one (`BatchedModel`). Imported
-only inside Triton's Python backend (needs its `pb_utils`)."""
+errors sent as the client should read them, or a batched one (`BatchedModel`), or one
+served through an engine on an event loop of its own (`EngineModel`). Imported only
+inside Triton's Python backend (needs its `pb_utils`)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import json
-import multiprocessing
 import queue
-import sys
 import threading
 from collections.abc import Hashable
 from contextlib import aclosing
@@ -219,13 +218,14 @@ class ResponseLoop:
 
 
 class EngineModel(DecoupledModel):
-    """A decoupled model whose engine (vLLM's async engine) runs on an event loop thread
-    of its own, as Triton's vllm_backend runs it: requests are handed to that loop, their
-    responses leave through a ResponseLoop, so the engine's loop never waits on Triton,
-    and `finalize` lets the requests in flight end before the engine stops.
+    """A decoupled model whose engine runs on an event loop thread of its own, as Triton's
+    vllm_backend runs vLLM's: requests are handed to that loop, their responses leave
+    through a ResponseLoop, so the engine's loop never waits on Triton, and `finalize`
+    lets the requests in flight end before the engine stops. It assumes no engine in
+    particular: vllm_serving.VllmModel adds what vLLM asks of it.
 
-    A subclass writes `start_engine` (a coroutine, run on the loop; `engine_options`
-    reads the config's engine parameters) and `respond`, and names in `gauges` the
+    A subclass writes `start_engine` (a coroutine, run on the loop, that returns the
+    engine: anything with a `shutdown()`) and `respond`, and names in `gauges` the
     metrics (name, description) that `export` sets from its engine's stats, a dataclass
     whose fields are in the same order."""
 
@@ -233,7 +233,6 @@ class EngineModel(DecoupledModel):
     gauges: tuple[tuple[str, str], ...] = ()
 
     def initialize(self, args) -> None:
-        multiprocessing.set_executable(sys.executable)  # vLLM's engine processes: the shim set it to the engine's Python
         families = [gauge(name, about) for name, about in self.gauges]
         self.families = [family for family, _ in families]
         self.metrics = [metric for _, metric in families]
@@ -247,12 +246,6 @@ class EngineModel(DecoupledModel):
 
     async def start_engine(self, parameters: dict[str, str]):
         raise NotImplementedError
-
-    @staticmethod
-    def engine_options(parameters: dict[str, str]) -> dict:
-        """The config's `dtype`, `max_model_len` and `enforce_eager` (true: no CUDA graphs), as engine arguments."""
-        return {"dtype": parameters.get("dtype", "float32"), "max_model_len": int(parameters.get("max_model_len", "4096")),
-                "eager": parameters.get("enforce_eager", "true") == "true"}
 
     def export(self, stats) -> None:
         """The engine's counts on Triton's metrics port."""

@@ -1,5 +1,5 @@
 """The `talker` model, Triton-facing: a sentence → frames of codec codes, streamed from a
-vLLM engine (talker.TalkerEngine) on an event loop thread of its own (serving.EngineModel).
+vLLM engine (talker.TalkerEngine) on an event loop thread of its own (vllm_serving.VllmModel).
 Imported only inside Triton's Python backend (needs its `pb_utils`)."""
 
 from __future__ import annotations
@@ -17,18 +17,16 @@ from contract import models as c
 from python_backends.ar.inputs import read_talker_request
 from python_backends.ar.orpheus import frame_budget
 from python_backends.ar.talker import TalkerEngine
-from python_backends.serving import EngineModel, request_inputs
+from python_backends.serving import request_inputs
+from python_backends.vllm_serving import VllmModel, engine_gauges
 
 STOP_KEPT_S = 60.0  # how long a STOP for a stream that is not running is kept for it
 
 
-class TalkerModel(EngineModel):
+class TalkerModel(VllmModel):
     model = c.TALKER_MODEL
-    gauges = (  # in TalkerStats' order
-        (c.TALKER_RUNNING_METRIC, "Talker requests in vLLM's batch"),
-        (c.TALKER_WAITING_METRIC, "Talker requests waiting for a place in vLLM's batch"),
-        (c.TALKER_TOKENS_METRIC, "codec tokens vLLM has written since the Talker started"),
-        (c.TALKER_PEAK_METRIC, "the most Talker requests vLLM has run in one batch since the Talker started"),
+    gauges = engine_gauges("Talker", c.TALKER_RUNNING_METRIC, c.TALKER_WAITING_METRIC, c.TALKER_TOKENS_METRIC,
+                           c.TALKER_PEAK_METRIC, tokens="codec tokens") + (  # then TalkerStats' own fields, in their order
         (c.TALKER_GUIDED_METRIC, "Talker streams decoded as a classifier-free guidance pair"),
         (c.TALKER_GUIDANCE_LOST_METRIC,
          "guided Talker streams whose pair fell out of lock-step (decoded unguided from there)"),

@@ -1,5 +1,5 @@
 """The `thinker` model, Triton-facing: a conversation → its reply, streamed from a vLLM
-engine (engine.ThinkerEngine) on an event loop thread of its own (serving.EngineModel).
+engine (engine.ThinkerEngine) on an event loop thread of its own (vllm_serving.VllmModel).
 A cancelled request aborts its vLLM request at the next token. Imported only inside
 Triton's Python backend (needs its `pb_utils`)."""
 
@@ -13,18 +13,16 @@ import numpy as np
 
 from contract import models as c
 from contract.voices import CHAT_MODEL_ENV
-from python_backends.serving import EngineModel, request_inputs
+from python_backends.serving import request_inputs
 from python_backends.thinker.engine import ThinkerEngine
 from python_backends.thinker.inputs import read_thinker_request
+from python_backends.vllm_serving import VllmModel, engine_gauges
 
 
-class ThinkerModel(EngineModel):
+class ThinkerModel(VllmModel):
     model = c.THINKER_MODEL
-    gauges = (  # in ThinkerStats' order
-        (c.THINKER_RUNNING_METRIC, "Thinker requests in vLLM's batch"),
-        (c.THINKER_WAITING_METRIC, "Thinker requests waiting for a place in vLLM's batch"),
-        (c.THINKER_TOKENS_METRIC, "tokens the Thinker's vLLM engine has written since it started"),
-        (c.THINKER_PEAK_METRIC, "the most Thinker requests vLLM has run in one batch since it started"),
+    gauges = engine_gauges("Thinker", c.THINKER_RUNNING_METRIC, c.THINKER_WAITING_METRIC, c.THINKER_TOKENS_METRIC,
+                           c.THINKER_PEAK_METRIC) + (  # then ThinkerStats' own fields, in their order
         (c.THINKER_VERIFIED_METRIC, "Thinker replies that began by verifying a draft"),
         (c.THINKER_DRAFT_TOKENS_METRIC, "tokens of the drafts the Thinker verified"),
         (c.THINKER_ACCEPTED_METRIC, "draft tokens the Thinker kept"),
