@@ -181,6 +181,19 @@ VOICE_PARAMS = (
     Param(SPEAKER, "TYPE_INT64", None, 0, 65535),  # each voice checks its own count
 )
 
+
+def chunk_params(initial: int, frames: int, context: int, most_frames: int, most_context: int) -> tuple[Param, ...]:
+    """A family's chunking parameters, the same four for both: the first chunk's frames
+    (`initial`) and the later chunks' (`frames`), each 1 to `most_frames`, and the
+    context frames on each side of a chunk (`context`, 0 to `most_context`)."""
+    return (
+        Param(INITIAL_CHUNK_FRAMES, "TYPE_INT32", initial, 1, most_frames),
+        Param(CHUNK_FRAMES, "TYPE_INT32", frames, 1, most_frames),
+        Param(LEFT_CONTEXT_FRAMES, "TYPE_INT32", context, 0, most_context),
+        Param(RIGHT_CONTEXT_FRAMES, "TYPE_INT32", context, 0, most_context),
+    )
+
+
 HEAD_PARAMS = (Param(HEAD_FRAMES, "TYPE_INT32", 0, 0, 4096), Param(HEAD_THREADS, "TYPE_INT32", 1, 1, 1024))
 
 # Frames are 256 samples at 22,050 Hz (11.6 ms). A small first chunk gives a fast
@@ -188,12 +201,7 @@ HEAD_PARAMS = (Param(HEAD_FRAMES, "TYPE_INT32", 0, 0, 4096), Param(HEAD_THREADS,
 # (16 context frames on 128 spoken) while one call (~0.15 s of a core) stays short
 # enough not to hold up other streams. 8 frames of context on each side match
 # whole-utterance vocoding at ~65 dB (16 left: ~69 dB, for 6 % more vocoder work).
-CHUNK_PARAMS = (
-    Param(INITIAL_CHUNK_FRAMES, "TYPE_INT32", 8, 1, 256),
-    Param(CHUNK_FRAMES, "TYPE_INT32", 128, 1, 256),
-    Param(LEFT_CONTEXT_FRAMES, "TYPE_INT32", 8, 0, 64),
-    Param(RIGHT_CONTEXT_FRAMES, "TYPE_INT32", 8, 0, 64),
-)
+CHUNK_PARAMS = chunk_params(initial=8, frames=128, context=8, most_frames=256, most_context=64)
 
 # The autoregressive family's inputs and outputs. CODES: frames of codec codes, [frames,
 # positions] INT32 (7 positions for the Orpheus format); the Talker answers with one
@@ -228,12 +236,7 @@ CLIENT_PARAMS = VOICE_PARAMS + tuple(p for p in AR_PARAMS if p.name in (TEMPERAT
 # SNAC's decoder reaches about 2 frames (170 ms) either side: with 2 frames of context
 # chunked decoding matches whole decoding at 89 dB (1 frame: 46 dB; measured on the test
 # model, python_backends/ar/code2wav.py). A first chunk of 1 frame starts audio after 3.
-AR_CHUNK_PARAMS = (
-    Param(INITIAL_CHUNK_FRAMES, "TYPE_INT32", 1, 1, 64),
-    Param(CHUNK_FRAMES, "TYPE_INT32", 16, 1, 64),
-    Param(LEFT_CONTEXT_FRAMES, "TYPE_INT32", 2, 0, 16),
-    Param(RIGHT_CONTEXT_FRAMES, "TYPE_INT32", 2, 0, 16),
-)
+AR_CHUNK_PARAMS = chunk_params(initial=1, frames=16, context=2, most_frames=64, most_context=16)
 
 # The Thinker's request: the conversation so far, MESSAGES (BYTES [1], JSON: a list of
 # {"role": "system" | "user" | "assistant", "content": text}, its last the user's); a
