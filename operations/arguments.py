@@ -13,26 +13,28 @@ GPU_ENV = "SPEECHSTREAM_GPU"
 LISTEN_ENV = "SPEECHSTREAM_LISTEN"
 
 
+def add_env_option(parser: argparse.ArgumentParser, flag: str, env: str, help: str) -> None:
+    """An option whose default is the environment variable `env`, which its help names."""
+    parser.add_argument(flag, default=os.environ.get(env), help=f"{help} (env {env})")
+
+
+def add_env_switch(parser: argparse.ArgumentParser, flag: str, env: str, help: str) -> None:
+    """A switch that `env`=1 in the environment turns on by default, which its help says."""
+    parser.add_argument(flag, action="store_true", default=os.environ.get(env) == "1", help=f"{help} (env {env}=1)")
+
+
 def add_voices_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--voices", default=os.environ.get(VOICES_ENV),
-        help=f"a directory of Piper voices (NAME.onnx beside NAME.onnx.json) to serve besides the embedded one "
-             f"(env {VOICES_ENV})",
-    )
-    parser.add_argument(
-        "--ar-model", default=os.environ.get(AR_MODEL_ENV),
-        help=f"an Orpheus-format model directory (talker/ and snac/) to serve the autoregressive family from "
-             f"(env {AR_MODEL_ENV})",
-    )
+    add_env_option(parser, "--voices", VOICES_ENV,
+                   "a directory of Piper voices (NAME.onnx beside NAME.onnx.json) to serve besides the embedded one")
+    add_env_option(parser, "--ar-model", AR_MODEL_ENV,
+                   "an Orpheus-format model directory (talker/ and snac/) to serve the autoregressive family from")
     add_chat_arguments(parser)
 
 
 def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--chat-model", default=os.environ.get(CHAT_MODEL_ENV),
-        help=f"a chat model directory (Hugging Face, Llama- or Qwen-style) for the voice chat's Thinker, or "
-             f"'{EMBEDDED_CHAT}' for the embedded SmolLM2-135M-Instruct (env {CHAT_MODEL_ENV})",
-    )
+    add_env_option(parser, "--chat-model", CHAT_MODEL_ENV,
+                   f"a chat model directory (Hugging Face, Llama- or Qwen-style) for the voice chat's Thinker, or "
+                   f"'{EMBEDDED_CHAT}' for the embedded SmolLM2-135M-Instruct")
     add_chat_flag(parser)
 
 
@@ -44,12 +46,10 @@ def add_chat_flag(parser: argparse.ArgumentParser) -> None:
 
 def add_listen_flag(parser: argparse.ArgumentParser) -> None:
     """--listen: serve the speech recognizer (listen mode); --chat brings it too."""
-    parser.add_argument("--listen", action="store_true", default=os.environ.get(LISTEN_ENV) == "1",
-                        help=f"serve the speech recognizer (Triton's `asr` model) for listen mode; a chat model "
-                             f"serves it too (env {LISTEN_ENV}=1)")
+    add_env_switch(parser, "--listen", LISTEN_ENV,
+                   "serve the speech recognizer (Triton's `asr` model) for listen mode; a chat model serves it too")
 
 
 def add_gpu_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpu", action="store_true", default=os.environ.get(GPU_ENV) == "1",
-                        help=f"load each model's configs/{GPU_CONFIG}.pbtxt where it has one: the AR family's Talker "
-                             f"and Code2Wav on the GPU (env {GPU_ENV}=1)")
+    add_env_switch(parser, "--gpu", GPU_ENV, f"load each model's configs/{GPU_CONFIG}.pbtxt where it has one: the AR "
+                                             f"family's Talker and Code2Wav on the GPU")
