@@ -28,8 +28,6 @@ from speechstream.client.events import (
     auth_headers,
     expect_ready,
     heard,
-    listen_rate,
-    pcm_ms,
     raise_error,
 )
 from speechstream.client.resume import RESUMABLE_CLOSES, Progress, Splice
@@ -212,7 +210,7 @@ class SpeechClient:
         self.ready = ready
         self.reconnect = reconnect
         self.listen = listen  # the config's `listen`: the connection is a microphone
-        self.microphone = Microphone()  # the audio sent, for voice-to-voice latency
+        self.microphone = Microphone(listen=listen)  # the audio sent, for voice-to-voice latency
         self._heard: asyncio.Queue[Heard | None] = asyncio.Queue()  # listen mode's events; None: the end
         self.resumes = 0  # new connections its contexts went on over
         self.errors: list[dict] = []  # errors that name no context of this client's
@@ -288,7 +286,7 @@ class SpeechClient:
         await self._writable()
         sent = time.perf_counter()
         await self.ws.send(audio)
-        self.microphone.sent(pcm_ms(audio, listen_rate(self.listen)) if duration_ms is None else duration_ms, sent)
+        self.microphone.sent_audio(audio, sent, duration_ms)
         return sent
 
     async def end_of_speech(self) -> float:

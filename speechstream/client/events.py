@@ -188,14 +188,21 @@ class Microphone:
     """The microphone's timeline as sent: where each message's audio ended and when it
     went out. The server places speech in that timeline (speech_stopped's audio_ms: the
     end of speech), so `sent_at` turns that place into the time its last sample left,
-    which is where voice-to-voice latency starts. Only about the last `keep_ms` are kept."""
+    which is where voice-to-voice latency starts. Only about the last `keep_ms` are kept.
+    `listen`: the config's, whose sample rate gives a PCM message's duration."""
 
-    def __init__(self, keep_ms: float = 120_000) -> None:
+    def __init__(self, keep_ms: float = 120_000, listen: dict | None = None) -> None:
+        self.rate = listen_rate(listen)
         self.ms = 0.0  # the audio sent so far
         self.keep_ms = keep_ms
         self._ends: list[float] = []  # each message's end in the timeline, in order
         self._at: list[float] = []  # when each went out
         self._from_ms = 0.0  # where the first message kept starts
+
+    def sent_audio(self, audio: bytes, at: float, duration_ms: float | None = None) -> None:
+        """One message of the microphone's went out `at`: PCM s16le mono at the config's
+        sample rate, or an Opus packet `duration_ms` long."""
+        self.sent(pcm_ms(audio, self.rate) if duration_ms is None else duration_ms, at)
 
     def sent(self, duration_ms: float, at: float) -> None:
         self.ms += duration_ms

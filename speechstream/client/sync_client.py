@@ -22,8 +22,6 @@ from speechstream.client.events import (
     auth_headers,
     expect_ready,
     heard,
-    listen_rate,
-    pcm_ms,
     raise_error,
 )
 
@@ -45,7 +43,7 @@ class SyncSpeechClient:
         self.ws = ws
         self.ready = ready
         self.listen = listen  # the config's `listen`: the connection is a microphone
-        self.microphone = Microphone()  # the audio sent, for voice-to-voice latency
+        self.microphone = Microphone(listen=listen)  # the audio sent, for voice-to-voice latency
         self.sent: float | None = None  # when the last utterance's `speak` went out (time.perf_counter())
         self.done: dict | None = None  # the last utterance's `done` message
         self._router = Router()
@@ -109,7 +107,7 @@ class SyncSpeechClient:
         connection sends and receives at once."""
         sent = time.perf_counter()
         self.ws.send(audio)
-        self.microphone.sent(pcm_ms(audio, listen_rate(self.listen)) if duration_ms is None else duration_ms, sent)
+        self.microphone.sent_audio(audio, sent, duration_ms)
         return sent
 
     def end_of_speech(self) -> float:
