@@ -1,7 +1,7 @@
 """The asyncio client: `SpeechClient`, several contexts on one connection, a reader task
 routing every event (speechstream.client.events) to its context; with `resume=True`, when a gateway
 goes away its open contexts go on over a new connection (speechstream.client.resume). In listen mode
-it sends the microphone's audio and hears the turns the server's recognizer finds."""
+it sends the microphone's audio and hears the utterances the server's recognizer finds."""
 
 from __future__ import annotations
 
@@ -290,7 +290,7 @@ class SpeechClient:
         return sent
 
     async def end_of_speech(self) -> float:
-        """The speaker's turn ends now (push-to-talk), without waiting for the endpoint."""
+        """The utterance in progress ends now (push-to-talk), without waiting for the endpoint."""
         await self._writable()
         sent = time.perf_counter()
         await self.ws.send(json.dumps({"type": "end_of_speech"}))
@@ -298,8 +298,8 @@ class SpeechClient:
 
     async def heard(self) -> AsyncIterator[Heard]:
         """Listen mode's events, in order, until the connection ends: SpeechStarted,
-        Transcript (partials, then one final) and SpeechStopped for each turn; in chat
-        mode, each spoken turn's reply as the Events of its context (named by the turn's
+        Transcript (partials, then one final) and SpeechStopped for each utterance; in chat
+        mode, each spoken chat turn's reply as the Events of its context (named by the turn's
         id: reply, reply_text, audio frames, done, or cancelled at barge-in); errors that
         name no context of this client's (audio_not_accepted, recognition_failed) as
         Events too, since listening goes on after them."""
@@ -359,7 +359,7 @@ class SpeechClient:
             if event.kind == "error":
                 self.errors.append(event.message)
             if self.listen is not None and event.kind != "audio_start":
-                self._heard.put_nowait(heard(event))  # a spoken turn's, or the connection's
+                self._heard.put_nowait(heard(event))  # a spoken chat turn's, or the connection's
             return
         if (event := context._receive(event)) is None:
             return

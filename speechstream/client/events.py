@@ -139,8 +139,8 @@ def audio_end_s(frame: v1.AudioFrame, ready: dict) -> float:
 
 @dataclass(frozen=True)
 class SpeechStarted:
-    """Listen mode: speech began at `audio_ms` of the microphone's timeline, a turn the
-    server names."""
+    """Listen mode: an utterance began at `audio_ms` of the microphone's timeline; the
+    server names it (`turn_id`)."""
 
     at: float  # time.perf_counter() when it arrived
     turn_id: str
@@ -149,7 +149,7 @@ class SpeechStarted:
 
 @dataclass(frozen=True)
 class Transcript:
-    """Listen mode: the turn's words so far (a partial replaces the last), or its one final."""
+    """Listen mode: the utterance's words so far (a partial replaces the last), or its one final."""
 
     at: float
     turn_id: str
@@ -159,14 +159,14 @@ class Transcript:
 
 @dataclass(frozen=True)
 class SpeechStopped:
-    """Listen mode: the turn's speech ended at `audio_ms` of the microphone's timeline."""
+    """Listen mode: the utterance's speech ended at `audio_ms` of the microphone's timeline."""
 
     at: float
     turn_id: str
     audio_ms: int
 
 
-# What a listening client hears: the recognizer's three messages, typed; a spoken turn's
+# What a listening client hears: the recognizer's three messages, typed; a spoken chat turn's
 # reply (chat mode: reply, reply_text, its frames, done, cancelled on context turn_id)
 # and errors as the Events they are.
 Heard = Union[SpeechStarted, Transcript, SpeechStopped, Event]

@@ -10,7 +10,7 @@ messages in real time, or with --fast as far ahead of real time as the gateway t
 Dictation prints each utterance's final transcript on a line of its own; on a terminal,
 the partials on one line as they change. --chat speaks the files as the questions of one
 conversation, each followed by silence until its reply has been heard (played out in
-real time), and prints each turn's transcript, its reply, and the voice-to-voice latency:
+real time), and prints each chat turn's transcript, its reply, and the voice-to-voice latency:
 the last sample of the question sent → the first audio of the reply. --out writes the
 replies' audio as DIR/reply-N.wav. --api-key (default: the GATEWAY_API_KEY variable) for
 a gateway that requires one.
@@ -42,17 +42,18 @@ MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send the
 STEP = RATE * MESSAGE_MS // 1000
 FAST_AHEAD_S = LISTEN_MAX_AHEAD_S - 0.5  # --fast: within what the gateway takes, with a margin
 REPLY_RATE = 24000  # the replies' PCM
-# Dictation ends once every turn is final and nothing more came for this long since the
-# end of speech: the speech at the audio's very end may not have been found yet.
+# Dictation ends once every utterance is final and nothing more came for this long since
+# the end of speech: the speech at the audio's very end may not have been found yet.
 SETTLE_S = 1.5
-TURN_TIMEOUT_S = 120.0  # the longest a question may wait to be heard and answered, or dictation to settle
+HEARD_TIMEOUT_S = 120.0  # the longest a question may wait to be heard and answered, or dictation to settle
 POLL_S = 0.05
 MAX_FILE_S = 3600.0
 
 
 @dataclass
-class Turn:
-    """A turn the recognizer heard, and in chat mode its reply."""
+class Utterance:
+    """An utterance the recognizer heard (named by the server's `turn_id`), and in chat
+    mode the reply to it: the two make a chat turn."""
 
     id: str
     text: str = ""  # the transcript so far
@@ -73,62 +74,65 @@ class Turn:
 
 
 class Conversation:
-    """What a listening connection heard, sans I/O: its turns, built from the events of
-    `SpeechClient.heard()`. In dictation a turn ends with its final; in chat mode with
-    its reply's end (done, cancelled, an error), or a final of noise, which has none."""
+    """What a listening connection heard, sans I/O: its utterances, built from the events
+    of `SpeechClient.heard()`. In dictation an utterance ends with its final transcript;
+    in chat mode with its reply's end (done, cancelled, an error), or a final of noise,
+    which has none."""
 
     def __init__(self, chat: bool) -> None:
         self.chat = chat
-        self.turns: dict[str, Turn] = {}
-        self.errors: list[str] = []  # the connection's, which name no turn
+        self.utterances: dict[str, Utterance] = {}
+        self.errors: list[str] = []  # the connection's, which name no utterance
         self.last_at = 0.0  # when the last event came
 
-    def take(self, event: Heard) -> Turn | None:
-        """One event; the turn it is of, if any."""
+    def take(self, event: Heard) -> Utterance | None:
+        """One event; the utterance it is of, if any."""
         self.last_at = event.at
         if isinstance(event, (SpeechStarted, Transcript, SpeechStopped)):
-            turn = self.turns.setdefault(event.turn_id, Turn(event.turn_id))
+            utterance = self.utterances.setdefault(event.turn_id, Utterance(event.turn_id))
             if isinstance(event, SpeechStopped):
-                turn.speech_end_ms = event.audio_ms
+                utterance.speech_end_ms = event.audio_ms
             elif isinstance(event, Transcript):
-                turn.text, turn.final = event.text, event.final
-                turn.ended = event.final and not (self.chat and event.text.strip())
-            return turn
-        if (turn := self.turns.get(event.context_id)) is None:
+                utterance.text, utterance.final = event.text, event.final
+                utterance.ended = event.final and not (self.chat and event.text.strip())
+            return utterance
+        if (utterance := self.utterances.get(event.context_id)) is None:
             if event.kind == "error":
                 self.errors.append(f"{event.message['code']}: {event.message['message']}")
             return None
-        self._reply(turn, event)
-        return turn
+        self._reply(utterance, event)
+        return utterance
 
     @staticmethod
-    def _reply(turn: Turn, event: Event) -> None:
+    def _reply(utterance: Utterance, event: Event) -> None:
         if event.frame is not None:
-            turn.first_audio_at = turn.first_audio_at or event.at
-            turn.audio += event.frame.payload
+            utterance.first_audio_at = utterance.first_audio_at or event.at
+            utterance.audio += event.frame.payload
         elif event.kind == "reply":
-            turn.outcome = event.message["outcome"]
+            utterance.outcome = event.message["outcome"]
         elif event.kind == "reply_text":
-            turn.reply_text += event.message["text"]
+            utterance.reply_text += event.message["text"]
         elif event.kind in ("done", "cancelled", "error"):
-            turn.ended = True
-            turn.error = f"{event.message['code']}: {event.message['message']}" if event.kind == "error" else None
+            utterance.ended = True
+            utterance.error = f"{event.message['code']}: {event.message['message']}" if event.kind == "error" else None
 
     def settled(self, since: float, now: float) -> bool:
-        """Every turn ended, and nothing came for SETTLE_S after `since` (the end of
+        """Every utterance ended, and nothing came for SETTLE_S after `since` (the end of
         speech sent): dictation is over."""
-        return all(t.ended for t in self.turns.values()) and now - max(self.last_at, since) >= SETTLE_S
+        return all(u.ended for u in self.utterances.values()) and now - max(self.last_at, since) >= SETTLE_S
 
     def answered(self, since: int, now: float) -> bool:
-        """A turn began after the first `since` turns, and every turn has ended and
-        been heard whole: the question asked is answered."""
-        turns = list(self.turns.values())
-        return len(turns) > since and all(t.ended and t.playing_until() <= now for t in turns)
+        """An utterance began after the first `since`, and every one has ended and been
+        heard whole, its reply included: the question asked is answered."""
+        utterances = list(self.utterances.values())
+        return len(utterances) > since and all(u.ended and u.playing_until() <= now for u in utterances)
 
-    def latency_s(self, turn: Turn, microphone: Microphone) -> float | None:
+    def latency_s(self, utterance: Utterance, microphone: Microphone) -> float | None:
         """Voice-to-voice: the question's last sample sent → the reply's first audio."""
-        spoken_at = None if turn.speech_end_ms is None else microphone.sent_at(turn.speech_end_ms)
-        return None if spoken_at is None or turn.first_audio_at is None else turn.first_audio_at - spoken_at
+        spoken_at = None if utterance.speech_end_ms is None else microphone.sent_at(utterance.speech_end_ms)
+        if spoken_at is None or utterance.first_audio_at is None:
+            return None
+        return utterance.first_audio_at - spoken_at
 
 
 class Lines:
@@ -170,12 +174,12 @@ class Pacer:
 
 
 class ListenError(Exception):
-    """The session could not go on: the connection ended, or the server took too long."""
+    """Listening could not go on: the connection ended, or the server took too long."""
 
 
-class Session:
-    """One connection listening: the microphone paced, and what it hears read into a
-    Conversation and printed as it comes."""
+class ListenConnection:
+    """One connection listening, as speechstream-listen runs it: the microphone paced,
+    and what it hears read into a Conversation and printed as it comes."""
 
     def __init__(self, client: SpeechClient, conversation: Conversation, lines: Lines, ahead_s: float,
                  out: Path | None) -> None:
@@ -185,59 +189,59 @@ class Session:
         self.pacer = Pacer(client, ahead_s)
         self.out = out
         self.replies = 0
-        self.answered: set[str] = set()  # the turns whose reply was printed (a barge-in's `cancelled` may follow `done`)
+        self.answered: set[str] = set()  # the utterances whose reply was printed (a barge-in's `cancelled` may follow `done`)
         self.reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
         async for event in self.client.heard():
-            turn = self.conversation.take(event)
-            if turn is None:
+            utterance = self.conversation.take(event)
+            if utterance is None:
                 if event.kind == "error":
                     print(f"speechstream-listen: {self.conversation.errors[-1]}", file=sys.stderr)
             elif isinstance(event, Transcript):
-                self._heard(turn)
-            elif turn.ended and self.conversation.chat and turn.id not in self.answered:
-                self.answered.add(turn.id)
-                self._answered(turn)
+                self._heard(utterance)
+            elif utterance.ended and self.conversation.chat and utterance.id not in self.answered:
+                self.answered.add(utterance.id)
+                self._answered(utterance)
 
-    def _heard(self, turn: Turn) -> None:
-        if not turn.final:
-            self.lines.partial(turn.text)
-        elif turn.text.strip():
-            self.lines.line(f"you: {turn.text}" if self.conversation.chat else turn.text)
+    def _heard(self, utterance: Utterance) -> None:
+        if not utterance.final:
+            self.lines.partial(utterance.text)
+        elif utterance.text.strip():
+            self.lines.line(f"you: {utterance.text}" if self.conversation.chat else utterance.text)
 
-    def _answered(self, turn: Turn) -> None:
-        if turn.error:
-            print(f"speechstream-listen: {turn.id}: {turn.error}", file=sys.stderr)
-        latency = self.conversation.latency_s(turn, self.client.microphone)
-        said = f"{turn.outcome or 'no reply'}" + ("" if latency is None else f", voice to voice {latency * 1000:.0f} ms")
-        self.lines.line(f"bot: {turn.reply_text.strip()}  [{said}]")
-        if self.out is not None and turn.audio:
+    def _answered(self, utterance: Utterance) -> None:
+        if utterance.error:
+            print(f"speechstream-listen: {utterance.id}: {utterance.error}", file=sys.stderr)
+        latency = self.conversation.latency_s(utterance, self.client.microphone)
+        said = f"{utterance.outcome or 'no reply'}" + ("" if latency is None else f", voice to voice {latency * 1000:.0f} ms")
+        self.lines.line(f"bot: {utterance.reply_text.strip()}  [{said}]")
+        if self.out is not None and utterance.audio:
             self.replies += 1
-            write_wav(self.out / f"reply-{self.replies}.wav", bytes(turn.audio))
+            write_wav(self.out / f"reply-{self.replies}.wav", bytes(utterance.audio))
 
     async def until(self, done: Callable[[float], bool], silence: bool) -> None:
         """Wait until `done(now)`, sending silence meanwhile if asked (a microphone goes
-        on while the reply plays). ListenError if the connection ends or TURN_TIMEOUT_S
+        on while the reply plays). ListenError if the connection ends or HEARD_TIMEOUT_S
         passes first."""
-        deadline = time.perf_counter() + TURN_TIMEOUT_S
+        deadline = time.perf_counter() + HEARD_TIMEOUT_S
         quiet = np.zeros(STEP, np.int16)
         while not done(now := time.perf_counter()):
             if self.reader.done():
                 raise ListenError("the connection ended")
             if now > deadline:
-                raise ListenError(f"nothing more was heard for {TURN_TIMEOUT_S:g} s")
+                raise ListenError(f"nothing more was heard for {HEARD_TIMEOUT_S:g} s")
             await (self.pacer.send(quiet) if silence else asyncio.sleep(POLL_S))
 
     async def dictate(self, audio: np.ndarray) -> None:
-        """Speak `audio`, end the turn, and wait until every turn heard has its final."""
+        """Speak `audio`, end the utterance, and wait until every utterance heard has its final."""
         await self.pacer.send(audio)
         ended = await self.client.end_of_speech()
         await self.until(lambda now: self.conversation.settled(ended, now), silence=False)
 
     async def ask(self, question: np.ndarray) -> None:
         """Speak one question, then silence until its reply has been heard whole."""
-        since = len(self.conversation.turns)
+        since = len(self.conversation.utterances)
         await self.pacer.send(question)
         await self.until(lambda now: self.conversation.answered(since, now), silence=True)
 
@@ -261,12 +265,12 @@ async def listen(url: str, audios: list[np.ndarray], chat: dict | None, fast: bo
     config = {"format": "pcm_s16le", "sample_rate": REPLY_RATE, "listen": {"sample_rate": RATE, "endpoint_ms": endpoint_ms}}
     client = await SpeechClient.connect(url, api_key, **config, **({} if chat is None else {"chat": chat}))
     conversation = Conversation(chat is not None)
-    session = Session(client, conversation, Lines(sys.stdout.isatty()), FAST_AHEAD_S if fast else 0.0, out)
+    connection = ListenConnection(client, conversation, Lines(sys.stdout.isatty()), FAST_AHEAD_S if fast else 0.0, out)
     try:
         for audio in audios:
-            await (session.dictate(audio) if chat is None else session.ask(audio))
+            await (connection.dictate(audio) if chat is None else connection.ask(audio))
     finally:
-        await session.close()
+        await connection.close()
     return conversation
 
 
@@ -285,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--system", help="with --chat: the chat model's system prompt")
     parser.add_argument("--max-tokens", type=int, help="with --chat: a reply's longest, in tokens")
     parser.add_argument("--endpoint-ms", type=int, default=LISTEN_DEFAULT_ENDPOINT_MS,
-                        help="the silence after speech that ends a turn (100 to 5000)")
+                        help="the silence after speech that ends an utterance (100 to 5000)")
     parser.add_argument("--url", default=f"ws://127.0.0.1:8080{PROTOCOL_PATH}", help="the gateway")
     parser.add_argument("--api-key", default=os.environ.get("GATEWAY_API_KEY"),
                         help="the gateway's API key, if it has one (default: $GATEWAY_API_KEY)")

@@ -1,5 +1,5 @@
 """The client library's listen mode without a server: the events a listening connection
-hears, typed and in order (a dictated turn, a spoken chat turn's reply on its turn id, a
+hears, typed and in order (a dictated utterance, a spoken chat turn's reply on its turn id, a
 barge-in's late `cancelled`, the connection's errors), beside a context of the client's
 own; the microphone's timeline that voice-to-voice latency starts from; and what
 speechstream-listen makes of the events (speechstream/client/listen.py's Conversation and output)."""
@@ -50,7 +50,7 @@ SPOKEN_TURN = [
 
 
 def described(event):
-    """(what, turn or context, detail) of a heard event."""
+    """(what, utterance or context, detail) of a heard event."""
     if isinstance(event, (SpeechStarted, SpeechStopped)):
         return type(event).__name__, event.turn_id, event.audio_ms
     if isinstance(event, Transcript):
@@ -58,7 +58,7 @@ def described(event):
     return event.kind or "frame", event.context_id, event.frame.seq if event.frame else None
 
 
-def test_a_listening_client_hears_its_turns_typed_and_their_replies_beside_its_own_contexts():
+def test_a_listening_client_hears_its_utterances_typed_and_their_replies_beside_its_own_contexts():
     async def run():
         client = SpeechClient(MicrophoneSocket(SPOKEN_TURN), READY, listen={})
         own = client.context("c1")
@@ -138,21 +138,21 @@ def conversation_of(chat, messages):
     return conversation
 
 
-def test_dictation_ends_each_turn_at_its_final_and_settles_after_the_end_of_speech():
+def test_dictation_ends_each_utterance_at_its_final_and_settles_after_the_end_of_speech():
     c = conversation_of(False, SPOKEN_TURN[:2])
-    assert not c.turns["turn-1"].ended and not c.settled(since=0, now=100)
+    assert not c.utterances["turn-1"].ended and not c.settled(since=0, now=100)
     c = conversation_of(False, SPOKEN_TURN[:4])
-    assert c.turns["turn-1"].ended and c.turns["turn-1"].text == "What is the capital of France?"
+    assert c.utterances["turn-1"].ended and c.utterances["turn-1"].text == "What is the capital of France?"
     assert not c.settled(since=3.0, now=4.0) and c.settled(since=3.0, now=3.0 + SETTLE_S)
 
 
 def test_a_chat_turn_is_answered_once_its_reply_is_done_and_heard_whole():
     c = conversation_of(True, SPOKEN_TURN[:4])
-    assert not c.turns["turn-1"].ended  # its reply is to come
+    assert not c.utterances["turn-1"].ended  # its reply is to come
     c = conversation_of(True, SPOKEN_TURN[:13])
-    turn = c.turns["turn-1"]
-    assert turn.ended and (turn.outcome, turn.reply_text, turn.first_audio_at) == ("held", "Paris.", 7.0)
-    assert len(turn.audio) == 16 and turn.playing_until() == pytest.approx(7.0 + 8 / REPLY_RATE)
+    utterance = c.utterances["turn-1"]
+    assert utterance.ended and (utterance.outcome, utterance.reply_text, utterance.first_audio_at) == ("held", "Paris.", 7.0)
+    assert len(utterance.audio) == 16 and utterance.playing_until() == pytest.approx(7.0 + 8 / REPLY_RATE)
     assert not c.answered(since=1, now=100) and not c.answered(since=0, now=7.0) and c.answered(since=0, now=8.0)
     assert c.errors == []
 
@@ -160,7 +160,7 @@ def test_a_chat_turn_is_answered_once_its_reply_is_done_and_heard_whole():
 def test_a_final_of_noise_ends_a_chat_turn_without_a_reply():
     c = conversation_of(True, [msg(type="speech_started", turn_id="turn-1", audio_ms=0),
                                msg(type="transcript", turn_id="turn-1", text="", final=True)])
-    assert c.turns["turn-1"].ended and c.answered(since=0, now=2.0)
+    assert c.utterances["turn-1"].ended and c.answered(since=0, now=2.0)
 
 
 def test_voice_to_voice_latency_runs_from_the_last_sample_of_speech_sent_to_the_replys_first_audio():
@@ -168,15 +168,15 @@ def test_voice_to_voice_latency_runs_from_the_last_sample_of_speech_sent_to_the_
     microphone = Microphone()
     for i in range(200):  # 4 s of 20 ms messages, the one ending at 2400 ms sent at 4.6 s
         microphone.sent(20, at=2.2 + i * 0.02)
-    assert c.latency_s(c.turns["turn-1"], microphone) == pytest.approx(7.0 - 4.58)
-    assert c.latency_s(c.turns["turn-1"], Microphone()) is None  # its speech was never sent from here
+    assert c.latency_s(c.utterances["turn-1"], microphone) == pytest.approx(7.0 - 4.58)
+    assert c.latency_s(c.utterances["turn-1"], Microphone()) is None  # its speech was never sent from here
 
 
-def test_errors_of_a_turn_end_it_and_the_connections_are_kept():
+def test_errors_of_a_chat_turn_end_it_and_the_connections_are_kept():
     c = conversation_of(True, SPOKEN_TURN[:4] + [
         msg(type="error", context_id="turn-1", code=v1.SERVER_BUSY, message="busy"),
         msg(type="error", code=v1.RECOGNITION_FAILED, message="the speech recognizer failed")])
-    assert c.turns["turn-1"].ended and c.turns["turn-1"].error == "server_busy: busy"
+    assert c.utterances["turn-1"].ended and c.utterances["turn-1"].error == "server_busy: busy"
     assert c.errors == ["recognition_failed: the speech recognizer failed"]
 
 
