@@ -69,7 +69,7 @@ THINKER_VERIFIED_METRIC = "speechstream_thinker_drafts_verified"  # replies that
 THINKER_DRAFT_TOKENS_METRIC = "speechstream_thinker_draft_tokens"  # the tokens of those drafts
 THINKER_ACCEPTED_METRIC = "speechstream_thinker_accepted_tokens"  # of which the model kept these
 
-# The recognizer's counts (gauges on Triton's metrics port): listening streams open, and
+# The recognizer's counts (gauges on Triton's metrics port): recognizer streams open, and
 # since it started, recognizer passes, their seconds, and the audio seconds heard.
 ASR_STREAMS_METRIC = "speechstream_asr_streams"
 ASR_PASSES_METRIC = "speechstream_asr_passes"
@@ -263,8 +263,8 @@ THINKER_PARAMS = (
 )
 MAX_MESSAGES_CHARS = 32_000  # a conversation's text, all messages together
 
-# The recognizer's request: the next audio of a listening stream, STREAM_ID (BYTES [1],
-# the stream's name, its state kept across requests until STOP), AUDIO (INT16 [-1], mono
+# The recognizer's request: the next audio of a recognizer stream, STREAM_ID (BYTES [1],
+# the recognizer stream's name, its state kept across requests until STOP), AUDIO (INT16 [-1], mono
 # PCM at ASR_SAMPLE_RATE, the stream's timeline continued, silence included, at most
 # ASR_MAX_AUDIO_MS a request), END (BOOL [1], the speaker ended the utterance now:
 # push-to-talk), STOP (BOOL [1], the stream is over: an utterance in progress ends first,

@@ -1,2 +1,2 @@
-"""The recognizer: a listening stream's audio in, its utterances' partial and final
+"""The recognizer: a recognizer stream's audio in, its utterances' partial and final
 transcripts out (Silero VAD finds the speech, Whisper tiny.en hears the words)."""

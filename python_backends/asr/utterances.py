@@ -1,4 +1,4 @@
-"""One listening stream cut into utterances, as a state machine (no engine, no thread, no
+"""One recognizer stream's audio cut into utterances, as a state machine (no engine, no thread, no
 Triton here): its audio in, the events of `contract.models.ASR_EVENTS` out.
 
 A VAD (`Vad`) says how likely each block of 512 samples is speech; a run of likely
@@ -34,7 +34,7 @@ BLOCK = 512  # samples the VAD judges at once: 32 ms at 16 kHz (Silero's block)
 
 
 class Vad(Protocol):
-    """One stream's voice activity detector, stateful: it hears the blocks in order."""
+    """One recognizer stream's voice activity detector, stateful: it hears the blocks in order."""
 
     def probabilities(self, blocks: np.ndarray) -> np.ndarray:
         """[blocks, BLOCK] float32 audio in [-1, 1] → [blocks], how likely each is speech."""
@@ -50,7 +50,7 @@ class Transcriber(Protocol):
 @dataclass(frozen=True)
 class Event:
     """One response of the `asr` model: an event of ASR_EVENTS in utterance `utterance`,
-    at `audio_ms` of the stream's timeline, with a transcript's `text`."""
+    at `audio_ms` of the recognizer stream's timeline, with a transcript's `text`."""
 
     kind: str
     utterance: int
@@ -84,8 +84,8 @@ def audio_ms(samples: int) -> int:
 class Utterance:
     """The utterance being heard."""
 
-    number: int  # from 0 in its stream
-    start: int  # the stream's sample where its speech began
+    number: int  # from 0 in its recognizer stream
+    start: int  # the recognizer stream's sample where its speech began
     last_pass: int  # where the audio of the latest pass ended (its start, before any)
     silence_from: int | None = None  # where the silence since its speech began; None while spoken
     settled: tuple[str, int] | None = None  # the pass over it all since the speech stopped: its words, its end
@@ -93,12 +93,12 @@ class Utterance:
 
 
 class Utterances:
-    """One listening stream: its audio, heard request by request, cut into utterances."""
+    """One recognizer stream: its audio, heard request by request, cut into utterances."""
 
     def __init__(self, vad: Vad, transcriber: Transcriber, policy: Policy = Policy()) -> None:
         self.vad, self.transcriber, self.policy = vad, transcriber, policy
-        self.audio = np.zeros(0, np.float32)  # the stream's recent audio: the utterance's, or the preroll's
-        self.audio_start = 0  # the stream's sample at audio[0]
+        self.audio = np.zeros(0, np.float32)  # the recent audio: the utterance's, or the preroll's
+        self.audio_start = 0  # the recognizer stream's sample at audio[0]
         self.judged = 0  # samples the VAD has judged: whole blocks (the rest waits for more)
         self.candidate: int | None = None  # where speech may have begun, not yet long enough
         self.utterance: Utterance | None = None
@@ -106,7 +106,7 @@ class Utterances:
 
     @property
     def received(self) -> int:
-        """Samples of the stream's timeline received."""
+        """Samples of the recognizer stream's timeline received."""
         return self.audio_start + len(self.audio)
 
     def hear(self, pcm: np.ndarray, endpoint_ms: int, partials: bool = True, end: bool = False) -> list[Event]:

@@ -1,7 +1,7 @@
-"""The `asr` model's listening streams (python_backends.asr.listening): a stream's requests
-heard in order however they interleave, streams apart, and dropped on STOP, on a cancelled
-request or when idle. Over the scripted VAD and transcriber of tests/asr_fakes.py: these
-test the serving, not the hearing."""
+"""The `asr` model's recognizer streams (python_backends.asr.listening): a recognizer
+stream's requests heard in order however they interleave, recognizer streams apart, and
+dropped on STOP, on a cancelled request or when idle. Over the scripted VAD and
+transcriber of tests/asr_fakes.py: these test the serving, not the hearing."""
 
 import asyncio
 import threading
@@ -45,7 +45,7 @@ async def sent_at_once(listen, asked):
 
 
 @pytest.mark.parametrize("partials", [False, True])
-def test_a_streams_requests_are_heard_in_the_order_they_came(partials):
+def test_a_recognizer_streams_requests_are_heard_in_the_order_they_came(partials):
     async def both():
         listen = listening()
         one_by_one = [e for r in requests("a", partials=partials) for e in await listen.hear(r)]
@@ -61,7 +61,7 @@ def test_a_streams_requests_are_heard_in_the_order_they_came(partials):
         assert at_once == one_by_one
 
 
-def test_streams_interleaved_keep_their_own_state():
+def test_recognizer_streams_interleaved_keep_their_own_state():
     async def interleaved():
         listen = listening()
         a, b = requests("a"), [*requests("b", stop=False)[:5], *requests("b")]  # b is half a second behind
@@ -72,10 +72,10 @@ def test_streams_interleaved_keep_their_own_state():
     listen, results = asyncio.run(interleaved())
     finals = [e for events in results for e in events if e.kind == FINAL]
     assert [(f.utterance, f.text) for f in finals] == [(0, "hello there friend")] * 2
-    assert listen.streams == {}
+    assert listen.recognizer_streams == {}
 
 
-def test_stop_drops_the_stream_and_the_counts_follow():
+def test_stop_drops_the_recognizer_stream_and_the_counts_follow():
     async def go():
         listen = listening()
         exported = []
@@ -84,12 +84,12 @@ def test_stop_drops_the_stream_and_the_counts_follow():
         return listen, exported, events
 
     listen, exported, events = asyncio.run(go())
-    assert max(exported) == 1 and exported[-1] == 0 and listen.streams == {}
+    assert max(exported) == 1 and exported[-1] == 0 and listen.recognizer_streams == {}
     assert listen.stats.audio_seconds == pytest.approx(3.0, abs=1e-9) and listen.stats.passes >= 3
     assert listen.stats.pass_seconds >= 0.02 * listen.stats.passes
 
 
-def test_a_cancelled_request_drops_its_stream_and_hears_nothing():
+def test_a_cancelled_request_drops_its_recognizer_stream_and_hears_nothing():
     async def go():
         warnings = []
         listen = listening(warnings=warnings)
@@ -100,30 +100,30 @@ def test_a_cancelled_request_drops_its_stream_and_hears_nothing():
         return listen, events, warnings
 
     listen, events, warnings = asyncio.run(go())
-    assert events == [] and listen.streams == {} and listen.stats.streams == 0
-    assert warnings == ["listening stream 'a' dropped: its request was cancelled"]
+    assert events == [] and listen.recognizer_streams == {} and listen.stats.streams == 0
+    assert warnings == ["recognizer stream 'a' dropped: its request was cancelled"]
 
 
-def test_idle_streams_are_dropped_but_not_one_being_heard():
+def test_idle_recognizer_streams_are_dropped_but_not_one_being_heard():
     async def go():
         warnings = []
         listen = listening(idle_s=10, warnings=warnings)
         await listen.hear(requests("quiet", stop=False)[0])
         gate = threading.Event()
-        listen.transcriber.transcribe = lambda audio: gate.wait() and ""  # hold the busy stream's pass
+        listen.transcriber.transcribe = lambda audio: gate.wait() and ""  # hold the busy recognizer stream's pass
         busy = asyncio.ensure_future(sent_at_once(listen, requests("busy", stop=False)[:12]))
         await asyncio.sleep(0.1)
         listen.drop_idle(time.monotonic() + 11)
-        dropped = set(listen.streams)
+        dropped = set(listen.recognizer_streams)
         gate.set()
         await busy
         return dropped, warnings
 
     dropped, warnings = asyncio.run(go())
-    assert dropped == {"busy"} and warnings == ["listening stream 'quiet' dropped: no request for 10 s"]
+    assert dropped == {"busy"} and warnings == ["recognizer stream 'quiet' dropped: no request for 10 s"]
 
 
-def test_streams_beyond_the_limit_are_refused_and_the_others_go_on():
+def test_recognizer_streams_beyond_the_limit_are_refused_and_the_others_go_on():
     async def go():
         listen = listening(max_streams=1)
         await listen.hear(requests("a", stop=False)[0])
@@ -134,12 +134,12 @@ def test_streams_beyond_the_limit_are_refused_and_the_others_go_on():
     assert asyncio.run(go()) == []
 
 
-def test_the_sweeper_drops_idle_streams_and_stops_with_the_rest(monkeypatch):
+def test_the_sweeper_drops_idle_recognizer_streams_and_stops_with_the_rest(monkeypatch):
     async def go(listen):
         listen.start()
         await listen.hear(requests("gone", stop=False)[0])
         await asyncio.sleep(0.3)
-        return set(listen.streams)
+        return set(listen.recognizer_streams)
 
     warnings = []
     listen = listening(idle_s=0.05, warnings=warnings)
@@ -150,7 +150,7 @@ def test_the_sweeper_drops_idle_streams_and_stops_with_the_rest(monkeypatch):
     try:
         assert asyncio.run_coroutine_threadsafe(go(listen), loop).result(5) == set()
         listen.shutdown()  # from another thread, as Triton's finalize calls it
-        assert listen.sweeper.done() and warnings == ["listening stream 'gone' dropped: no request for 0.05 s"]
+        assert listen.sweeper.done() and warnings == ["recognizer stream 'gone' dropped: no request for 0.05 s"]
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
