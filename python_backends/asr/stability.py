@@ -5,12 +5,11 @@ Whisper over audio cut mid-word guesses the last word or two, and now and then r
 itself; a word two passes in a row agree on, from the start of the utterance, rarely
 changes again (LocalAgreement-2, as whisper_streaming shows partials), but the last of
 those words often does: both passes may have heard the same first half of it ("in
-power" before "in part four"). So a partial holds that last word back. Over 32 chitchat
-questions spoken by the embedded voice, holding it back made more partials (177 against
-167 from 257 passes), the whole final shown as a partial before it in 31 utterances
-against 27, and 1 word of the last partials off the final against 6: a word shown and
-then contradicted stops the partials until the final, as none is taken back. Words are
-compared as they sound: case and the punctuation around them do not count."""
+power" before "in part four"). So a partial holds that last word back: a word shown and
+then contradicted would stop the partials until the final, as none is taken back, so
+holding one back makes more partials, not fewer, and brings them nearer the final
+(known-limits.md has what it measured). Words are compared as they sound: case and the
+punctuation around them do not count."""
 
 from __future__ import annotations
 

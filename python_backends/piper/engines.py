@@ -23,13 +23,13 @@ from python_backends.piper.timing import stretch_durations, word_timings
 
 # The flow is convolutional: frames computed with this many frames of context on each
 # side match the whole sentence's flow, so a sentence's latent can be made in pieces, its
-# first frames long before its last. Cut after 32 frames, the 50 Harvard sentences match
-# at 103 dB or better with 24 (43 dB at worst with 16, which cost a first sentence up
-# to 24 dB of its streamed fidelity).
+# first frames long before its last. Fewer cost a first sentence's streamed audio its
+# fidelity (design.md, "First frames first", has what each measured).
 FLOW_CONTEXT = 24
 
 # A head's intra-op threads where its caller finds that many cores idle (the `acoustic`
-# model's `head_threads`): on 2 cores a short first sentence's prior takes 3-5 ms less.
+# model's `head_threads`): a lone stream's first packet waits for its head, which idle
+# cores shorten (design.md, "First frames first").
 DEFAULT_HEAD_THREADS = 2
 
 

@@ -21,7 +21,7 @@ def stretch_durations(durations: np.ndarray, ratio: float) -> np.ndarray:
     """Frames per phoneme with every phoneme boundary moved to `ratio` times its frame,
     rounded: the total is round(ratio × total), so audio lengths follow `speed` to within
     a frame (scaling Piper's durations before its per-phoneme ceil cannot go below one
-    frame a phoneme: speed 4 was only 2.1 × shorter). A phoneme may get no frame."""
+    frame a phoneme, so high speeds came out too slow). A phoneme may get no frame."""
     if ratio == 1:
         return durations
     ends = np.rint(np.cumsum(durations) * ratio).astype(np.int64)

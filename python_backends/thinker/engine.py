@@ -117,8 +117,9 @@ class ThinkerEngine:
                 yield Piece(ids, text.push(ids, last=output.finished))
 
     async def warm_up(self) -> None:
-        """Run a verification once: vLLM's first request with prompt logprobs takes
-        seconds more than the next (measured: 16 s, then 0.3 s, on the embedded model)."""
+        """Run a verification once, as the model loads: vLLM's first request with prompt
+        logprobs takes far longer than the next (chat.md has what it measured), and no
+        user's first turn should wait for it."""
         prompt = self.prompt([{"role": "user", "content": "Hello."}])
         await self._verify(prompt, prompt[-2:], 1)
         self.stats.drafts_verified = self.stats.draft_tokens = self.stats.accepted_tokens = 0

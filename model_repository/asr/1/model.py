@@ -5,9 +5,9 @@ import sys
 
 # The stub ignores PYTHONPATH: the launcher names the project here.
 sys.path[:0] = filter(None, os.environ.get("SPEECHSTREAM_PYTHONPATH", "").split(os.pathsep))
-# Each Whisper pass runs on one core (intra_threads=1), passes of different streams side
-# by side; ctranslate2's OpenMP threads would spin beside each, twice its CPU time
-# (measured: 0.10 s of CPU for a 0.05 s encode). Read when ctranslate2 loads, below.
+# Each Whisper pass runs on one core (intra_threads=1), passes of different recognizer
+# streams side by side; ctranslate2's OpenMP threads would spin beside each, taking cores
+# the other passes need (known-limits.md has what it cost). Read when ctranslate2 loads, below.
 os.environ["OMP_NUM_THREADS"] = "1"
 
 from python_backends.asr.asr_model import AsrModel as TritonPythonModel  # noqa: E402, F401
