@@ -44,7 +44,7 @@ SECONDS_PER_CHAR = 0.05
 TTS_ACTIVE_METRIC = "speechstream_tts_active_requests"
 # The same, for each gateway process that sent some (label GATEWAY_LABEL: the name its
 # GATEWAY_PARAMETER gave; the series of a gateway gone stays, at 0). From the two, a
-# gateway tells the streams the other gateways hold on a server (gateway/fleet.py).
+# gateway tells the streams the other gateways hold on a server (gateway/backends/fleet.py).
 TTS_ACTIVE_BY_GATEWAY_METRIC = "speechstream_tts_active_requests_by_gateway"
 GATEWAY_LABEL = "gateway"
 # The Talker's vLLM engine, as its own scheduler reports it (gauges on Triton's metrics port).

@@ -27,14 +27,15 @@ from collections.abc import AsyncIterator, Awaitable
 from aiohttp import WSCloseCode, web
 
 from contract.voices import VoiceError
-from gateway import discovery, fleet, http_api, transcription_api
 from gateway import settings as s
-from gateway.backends import HEALTH_INTERVAL_S
-from gateway.guard import listen
-from gateway.service import GATEWAY, WEBSOCKETS, Gateway
+from gateway.backends import discovery, fleet
+from gateway.backends.servers import HEALTH_INTERVAL_S
+from gateway.edge.guard import listen
+from gateway.edge.service import GATEWAY, WEBSOCKETS, Gateway
+from gateway.edge.workers import WORKER_ENV, Worker, from_environment, serve_workers
+from gateway.protocols import http_api, transcription_api
+from gateway.protocols.websocket import stream
 from gateway.settings import Settings
-from gateway.websocket import stream
-from gateway.workers import WORKER_ENV, Worker, from_environment, serve_workers
 from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")

@@ -30,12 +30,16 @@ PACKAGES = ("speechstream", "contract", "python_backends", "gateway", "operation
 
 @pytest.mark.parametrize("module,line", [
     ("python_backends/chunking.py", "import onnxruntime"),
-    ("gateway/session.py", "import tritonclient.grpc.aio"),
-    ("gateway/protocol.py", "from gateway import session"),  # a layer importing one above it
+    ("gateway/protocols/session.py", "import tritonclient.grpc.aio"),
+    ("gateway/messages.py", "from gateway.protocols import session"),  # a layer importing one above it
+    ("gateway/backends/servers.py", "from gateway.edge import service"),  # the backends under the edge
+    ("gateway/conversation/chatting.py", "from gateway.conversation import speaking"),  # the modes in layers
+    ("gateway/conversation/speaking.py", "import asyncio"),  # the conversation is sans I/O
+    ("gateway/protocols/runners.py", "import tritonclient.grpc.aio"),  # only the backends talk to Triton
     ("contract/models.py", "import aiohttp"),  # the contract is pure
-    ("contract/text.py", "from gateway import protocol"),  # and imports no process's package
-    ("gateway/service.py", "from python_backends import chunking"),  # the gateway runs no stage code
-    ("speechstream/client/events.py", "from gateway import protocol"),  # the client is apart from the gateway
+    ("contract/text.py", "from gateway import messages"),  # and imports no process's package
+    ("gateway/edge/service.py", "from python_backends import chunking"),  # the gateway runs no stage code
+    ("speechstream/client/events.py", "from gateway import messages"),  # the client is apart from the gateway
     ("speechstream/client/resume.py", "import websockets"),  # the client's core is sans I/O
     ("speechstream/client/asyncio_client.py", "from contract import models"),  # what users install is apart from the server
     ("speechstream/protocol.py", "import websockets"),  # protocol v1's vocabulary is pure

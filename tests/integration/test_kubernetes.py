@@ -25,8 +25,8 @@ from referencing import Registry, Resource
 
 from contract import models as c
 from contract.voices import AR_MODEL_ENV, VOICES_ENV
-from gateway.backends import Backends
-from gateway.metrics import Metrics
+from gateway.backends.servers import Backends
+from gateway.edge.metrics import Metrics
 from gateway.settings import Settings
 
 KUBERNETES = "1.32.0"  # kubectl's on the development machines

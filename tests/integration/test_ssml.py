@@ -1,4 +1,4 @@
-"""SSML over both protocols against the real server (gateway/ssml.py, docs/protocol.md#ssml):
+"""SSML over both protocols against the real server (gateway/conversation/ssml.py, docs/protocol.md#ssml):
 breaks are silence where they stand and move the next words' timestamps by their
 length, a slower rate makes its text longer, aliases and say-as are the words spoken, a
 <phoneme> is spoken as its IPA, and invalid SSML is refused naming the element with the connection going on."""

@@ -38,7 +38,7 @@ def sentence_pcm(k: int) -> np.ndarray:
 
 def gateway(first: int, fmt: str = "pcm_s16le") -> list[str | bytes]:
     """What a gateway sends for a context given the text of SENTENCES[first:]: as
-    gateway/session.py does, each sentence's `timestamps` just before its audio goes into
+    gateway/protocols/session.py does, each sentence's `timestamps` just before its audio goes into
     the frames (one frame may hold the end of one sentence and the start of the next),
     the last frame padded and flagged, then `done`."""
     messages: list[str | bytes] = [json.dumps({"type": "audio_start", "context_id": "c", "stream": 1})]

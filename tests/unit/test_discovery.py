@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from dnslib import CNAME, QTYPE, RCODE, RR, A, DNSHeader, DNSQuestion, DNSRecord
 
-from gateway import discovery
-from gateway.backends import Backends, NoBackend, choose
-from gateway.metrics import Metrics
+from gateway.backends import discovery
+from gateway.backends.servers import Backends, NoBackend, choose
+from gateway.edge.metrics import Metrics
 from tests.dns_server import dns_server
 
 NAME = "triton.speech.svc.cluster.local"

@@ -1,7 +1,7 @@
 """The throttle on wrong API keys and on refusal logs, sans I/O (the wire is in
 test_gateway_limits.py)."""
 
-from gateway.access import KeyFailures, log_refusal
+from gateway.edge.access import KeyFailures, log_refusal
 
 
 class Clock:

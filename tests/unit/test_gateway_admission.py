@@ -1,6 +1,6 @@
 """The admission queue, sans I/O: order, positions, leaving, and its bound."""
 
-from gateway.admission import AdmissionQueue, Waiter, keeping_ahead
+from gateway.edge.admission import AdmissionQueue, Waiter, keeping_ahead
 
 
 class Log:

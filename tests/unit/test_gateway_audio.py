@@ -4,7 +4,7 @@ import opuslib
 import pytest
 import soxr
 
-from gateway.audio import G711_CODECS, RESAMPLE_QUALITY, FrameEncoder, pre_skip
+from gateway.conversation.audio import G711_CODECS, RESAMPLE_QUALITY, FrameEncoder, pre_skip
 from speechstream import protocol as v1
 from tests.audio import coded_band_hz, snr_db
 

@@ -4,9 +4,9 @@ from collections import Counter
 import pytest
 
 from contract import models as c
-from gateway import fleet
-from gateway.backends import Backend, Backends, choose
-from gateway.service import Gateway, admits
+from gateway.backends import fleet
+from gateway.backends.servers import Backend, Backends, choose
+from gateway.edge.service import Gateway, admits
 from gateway.settings import Settings
 from speechstream import protocol as v1
 from tests.unit.test_gateway_session import jobs, send, session, speech

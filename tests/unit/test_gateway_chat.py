@@ -1,4 +1,4 @@
-"""Protocol v1's chat mode on the sans-I/O session and its pure rules (gateway/chat.py):
+"""Protocol v1's chat mode on the sans-I/O session and its pure rules (gateway/conversation/speculation.py):
 no socket, no Thinker, no Triton. The Thinker is played by handing the session the
 pieces of the requests it asked for, the synthesis by handing it PCM."""
 
@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from gateway import chat as ch
-from gateway.actions import Stop, StopThinking, Synthesize, Think
-from gateway.protocol import Speculation
-from gateway.session import AdmitAll, Limits, Session
+from gateway.conversation import speculation as ch
+from gateway.conversation.actions import Stop, StopThinking, Synthesize, Think
+from gateway.conversation.contexts import AdmitAll, Limits
+from gateway.messages import Speculation
+from gateway.protocols.session import Session
 from speechstream import protocol as v1
 from tests.unit.test_gateway_session import Clock, Recorder, frames, messages
 
@@ -21,7 +22,7 @@ class Busy(AdmitAll):
     """An admission that refuses every new stream."""
 
     def refusal(self):
-        from gateway.protocol import ProtocolError
+        from gateway.messages import ProtocolError
 
         return ProtocolError(v1.SERVER_BUSY, "full")
 
@@ -186,7 +187,7 @@ def test_a_reply_refused_at_capacity_ends_its_turn_and_stops_what_it_ran():
     out = user(s, "What is it?", final=True)
     assert StopThinking(thought.id) in out and not thinks(out)
     assert messages(out)[-1]["code"] == v1.SERVER_BUSY and messages(out)[-1]["context_id"] == "t1"
-    assert "t1" not in s.turns and "t1" not in s.contexts
+    assert "t1" not in s.chatting and "t1" not in s.contexts
 
 
 def test_cancel_before_the_final_input_stops_the_thoughtand_the_held_audio():
@@ -226,7 +227,7 @@ def test_a_failed_final_request_ends_the_turn_with_its_error():
     think = thinks(user(s, "Hi.", final=True))[0]
     out = s.thought_failed(think.id, v1.BACKEND_UNAVAILABLE, "Triton unavailable")
     assert messages(out)[-1]["code"] == v1.BACKEND_UNAVAILABLE and messages(out)[-1]["context_id"] == "t1"
-    assert "t1" not in s.contexts and "t1" not in s.turns
+    assert "t1" not in s.contexts and "t1" not in s.chatting
 
 
 def test_without_a_chat_model_a_user_message_is_refused_and_the_connection_stays():
@@ -345,7 +346,7 @@ def test_a_draft_that_ended_the_reply_is_the_whole_reply_without_a_request():
     s = chat_session()
     job = held_job(answer(s, thinks(user(s, "Hi there"))[0], [([7], "Hello"), ([8], "!"), ([END], "")]))
     final = user(s, "Hi there", final=True)
-    assert not thinks(final) and "t1" not in s.turns
+    assert not thinks(final) and "t1" not in s.chatting
     said = messages(final)
     assert said[1]["outcome"] == "held" and said[1]["accepted_tokens"] == 2  # the end token adds no text
     assert said[2]["text"] == "Hello!"

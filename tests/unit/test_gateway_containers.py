@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from gateway.audio import FrameEncoder
+from gateway.conversation.audio import FrameEncoder
 from speechstream.media.containers import FRAME_FORMATS, ContainerWriter
 
 SOURCE_RATE, FRAME_MS = 22050, 20

@@ -5,7 +5,7 @@ test_gateway_limits.py."""
 import pytest
 from websockets.frames import Frame, Opcode
 
-from gateway.guard import ConnectionCounts, FrameWalker, TokenBucket
+from gateway.edge.guard import ConnectionCounts, FrameWalker, TokenBucket
 
 
 def frame(opcode: Opcode, size: int, mask: bool = True) -> bytes:

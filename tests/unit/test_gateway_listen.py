@@ -1,4 +1,4 @@
-"""Protocol v1's listen mode on the sans-I/O session (gateway/listening.py and the
+"""Protocol v1's listen mode on the sans-I/O session (gateway/conversation/listening.py and the
 session's spoken turns): no socket, no recognizer, no Triton. The recognizer is played
 by handing the session its events, the Thinker and the synthesis as in chat mode's tests."""
 
@@ -9,8 +9,9 @@ import opuslib
 import pytest
 
 from contract import models as c
-from gateway.actions import Hear, Stop, StopThinking, Synthesize, Think
-from gateway.session import Limits, Session
+from gateway.conversation.actions import Hear, Stop, StopThinking, Synthesize, Think
+from gateway.conversation.contexts import Limits
+from gateway.protocols.session import Session
 from speechstream import protocol as v1
 from tests.unit.test_gateway_session import Clock, Recorder, messages
 
@@ -149,7 +150,7 @@ def test_a_final_of_noise_ends_the_turn_without_a_reply_or_an_error():
     s, _ = listening(chat={"speculation": "greedy"})
     out = events(s, (c.SPEECH_STARTED, 0, ""), (c.PARTIAL, 300, "Hm"), (c.SPEECH_STOPPED, 600, ""), (c.FINAL, 600, ""))
     round_ = [a for a in out if isinstance(a, Think)][0]
-    assert StopThinking(round_.id) in out and not errors(out) and s.turns.ids == set()
+    assert StopThinking(round_.id) in out and not errors(out) and s.chatting.ids == set()
 
 
 def spoken_reply(s, clock, text="Paris is the capital. It", whole=False):

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from contract import models as c
-from gateway import protocol as p
+from gateway import messages as p
 from speechstream import protocol as v1
 
 VOICES = ("en_US-joe-medium",)

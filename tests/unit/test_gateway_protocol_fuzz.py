@@ -6,7 +6,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import protocol as p
+from gateway import messages as p
 from speechstream import protocol as v1
 
 VOICES = ("en_US-joe-medium",)

@@ -1,10 +1,10 @@
-"""gateway/resumption.py, sans I/O: what a failed request issues again, and what of its
+"""gateway/backends/resumption.py, sans I/O: what a failed request issues again, and what of its
 audio is dropped, kept or renumbered so the listener hears the whole request once."""
 
 import numpy as np
 import pytest
 
-from gateway.resumption import RETRY_MAX_S, RETRY_S, Resumption, TtsChunk
+from gateway.backends.resumption import RETRY_MAX_S, RETRY_S, Resumption, TtsChunk
 
 SENTENCES = ("One.", "Two two.", "Three three three.")
 GONE, REFUSED = True, False  # the request's server or stage went away, or not

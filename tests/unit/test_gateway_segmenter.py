@@ -1,8 +1,8 @@
 import random
 
 from contract.text import Sentence, split_sentences
-from gateway.segmenter import Segmenter, batches
-from perf.workloads import workload
+from gateway.conversation.segmenter import Segmenter, batches
+from perf.tools.workloads import workload
 
 
 def texts(sentences: list[Sentence]) -> list[str]:

@@ -8,10 +8,11 @@ import pytest
 
 from contract import models as c
 from contract.voices import EMBEDDED
-from gateway import protocol as p
-from gateway.actions import Close, Job, Send, Stop, Synthesize
-from gateway.segmenter import REQUEST_CHARS
-from gateway.session import AdmitAll, Limits, Session
+from gateway import messages as p
+from gateway.conversation.actions import Close, Job, Send, Stop, Synthesize
+from gateway.conversation.contexts import AdmitAll, Limits
+from gateway.conversation.segmenter import REQUEST_CHARS
+from gateway.protocols.session import Session
 from speechstream import protocol as v1
 
 RATE = EMBEDDED.sample_rate

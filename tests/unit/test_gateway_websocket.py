@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from contract.voices import EMBEDDED
-from gateway.actions import Synthesize
-from gateway.service import Gateway
+from gateway.conversation.actions import Synthesize
+from gateway.edge.service import Gateway
+from gateway.protocols.websocket import Connection, ConnectionClosed, JobUnwanted
 from gateway.settings import Settings
-from gateway.websocket import Connection, ConnectionClosed, JobUnwanted
 from speechstream import protocol as v1
 
 

@@ -1,4 +1,4 @@
-"""The parts of gateway workers (gateway/workers.py) that need no process: what a worker
+"""The parts of gateway workers (gateway/edge/workers.py) that need no process: what a worker
 is told by its parent, and the one exposition made of every worker's metrics."""
 
 import dataclasses
@@ -6,9 +6,9 @@ import dataclasses
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import merged
+from gateway.edge.metrics import merged
+from gateway.edge.workers import Worker, from_environment, worker_environment
 from gateway.settings import Settings
-from gateway.workers import Worker, from_environment, worker_environment
 
 
 def exposition(connections: int, audio_s: float, first_audio_s: float) -> str:

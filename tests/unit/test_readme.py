@@ -207,7 +207,7 @@ def test_every_metric_is_documented():
     for name, value in vars(m).items():
         if name.endswith("_METRIC"):
             assert f"`{value}" in _section(PAGES["triton-models.md"], "## Metrics on Triton's port"), value
-    gateway_metrics = re.findall(r'"(speechstream_\w+)"', _read(ROOT / "gateway" / "metrics.py"))
+    gateway_metrics = re.findall(r'"(speechstream_\w+)"', _read(ROOT / "gateway" / "edge" / "metrics.py"))
     assert gateway_metrics
     for name in gateway_metrics:
         assert f"`{name}" in _section(PAGES["http-api.md"], "## Metrics"), name

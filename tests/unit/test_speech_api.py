@@ -18,8 +18,8 @@ from contract.models import (
     TEMPERATURE,
 )
 from contract.voices import EMBEDDED_ONLY
-from gateway.protocol import OPENAI_VOICES
-from gateway.speech_api import (
+from gateway.messages import OPENAI_VOICES
+from gateway.protocols.speech_api import (
     ApiError,
     SpeechBody,
     parse_speech_request,

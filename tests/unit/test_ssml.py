@@ -1,12 +1,12 @@
-"""gateway/ssml.py: SSML read into text at rates and pauses, each element, nesting, errors
+"""gateway/conversation/ssml.py: SSML read into text at rates and pauses, each element, nesting, errors
 naming the element, and what is unsupported read as text."""
 
 import pytest
 
 from contract import models as c
 from contract.text import Sentence, split_sentences
-from gateway.ssml import Pause, Spoken, SsmlError, looks_like_ssml, read_ssml, with_phonemes
-from gateway.synthesis import tts_request
+from gateway.backends.synthesis import tts_request
+from gateway.conversation.ssml import Pause, Spoken, SsmlError, looks_like_ssml, read_ssml, with_phonemes
 
 
 def speak(body: str) -> list:

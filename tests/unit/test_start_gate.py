@@ -1,11 +1,12 @@
-"""A context's first audio held until a stall cannot follow it (gateway/start_gate.py),
+"""A context's first audio held until a stall cannot follow it (gateway/conversation/start_gate.py),
 alone and on the sans-I/O session with a hand-moved clock."""
 
 import pytest
 
 from contract.models import DEFAULT_VOICE, SECONDS_PER_CHAR
-from gateway.session import AdmitAll, Limits, Session
-from gateway.start_gate import SpeakingPace, StartGate
+from gateway.conversation.contexts import AdmitAll, Limits
+from gateway.conversation.start_gate import SpeakingPace, StartGate
+from gateway.protocols.session import Session
 from tests.unit.test_gateway_session import Clock, Recorder, frames, jobs, messages, send, session, speech
 
 TEXT = "The birch canoe slid on the smooth planks. " * 4  # 172 characters: about 8.6 s expected
@@ -99,7 +100,7 @@ def test_a_cancelled_context_drops_what_was_held_and_the_switch_turns_the_gate_o
     clock.now += 2.0
     assert s.audio(job.id, speech(0.5), 0, []) == []
     assert [m["type"] for m in messages(send(s, type="cancel", context_id="a"))] == ["cancelled"]
-    s.start_when_safe = False
+    s.speaking.start_when_safe = False
     (job,) = jobs(send(s, type="speak", context_id="b", text=TEXT))
     clock.now += 2.0
     assert frames(s.audio(job.id, speech(0.5), 0, []))
@@ -213,11 +214,11 @@ def test_each_finished_job_teaches_the_sessions_pace_its_voices_audio_per_charac
     chars = sum(len(sentence.text) for sentence in job.sentences)
     clock.now += 0.1
     s.audio(job.id, speech(chars * 0.2), 0, [])  # four times the prior's audio a character
-    assert s.pace.seconds_per_char(DEFAULT_VOICE) == SECONDS_PER_CHAR  # a job counts once finished
+    assert s.speaking.pace.seconds_per_char(DEFAULT_VOICE) == SECONDS_PER_CHAR  # a job counts once finished
     s.finished(job.id)
     prior_s, prior_chars = SpeakingPace.PRIOR_CHARS * SECONDS_PER_CHAR, SpeakingPace.PRIOR_CHARS
     after_one = (SpeakingPace.DECAY * prior_s + chars * 0.2) / (SpeakingPace.DECAY * prior_chars + chars)
-    assert s.pace.seconds_per_char(DEFAULT_VOICE) == pytest.approx(after_one, rel=0.01)
+    assert s.speaking.pace.seconds_per_char(DEFAULT_VOICE) == pytest.approx(after_one, rel=0.01)
 
 
 def test_the_voices_prompt_is_left_out_of_the_rate_and_a_queues_wait_is_not():
@@ -262,6 +263,6 @@ def test_a_session_learns_its_voices_prompt_from_each_starts_first_chunk():
     s.audio(job.id, speech(0.1), 0, [])
     clock.now += 0.5
     s.audio(job.id, speech(0.1), 0, [])  # not a first chunk
-    assert s.pace.prompt_s(DEFAULT_VOICE) == pytest.approx(0.25)
+    assert s.speaking.pace.prompt_s(DEFAULT_VOICE) == pytest.approx(0.25)
     send(s, type="speak", context_id="b", text=TEXT)  # the next start's gate leaves it out
     assert s.contexts["b"].gate.prompt_s == pytest.approx(0.25)

@@ -1,4 +1,4 @@
-"""The `thinker` model's requests: as the gateway writes them (gateway/thinking.py) and as
+"""The `thinker` model's requests: as the gateway writes them (gateway/backends/thinking.py) and as
 the model reads them (python_backends/thinker/inputs.py), without a model."""
 
 import json
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from contract import models as c
-from gateway.thinking import thinker_request
+from gateway.backends.thinking import thinker_request
 from python_backends.thinker.inputs import read_thinker_request
 
 MESSAGES = [{"role": "user", "content": "Hi."}]

@@ -14,14 +14,14 @@ from aiohttp import FormData
 from aiohttp.test_utils import TestClient, TestServer
 
 from contract import models as c
-from gateway.backends import Backend, Backends
+from gateway.backends.recognition import RecognitionFailed
+from gateway.backends.servers import Backend, Backends
+from gateway.edge.service import Gateway
+from gateway.protocols.speech_api import ApiError
+from gateway.protocols.transcription_api import TRANSCRIPTIONS_PATH, recognize
+from gateway.protocols.transcripts import Transcript, TranscriptionRequest, parse_transcription_form, transcription_body
 from gateway.server import application
-from gateway.service import Gateway
 from gateway.settings import Settings
-from gateway.speech_api import ApiError
-from gateway.synthesis import SynthesisFailed
-from gateway.transcription_api import TRANSCRIPTIONS_PATH, recognize
-from gateway.transcripts import Transcript, TranscriptionRequest, parse_transcription_form, transcription_body
 from speechstream import protocol as v1
 from speechstream.media.decoding import AudioTooLong, UndecodableAudio, decode_audio
 from tests.audio import FILE_FORMATS, encode_file
@@ -198,7 +198,7 @@ def test_a_file_goes_to_the_recognizer_a_second_a_request_finals_only_then_its_e
     (Recognizer(answer_stop=False), v1.RECOGNITION_FAILED),
 ])
 def test_a_recognizer_that_fails_or_does_not_finish_fails_the_request(recognizer, code):
-    with pytest.raises(SynthesisFailed) as e:
+    with pytest.raises(RecognitionFailed) as e:
         asyncio.run(recognize(backends_of(recognizer), tone(1.0), 0.5))
     assert e.value.code == code
 

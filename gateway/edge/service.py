@@ -15,19 +15,20 @@ from collections.abc import Iterator
 from aiohttp import web
 
 from contract.voices import find_voices
-from gateway import discovery
-from gateway.access import KeyFailures, log_refusal
-from gateway.admission import AdmissionQueue, keeping_ahead
-from gateway.backends import Backends
-from gateway.metrics import Metrics
-from gateway.pace import Pace
-from gateway.protocol import ProtocolError
-from gateway.session import Limits, Session
+from gateway.backends import discovery
+from gateway.backends.servers import Backends
+from gateway.backends.synthesis import Synthesizer
+from gateway.backends.thinking import Thinker
+from gateway.conversation.contexts import Limits
+from gateway.conversation.pace import Pace
+from gateway.conversation.speaking import Speaking
+from gateway.conversation.start_gate import SpeakingPace
+from gateway.edge.access import KeyFailures, log_refusal
+from gateway.edge.admission import AdmissionQueue, keeping_ahead
+from gateway.edge.metrics import Metrics
+from gateway.edge.workers import Worker
+from gateway.messages import ProtocolError
 from gateway.settings import Settings
-from gateway.start_gate import SpeakingPace
-from gateway.synthesis import Synthesizer
-from gateway.thinking import Thinker
-from gateway.workers import Worker
 from speechstream import protocol as v1
 
 # A hint for a client refused a stream: its own streams end in seconds, not milliseconds.
@@ -56,7 +57,7 @@ class Gateway:
         self.dns = discovery.Address.parse(settings.dns, discovery.DNS_PORT) if settings.dns else None
         self.backends = Backends(() if self.service else settings.triton_urls)
         self.key_failures = KeyFailures(settings.max_key_failures)
-        self.sessions: dict[Session, str] = {}  # each open session, and its client's address
+        self.sessions: dict[Speaking, str] = {}  # each open session's contexts, and its client's address
         self.http_streams: Counter[str] = Counter()  # HTTP speech requests in flight, by address
         self.http_paces: set[Pace] = set()  # the streamed bodies among them
         self.queue = AdmissionQueue(settings.admission_queue)  # streams waiting for capacity
@@ -83,7 +84,7 @@ class Gateway:
             streams[address] += session.streams
         return +streams  # without the addresses at 0
 
-    def leads(self, but: tuple[Session, str] | None = None) -> list[float]:
+    def leads(self, but: tuple[Speaking, str] | None = None) -> list[float]:
         """How far each stream being spoken is ahead of its listener, in seconds of audio:
         contexts on all connections (but a session's context `but`) and streamed HTTP
         speech bodies."""
@@ -92,7 +93,7 @@ class Gateway:
         contexts = [lead for s in self.sessions for lead in s.leads(but[1] if but and s is but[0] else None)]
         return contexts + bodies
 
-    def starts_in_time(self, session: Session, context_id: str, in_hand_s: float) -> bool:
+    def starts_in_time(self, session: Speaking, context_id: str, in_hand_s: float) -> bool:
         """Whether the session's context, starting with `in_hand_s` of audio, will get the
         rest in time: the servers have room for a stream more than those open (its own
         included), and every other stream being spoken has sounded and is further ahead of
@@ -105,13 +106,13 @@ class Gateway:
         room = (self.settings.admission_load or 1.0) * capacity - self.streams_by_client().total()
         return room >= 1 and min(self.leads((session, context_id)), default=math.inf) >= in_hand_s
 
-    def others_starting(self, session: Session, context_id: str) -> int:
+    def others_starting(self, session: Speaking, context_id: str) -> int:
         """Streams being spoken, but the session's context, that await their first audio:
         contexts on all connections, and HTTP speech requests."""
         return sum(p.starting for p in self.http_paces) + sum(
             ctx.starting for s in self.sessions for ctx in s.contexts.values() if not (s is session and ctx.id == context_id))
 
-    def others_first_s(self, session: Session, context_id: str, first_chunk_s: float) -> float:
+    def others_first_s(self, session: Speaking, context_id: str, first_chunk_s: float) -> float:
         """How long the servers will take to make the first chunks of the streams starting
         (others_starting), each of `first_chunk_s` of audio, at the capacity they measure:
         unbounded while some start and none has measured it."""

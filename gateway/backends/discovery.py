@@ -17,7 +17,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from gateway.backends import Backends
+from gateway.backends.servers import Backends
 
 log = logging.getLogger("speechstream.gateway")
 

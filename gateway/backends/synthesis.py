@@ -1,18 +1,14 @@
-"""The gateway's code that talks to Triton: a `tts` request over a gRPC stream, and its
-failures turned into the protocol's errors, once, for WebSocket and HTTP alike (chat
-mode's Thinker requests, gateway/thinking.py, go through the same `responses`).
+"""Synthesis: a `tts` (or `tts_ar`) request over a gRPC stream (gateway/backends/requests.py),
+its audio chunk by chunk and its failures as SynthesisFailed, once, for WebSocket and
+HTTP alike; the readiness probe and the health watch over the servers.
 
-A request goes to the Triton server with the least outstanding work among those up
-(backends.Backends). Triton unreachable, or a stage whose process died under the
-request, is `backend_unavailable` (an unreachable server is marked down at once); Triton
-refusing or failing the request otherwise is `synthesis_failed`. A request whose server
-or stage went away (those, and no progress) resumes within a bound (gateway/resumption.py).
+A request whose server or stage went away (unreachable, a stub dead, no progress)
+resumes within a bound (gateway/backends/resumption.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import math
@@ -23,31 +19,23 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import grpc
 import numpy as np
-import tritonclient.grpc.aio as grpcclient
-from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
+from tritonclient.utils import triton_to_np_dtype
 
 from contract import models as c
 from contract.text import Sentence
-from gateway.backends import NOT_PROBED, Backend, Backends, NoBackend, gateway_name
-from gateway.resumption import Resumption, TtsChunk
+from gateway.backends.requests import UNREACHABLE, BackendFailed, infer_input, on_backend, responses, unreachable
+from gateway.backends.resumption import Resumption, TtsChunk
+from gateway.backends.servers import NOT_PROBED, Backend, Backends, gateway_name
 from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 
 
-class SynthesisFailed(Exception):
-    """A request that ended without its audio; `code` is protocol v1's error code. `gone`:
-    its server or a stage went away (unreachable, a stub dead, no progress), so what it
-    had not delivered may be issued again; by default, for `backend_unavailable`."""
+class SynthesisFailed(BackendFailed):
+    """A `tts` request that ended without its audio."""
 
-    def __init__(self, code: str, message: str, gone: bool | None = None, served: bool = True) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.gone = code == v1.BACKEND_UNAVAILABLE if gone is None else gone
-        self.served = served  # False: no server was up to take it
+    code = v1.SYNTHESIS_FAILED  # Triton refused or failed it
 
 
 @dataclass(frozen=True)
@@ -60,28 +48,10 @@ class Resuming:
     within_s: float
 
 
-# How a call fails when Triton cannot be reached (or goes away mid-call).
-UNREACHABLE = (grpc.aio.AioRpcError, ConnectionError, OSError)
-
-
-def unreachable(error: Exception) -> str:
-    """Why Triton could not be reached, in a line or more."""
-    if isinstance(error, grpc.aio.AioRpcError):
-        return f"{error.code().name}: {error.details()}"
-    return str(error) or type(error).__name__
-
-
-STREAM_CLOSE_S = 1.0  # how long a finished stream may take to close before it is cancelled
 PROBE_TEXT = "Ready."  # what a readiness probe synthesizes: one word, through every stage
 _PARAM_TYPES = {
     p.name: triton_to_np_dtype(p.triton_type.removeprefix("TYPE_")) for p in c.VOICE_PARAMS + c.CHUNK_PARAMS + c.AR_PARAMS
 }
-
-
-def infer_input(name: str, array: np.ndarray) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-    tensor.set_data_from_numpy(array)
-    return tensor
 
 
 @functools.cache
@@ -109,50 +79,13 @@ def tts_request(
     return {"model_name": model, "inputs": inputs, "parameters": parameters}
 
 
-async def responses(backend: Backend, request: dict, progress_s: float) -> AsyncIterator:
-    """One decoupled request on a gRPC stream of its own, its responses (InferResult) up
-    to the final one. Leaving early cancels the call, which makes Triton cancel the
-    request. A response that takes more than `progress_s` after it was asked for fails
-    the request: a stage that died or hangs must not hang the stream (the wait while
-    the caller sends audio to a slow client does not count)."""
-    sent = asyncio.Event()  # the request iterator stays open until the call ends
-
-    async def requests():
-        yield request
-        await sent.wait()
-
-    call = backend.triton.stream_infer(requests())
-    replies = aiter(call)
-    finished = False
-    try:
-        while True:
-            try:
-                result, error = await asyncio.wait_for(anext(replies), progress_s or None)
-            except StopAsyncIteration:
-                raise ConnectionError("Triton closed the stream") from None
-            except asyncio.TimeoutError:  # not the builtin on Python 3.10
-                raise SynthesisFailed(v1.SYNTHESIS_FAILED, f"Triton made no progress for {progress_s:g} s", gone=True) from None
-            if error is not None:
-                stage_lost = any(fault in error.message() for fault in c.STUB_FAULTS)
-                raise SynthesisFailed(v1.BACKEND_UNAVAILABLE if stage_lost else v1.SYNTHESIS_FAILED, error.message())
-            if result.get_response().parameters["triton_final_response"].bool_param:
-                sent.set()
-                finished = await _closed(replies)
-                return
-            yield result
-    finally:
-        sent.set()
-        if not finished:
-            call.cancel()
-
-
 async def _stream(
     backend: Backend, request: dict, progress_s: float, first_response: Callable[[float], None] = lambda _: None,
 ) -> AsyncIterator[TtsChunk]:
     """A `tts` request's audio, chunk by chunk; the capacity the model says at its end is
     noted on `backend`."""
     start = time.monotonic()
-    async with aclosing(responses(backend, request, progress_s)) as results:
+    async with aclosing(responses(backend, request, progress_s, SynthesisFailed)) as results:
         async for result in results:
             if (capacity := result.as_numpy(c.CAPACITY)) is not None:
                 backend.capacity_by_model[request["model_name"]] = float(capacity[0])
@@ -163,44 +96,6 @@ async def _stream(
                 names, spans = result.as_numpy(c.WORDS), result.as_numpy(c.WORD_SAMPLES)
                 words = [] if names is None else [(w.decode(), int(a), int(b)) for w, (a, b) in zip(names, spans)]
                 yield TtsChunk(pcm, int(result.as_numpy(c.SENTENCE_INDEX)[0]), words)
-
-
-async def _closed(replies: AsyncIterator, timeout_s: float = STREAM_CLOSE_S) -> bool:
-    """Whether Triton ended a stream whose request is done and half-closed, within
-    `timeout_s`. Cancelling it at once instead, when the final response was in, left
-    Triton 2.51 holding the model now and then: its unload then waited out the exit
-    timeout."""
-    try:
-        await asyncio.wait_for(anext(replies), timeout_s)
-    except StopAsyncIteration:
-        return True
-    except (asyncio.TimeoutError, *UNREACHABLE):
-        pass
-    return False
-
-
-@contextlib.asynccontextmanager
-async def on_backend(backends: Backends) -> AsyncIterator[Backend]:
-    """The least loaded Triton server that is up, for one request; its failures become
-    SynthesisFailed with protocol v1's code, and a server that cannot be reached is
-    marked down. A failure to reach a server already known to be down, the only one left
-    to try, is not `served`: no server was up for the request."""
-    try:
-        backend = backends.acquire()
-    except NoBackend as e:
-        raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, str(e), served=False) from None
-    was_up = backend.up
-    try:
-        yield backend
-    except SynthesisFailed as e:
-        log.warning("Triton %s failed a request: %s", backend.url, e.message)
-        raise
-    except UNREACHABLE as e:
-        why = unreachable(e)
-        backend.mark(False, why.splitlines()[0])
-        raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, f"Triton unavailable: {why}", served=was_up) from None
-    finally:
-        backends.release(backend)
 
 
 class Synthesizer:
@@ -256,7 +151,7 @@ class Synthesizer:
                 await asyncio.sleep(wait_s)
 
     async def _issue(self, request: dict) -> AsyncIterator[TtsChunk]:
-        async with on_backend(self.backends) as backend:
+        async with on_backend(self.backends, SynthesisFailed) as backend:
             # Closed at once when the reader stops (a cancel, a client gone): that ends the call.
             async with aclosing(_stream(backend, request, self.progress_s, self._first_response)) as chunks:
                 async for chunk in chunks:

@@ -20,7 +20,12 @@ from aiohttp import web
 from contract import models as c
 from contract.text import split_sentences
 from contract.voices import VoiceInfo
-from gateway.access import (
+from gateway.backends.resumption import TtsChunk
+from gateway.backends.synthesis import SynthesisFailed, Synthesizer
+from gateway.conversation.pace import Pace
+from gateway.conversation.segmenter import batches
+from gateway.conversation.ssml import Pause, with_phonemes
+from gateway.edge.access import (
     KeyFailures,
     cors_headers,
     json_response,
@@ -29,14 +34,11 @@ from gateway.access import (
     request_id,
     unauthorized,
 )
-from gateway.metrics import merged
-from gateway.pace import Pace
-from gateway.protocol import OPENAI_VOICES, ProtocolError
-from gateway.resumption import TtsChunk
-from gateway.segmenter import batches
-from gateway.service import GATEWAY, Gateway
-from gateway.settings import Settings
-from gateway.speech_api import (
+from gateway.edge.metrics import merged
+from gateway.edge.service import GATEWAY, Gateway
+from gateway.edge.workers import siblings_say
+from gateway.messages import OPENAI_VOICES, ProtocolError
+from gateway.protocols.speech_api import (
     OPENAI_MODELS,
     ApiError,
     SpeechBody,
@@ -44,15 +46,13 @@ from gateway.speech_api import (
     parse_speech_request,
     streams_by_default,
 )
-from gateway.ssml import Pause, with_phonemes
-from gateway.synthesis import SynthesisFailed, Synthesizer
-from gateway.transcripts import TRANSCRIPTION_MODELS
-from gateway.workers import siblings_say
+from gateway.protocols.transcripts import TRANSCRIPTION_MODELS
+from gateway.settings import Settings
 from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
 
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parent.parent / "static"
 SPEECH_PATH = "/v1/audio/speech"
 # The status of a failure before the first audio (or the transcript): Triton unreachable,
 # or Triton failing.

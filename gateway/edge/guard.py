@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from gateway.access import Refusal, log_refusal
+from gateway.edge.access import Refusal, log_refusal
 from gateway.settings import Settings
 
 MAX_HEAD_BYTES = 16 * 1024  # aiohttp refuses longer request heads itself

@@ -1,9 +1,9 @@
 """A connection's chat turns, sans I/O: their Thinker rounds, the audio held for a
 draft's first sentence, and the conversation so far, as actions for the I/O shell.
 
-gateway/chat.py holds the rules of one turn; this module runs a connection's turns by
-them. A turn's reply is spoken on a context of the turn's id, which the session opens
-and feeds when asked (Replies): the session alone speaks protocol v1's contexts.
+gateway/conversation/speculation.py holds the rules of one turn; this module runs a
+connection's turns by them. A turn's reply is spoken on a context of the turn's id,
+which speaking mode opens and feeds when asked (Replies): contexts are speaking's alone.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import KeysView, Mapping
 from typing import Protocol
 
 from contract.voices import VoiceInfo
-from gateway import chat as ch
-from gateway.actions import Action, Job, Send, Stop, StopThinking, Synthesize, Think
-from gateway.protocol import ChatConfig, Config, ProtocolError, Speculation, UserMessage, encode
+from gateway.conversation import speculation as ch
+from gateway.conversation.actions import Action, Job, Send, Stop, StopThinking, Synthesize, Think
+from gateway.messages import ChatConfig, Config, ProtocolError, Speculation, UserMessage, encode
 from speechstream import protocol as v1
 
 log = logging.getLogger("speechstream.gateway")
@@ -24,7 +24,7 @@ HISTORY_CHARS = 8_000  # the conversation a turn's prompt carries, newest first
 
 
 class Replies(Protocol):
-    """The session as its chat turns see it: the config they follow, the capacity their
+    """Speaking mode as the chat turns see it: the config they follow, the capacity their
     speculation yields to, and the contexts their replies are spoken on (a reply's
     context has its turn's id)."""
 
@@ -77,12 +77,12 @@ class ChatObserver(Protocol):
     def held_audio(self, seconds: float, released: bool) -> None: ...
 
 
-class Turns:
+class Chatting:
     """One connection's chat turns, from their first `user` message until their reply is written."""
 
-    def __init__(self, session: Replies, observer: ChatObserver, voices: Mapping[str, VoiceInfo],
+    def __init__(self, replies: Replies, observer: ChatObserver, voices: Mapping[str, VoiceInfo],
                  speculation_chars: int) -> None:
-        self.session = session
+        self.replies = replies
         self.observer = observer
         self.voices = voices
         self.speculation_chars = speculation_chars  # 0: no bound
@@ -126,7 +126,7 @@ class Turns:
             turn.transcript, turn.changed = message.text, True
         if message.final:
             return self._final(turn)
-        if not self._speculates(turn) or self.session.refused():
+        if not self._speculates(turn) or self.replies.refused():
             return []  # under load, speculation yields: it takes no capacity a listener needs
         if ch.reads_whole(turn.transcript) and turn.thought is not None and turn.changed:
             # The question reads as ended (a recognizer's pass over the whole utterance
@@ -152,7 +152,7 @@ class Turns:
         return []
 
     def cancel(self, turn_id: str) -> list[Action]:
-        return self._drop_turn(self._turns[turn_id]) + self.session.cancel_reply(turn_id)
+        return self._drop_turn(self._turns[turn_id]) + self.replies.cancel_reply(turn_id)
 
     def _speculates(self, turn: ch.Turn) -> bool:
         """Whether the turn drafts while the question arrives: speculation is on, and the
@@ -163,7 +163,7 @@ class Turns:
 
     @property
     def _chat_config(self) -> ChatConfig:
-        return self.session.config.chat or ChatConfig()
+        return self.replies.config.chat or ChatConfig()
 
     def _messages(self, transcript: str) -> ch.Messages:
         history, chars = [], 0
@@ -192,14 +192,14 @@ class Turns:
         over this very question, after the draft written for it, or by one request that
         verifies the draft and writes the rest."""
         if not turn.transcript.strip():
-            return self._drop_turn(turn) + [self.session.error(v1.INVALID_FIELD, "the final transcript is empty", turn.id)]
+            return self._drop_turn(turn) + [self.replies.error(v1.INVALID_FIELD, "the final transcript is empty", turn.id)]
         messages = self._messages(turn.transcript)
         stop = self._stop_stale_round(turn, messages)
         turn.final = True
         try:
-            opened = self.session.open_reply(turn.id)
+            opened = self.replies.open_reply(turn.id)
         except ProtocolError as e:  # refused (busy, draining): the turn ends, and what it ran stops
-            return stop + self._drop_turn(turn) + [self.session.error(e.code, e.message, turn.id, e.retry_after_ms)]
+            return stop + self._drop_turn(turn) + [self.replies.error(e.code, e.message, turn.id, e.retry_after_ms)]
         if turn.thought is not None:
             return stop + opened + self._round_replies(turn)
         if turn.written_for(messages):
@@ -260,7 +260,7 @@ class Turns:
 
     @property
     def _language(self) -> str:
-        return self.voices[self.session.config.voice].language_family
+        return self.voices[self.replies.config.voice].language_family
 
     def _decide(self, turn: ch.Turn) -> list[Action]:
         """The reply's draft was verified (or taken whole): say how, and release or drop the held audio."""
@@ -282,7 +282,7 @@ class Turns:
         del self._held[held.job_id]
         self.observer.held_audio(self._held_seconds(held), released=True)
         turn.spoken_from, turn.held = held.sentence.end, None  # the reply's audio now, no longer held
-        return self.session.speak_held(turn.id, held, turn.draft_text[: held.sentence.end])
+        return self.replies.speak_held(turn.id, held, turn.draft_text[: held.sentence.end])
 
     def _reply_text(self, turn: ch.Turn, text: str) -> list[Action]:
         """A delta of the decided reply: to the client, and into the context's speech past the held sentence."""
@@ -290,7 +290,7 @@ class Turns:
             return []
         said = len(turn.thought.text) - len(text)  # the reply's characters before this delta
         skip = max(0, turn.spoken_from - said)
-        speech = self.session.speak_reply(turn.id, text[skip:])
+        speech = self.replies.speak_reply(turn.id, text[skip:])
         if speech is None:
             return []
         return [Send(encode("reply_text", turn_id=turn.id, text=text))] + speech
@@ -312,13 +312,13 @@ class Turns:
         turn.thought = None
         self.observer.chat_round()
         actions = self._hold(turn)
-        if turn.wants_round() and not self.session.refused():
+        if turn.wants_round() and not self.replies.refused():
             actions.append(self._think(turn, final=False))
         return actions
 
     def _end_reply(self, turn: ch.Turn) -> list[Action]:
         del self._turns[turn.id]
-        actions = self.session.end_reply(turn.id)
+        actions = self.replies.end_reply(turn.id)
         self.history += [{"role": "user", "content": turn.transcript}, {"role": "assistant", "content": turn.thought.text}]
         self._replied = (turn.id, self.history[-1])
         return actions
@@ -329,11 +329,11 @@ class Turns:
         if turn is None:
             return []
         if not turn.thought.final:
-            log.info("session %s: a speculative round of turn %s failed: %s", self.session.id, turn.id, message)
+            log.info("session %s: a speculative round of turn %s failed: %s", self.replies.id, turn.id, message)
             turn.thought = None
             return []
-        actions = self._drop_turn(turn) + self.session.fail_reply(turn.id)
-        return actions + [self.session.error(code, message, turn.id)]
+        actions = self._drop_turn(turn) + self.replies.fail_reply(turn.id)
+        return actions + [self.replies.error(code, message, turn.id)]
 
     def _turn_thinking(self, think_id: int) -> ch.Turn | None:
         return next((t for t in self._turns.values() if t.thought is not None and t.thought.id == think_id), None)
@@ -351,10 +351,10 @@ class Turns:
             return []
         actions = self._drop_held(turn)
         # A draft of words already revised is verified by the next round, not held: its TTS would compete with that round.
-        if sentence is None or tokens is None or turn.changed or self.session.refused():
+        if sentence is None or tokens is None or turn.changed or self.replies.refused():
             return actions
-        config = self.session.config
-        job = Job(self.session.new_job(), turn.id, (sentence,), config.voice, config.voice_params, 0.0)
+        config = self.replies.config
+        job = Job(self.replies.new_job(), turn.id, (sentence,), config.voice, config.voice_params, 0.0)
         turn.held = ch.Held(sentence, tokens, job.id)
         self._held[job.id] = turn
         return actions + [Synthesize(job)]
@@ -369,7 +369,7 @@ class Turns:
 
     def _held_seconds(self, held: ch.Held) -> float:
         """The held audio synthesized so far."""
-        return sum(len(pcm) for pcm, _, _ in held.chunks) / self.voices[self.session.config.voice].sample_rate
+        return sum(len(pcm) for pcm, _, _ in held.chunks) / self.voices[self.replies.config.voice].sample_rate
 
     def _drop_turn(self, turn: ch.Turn) -> list[Action]:
         """The turn goes: its Thinker request and its held audio stop."""

@@ -20,7 +20,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from contract import models as c
-from gateway.backends import Backend, Backends, gateway_name
+from gateway.backends.servers import Backend, Backends, gateway_name
 
 READ_INTERVAL_S = 0.25
 READ_TIMEOUT_S = 1.0

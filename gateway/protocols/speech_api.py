@@ -18,9 +18,9 @@ import numpy as np
 
 from contract.models import CLIENT_PARAMS, LENGTH_SCALE, SPEAKER
 from contract.voices import VoiceInfo
-from gateway.audio import FrameEncoder
-from gateway.protocol import OPENAI_VOICES, ProtocolError, is_unicode, resolve_voice, voice_params
-from gateway.ssml import Pause, Spoken, SsmlError, looks_like_ssml, read_ssml
+from gateway.conversation.audio import FrameEncoder
+from gateway.conversation.ssml import Pause, Spoken, SsmlError, looks_like_ssml, read_ssml
+from gateway.messages import OPENAI_VOICES, ProtocolError, is_unicode, resolve_voice, voice_params
 from speechstream.media.containers import CONTENT_TYPES, FRAME_FORMATS, ContainerWriter
 
 # OpenAI's speech model names, listed by GET /v1/models; any name is accepted.
@@ -67,7 +67,7 @@ class SpeechRequest:
     extra_params: tuple[tuple[str, float | int], ...] = ()  # noise_scale, noise_w, seed, speaker
     pace: float = 1.0  # the voice's own length_scale: speed 1
     stream: bool = True  # False: the whole body at once (SSE: in one event), with exact sizes in WAV and FLAC headers
-    document: tuple[Spoken | Pause, ...] | None = None  # the input read as SSML (gateway/ssml.py)
+    document: tuple[Spoken | Pause, ...] | None = None  # the input read as SSML (gateway/conversation/ssml.py)
 
     @property
     def length_scale(self) -> float:

@@ -70,7 +70,7 @@ class Config:
     voice_params: tuple[tuple[str, float | int], ...] = ()
     chat: ChatConfig | None = None  # chat mode's settings, when the config carries `chat`
     listen: ListenConfig | None = None  # listen mode's settings, when the config carries `listen`
-    ssml: bool = False  # every `speak` is an SSML document (gateway/ssml.py)
+    ssml: bool = False  # every `speak` is an SSML document (gateway/conversation/ssml.py)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """GET /v1/stream: the asyncio shell around a protocol-v1 `Session`.
 
-It admits the client, upgrades the connection, feeds the session each client frame and
-each synthesis event, and carries out the actions it answers with. Audio goes out
+It admits the client, upgrades the connection, feeds the session each client frame, and
+carries out the actions it answers with; the backend work they start is run by one
+runner per kind (gateway/protocols/runners.py), which feed the session its events. Audio goes out
 through a bounded write buffer: while it is full, `send` waits, and so does the job
 whose audio it is, which then reads no more from Triton — the backpressure on a slow
 reader.
@@ -11,39 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
-from contextlib import aclosing
 from http import HTTPStatus
 
 from aiohttp import WSMsgType, web
 
-from gateway.access import Refusal, log_refusal, refused_origin, unauthorized
-from gateway.actions import Action, Close, Hear, Job, Send, Stop, StopThinking, Synthesize, Think
-from gateway.admission import Waiter
-from gateway.protocol import ProtocolError
-from gateway.recognition import Recognition
-from gateway.service import GATEWAY, WEBSOCKETS, Gateway
-from gateway.session import Session
-from gateway.synthesis import Resuming, SynthesisFailed
-from speechstream import protocol as v1
-
-log = logging.getLogger("speechstream.gateway")
+from gateway.conversation.actions import Action, Close, Hear, Send, Stop, StopThinking, Synthesize, Think
+from gateway.edge.access import Refusal, log_refusal, refused_origin, unauthorized
+from gateway.edge.admission import Waiter
+from gateway.edge.service import GATEWAY, WEBSOCKETS, Gateway
+from gateway.messages import ProtocolError
+from gateway.protocols.runners import (
+    ConnectionClosed,
+    JobUnwanted,
+    RecognitionRunner,
+    SynthesisRunner,
+    ThinkingRunner,
+)
+from gateway.protocols.session import Session
 
 FRAME_HEADER_BYTES = 10  # the longest a server's WebSocket frame header can be (RFC 6455 5.2)
-# After a recognizer stream fails, the microphone's audio is dropped this long before a
-# new stream is tried: one error per failure, not one per message.
-RECOGNIZER_RETRY_S = 1.0
-
-
-class ConnectionClosed(Exception):
-    """The client's WebSocket is closed or closing: nothing more goes either way."""
-
-
-class JobUnwanted(Exception):
-    """The job's context was cancelled, failed or closed while it waited to send."""
-
-
 async def stream(request: web.Request) -> web.StreamResponse:
     """Admit the client, then speak protocol v1 until it leaves."""
     gateway = request.app[GATEWAY]
@@ -62,11 +50,11 @@ async def stream(request: web.Request) -> web.StreamResponse:
     request.app[WEBSOCKETS].add(ws)
     client = request.remote or ""
     connection = Connection(ws, gateway, client, request.transport)
-    gateway.sessions[connection.session] = client
+    gateway.sessions[connection.session.speaking] = client
     try:
         await connection.run()
     finally:
-        del gateway.sessions[connection.session]
+        del gateway.sessions[connection.session.speaking]
     return ws
 
 
@@ -80,7 +68,7 @@ def limit_buffers(request: web.Request, size: int) -> None:
 
 
 class Connection:
-    """One WebSocket: its session, and a task per synthesis job in flight. It is also the
+    """One WebSocket: its session, and the runners of its backend work. It is also the
     session's Admission: the gateway's refusal, and its queue."""
 
     def __init__(
@@ -93,12 +81,11 @@ class Connection:
         self.session = Session(gateway.limits, gateway.metrics, admission=self, voices=gateway.voices,
                                chat=gateway.thinker is not None, listen=gateway.settings.listen,
                                start_when_safe=gateway.settings.start_when_safe, pace=gateway.pace)
-        self.jobs: dict[int, asyncio.Task] = {}
-        self.thinking: dict[int, asyncio.Task] = {}  # chat mode's Thinker requests in flight
+        self.synthesis = SynthesisRunner(self.session, self, gateway.synthesizer, client)
+        self.thinking = ThinkingRunner(self.session, self, gateway.thinker)  # chat mode's
+        self.recognition = RecognitionRunner(self.session, self, gateway.backends)  # listen mode's
         self.queue_tasks: set[asyncio.Task] = set()  # carrying out what the admission queue's turns said
         self.in_order = asyncio.Lock()  # so that those go out in the order of the turns
-        self.recognition: tuple[Recognition, asyncio.Task] | None = None  # listen mode's recognizer stream
-        self.recognition_retry_at = 0.0  # after a failure, no new stream before this (loop time)
 
     def refusal(self) -> ProtocolError | None:
         return self.gateway.stream_refusal(self.client)
@@ -114,10 +101,10 @@ class Connection:
         self.gateway.queue.leave((self, context_id))
 
     def starts_in_time(self, context_id: str, in_hand_s: float) -> bool:
-        return self.gateway.starts_in_time(self.session, context_id, in_hand_s)
+        return self.gateway.starts_in_time(self.session.speaking, context_id, in_hand_s)
 
     def others_first_s(self, context_id: str, first_chunk_s: float) -> float:
-        return self.gateway.others_first_s(self.session, context_id, first_chunk_s)
+        return self.gateway.others_first_s(self.session.speaking, context_id, first_chunk_s)
 
     def later(self, actions: list[Action]) -> None:
         """Carry out `actions`, which the queue's turn produced outside this connection's
@@ -140,8 +127,7 @@ class Connection:
         except ConnectionClosed:
             pass
         finally:
-            if self.recognition is not None:
-                await self.recognition[0].close(self.recognition[1])
+            await self.recognition.close()
             await self.act(self.session.abort())  # only Stops: nothing is sent
 
     async def receive(self) -> str | bytes | None:
@@ -170,17 +156,15 @@ class Connection:
                 await self.send(action.data)
             elif isinstance(action, Synthesize):
                 if self.session.is_current(action.job.id):  # not cancelled while sending
-                    self.jobs[action.job.id] = asyncio.create_task(self.synthesize(action.job))
+                    self.synthesis.start(action.job)
             elif isinstance(action, Stop):
-                if task := self.jobs.pop(action.job_id, None):
-                    task.cancel()
+                self.synthesis.stop(action.job_id)
             elif isinstance(action, Think):
-                self.thinking[action.id] = asyncio.create_task(self.think(action))
+                self.thinking.start(action)
             elif isinstance(action, StopThinking):
-                if task := self.thinking.pop(action.think_id, None):
-                    task.cancel()
+                self.thinking.stop(action.think_id)
             elif isinstance(action, Hear):
-                self.hear(action)
+                self.recognition.hear(action)
             elif isinstance(action, Close):
                 await self.ws.close(code=action.code, message=action.reason.encode())
 
@@ -210,82 +194,3 @@ class Connection:
         low, high = self.transport.get_write_buffer_limits()
         buffered = self.transport.get_write_buffer_size()
         return buffered <= low and buffered + size + FRAME_HEADER_BYTES <= high
-
-    def hear(self, hear: Hear) -> None:
-        """The microphone's audio to the recognizer stream, opened by the first audio
-        (again after a failure)."""
-        if self.recognition is None or self.recognition[1].done():
-            if hear.audio is None or asyncio.get_running_loop().time() < self.recognition_retry_at:
-                return  # nothing heard to end, or the last stream failed just now
-            listen = self.session.config.listen
-            recognition = Recognition(self.gateway.backends, self.session.id, listen.endpoint_ms, hear.at_ms,
-                                      self.recognized)
-            self.recognition = recognition, asyncio.create_task(self.listen(recognition))
-        self.recognition[0].hear(hear.audio, hear.end)
-
-    async def listen(self, recognition: Recognition) -> None:
-        """Run the recognizer stream; its failure is the client's `error`."""
-        try:
-            await recognition.run()
-        except SynthesisFailed as e:
-            self.recognition_retry_at = asyncio.get_running_loop().time() + RECOGNIZER_RETRY_S
-            with contextlib.suppress(ConnectionClosed):
-                await self.act([self.session.error(e.code, e.message)])
-
-    async def recognized(self, kind: str, utterance: object, audio_ms: int, text: str) -> None:
-        with contextlib.suppress(ConnectionClosed):
-            await self.act(self.session.recognized(kind, utterance, audio_ms, text))
-
-    async def think(self, think: Think) -> None:
-        """Run one Thinker request: each piece of the reply to the session, then its end."""
-        session = self.session
-        try:
-            reply = self.gateway.thinker.reply(think.messages, think.draft, think.top_k, think.max_tokens,
-                                               think.temperature, think.prefix)
-            # Closed at once when this task is cancelled (StopThinking), which aborts the request in vLLM.
-            async with aclosing(reply) as pieces:
-                async for piece in pieces:
-                    await self.act(session.thought(think.id, piece.ids, piece.text, piece.accepted))
-            after = session.thought_done(think.id)
-        except SynthesisFailed as e:
-            after = session.thought_failed(think.id, e.code, e.message)
-        except ConnectionClosed:
-            return
-        except Exception:
-            log.exception("session %s: Thinker request %d failed unexpectedly", session.id, think.id)
-            after = session.thought_failed(think.id, v1.INTERNAL_ERROR, "the server failed while writing this reply")
-        finally:
-            self.thinking.pop(think.id, None)
-        try:
-            await self.act(after)
-        except ConnectionClosed:
-            pass
-
-    async def synthesize(self, job: Job) -> None:
-        """Run one job: its audio to the client as it comes, then what follows it."""
-        session = self.session
-        try:
-            # Closed at once when this task is cancelled (Stop), which cancels the request in Triton.
-            speech = self.gateway.synthesizer.synthesize(
-                job.sentences, job.voice_params, self.client, job.voice, mid_stream=job.start_ms > 0  # its context spoke before
-            )
-            async with aclosing(speech) as chunks:
-                async for chunk in chunks:
-                    if isinstance(chunk, Resuming):
-                        await self.act(session.resuming(job.id, chunk.code, chunk.message, chunk.within_s), job.id)
-                    else:
-                        await self.act(session.audio(job.id, chunk.pcm, chunk.sentence_index, chunk.words), job.id)
-            after = session.finished(job.id)
-        except SynthesisFailed as e:
-            after = session.failed(job.id, e.code, e.message)
-        except (ConnectionClosed, JobUnwanted):
-            return
-        except Exception:
-            log.exception("session %s: job %d failed unexpectedly", session.id, job.id)
-            after = session.failed(job.id, v1.INTERNAL_ERROR, "the server failed while speaking this context")
-        finally:
-            self.jobs.pop(job.id, None)
-        try:
-            await self.act(after)
-        except ConnectionClosed:
-            pass

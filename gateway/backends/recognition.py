@@ -17,14 +17,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import numpy as np
 
 from contract import models as c
-from gateway.backends import Backends
-from gateway.synthesis import SynthesisFailed, infer_input, on_backend
+from gateway.backends.requests import BackendFailed, infer_input, on_backend
+from gateway.backends.servers import Backends
 from speechstream import protocol as v1
 
 STOP_WAIT_S = 2.0  # how long a closing stream waits for the recognizer's last events
 
 # (event, utterance key, where in the microphone's timeline in ms, text)
 OnEvent = Callable[[str, object, int, str], Awaitable[None]]
+
+
+class RecognitionFailed(BackendFailed):
+    """A recognizer stream that failed, or did not answer its STOP."""
+
+    code = v1.RECOGNITION_FAILED
 
 
 class Recognition:
@@ -64,22 +70,22 @@ class Recognition:
                 await asyncio.wait_for(asyncio.shield(self._stopped.wait()), STOP_WAIT_S)
         self._requests.put_nowait(None)
         running.cancel()
-        with contextlib.suppress(asyncio.CancelledError, SynthesisFailed):
+        with contextlib.suppress(asyncio.CancelledError, RecognitionFailed):
             await running
 
     async def finish(self, running: asyncio.Task, timeout_s: float) -> None:
         """STOP after the audio sent, and wait for every event it causes: a file
         transcribed whole, where `close` would cut a long backlog short. The requests
         end with the STOP, so Triton ends the stream once it has answered them all.
-        SynthesisFailed if the recognizer fails, or has not answered within `timeout_s`."""
+        RecognitionFailed if the recognizer fails, or has not answered within `timeout_s`."""
         self._send([infer_input(c.STOP, np.array([True]))], "stop")
         self._requests.put_nowait(None)
         try:
             await asyncio.wait_for(running, timeout_s)
         except asyncio.TimeoutError:  # not the builtin on Python 3.10
-            raise SynthesisFailed(v1.RECOGNITION_FAILED, f"the speech recognizer did not finish within {timeout_s:g} s") from None
+            raise RecognitionFailed(v1.RECOGNITION_FAILED, f"the speech recognizer did not finish within {timeout_s:g} s") from None
         if not self._stopped.is_set():
-            raise SynthesisFailed(v1.BACKEND_UNAVAILABLE, "the speech recognizer's stream ended before its STOP's answer")
+            raise RecognitionFailed(v1.BACKEND_UNAVAILABLE, "the speech recognizer's stream ended before its STOP's answer")
 
     def _send(self, inputs: list, request_id: str | None = None) -> None:
         inputs.insert(0, infer_input(c.STREAM_ID, np.array([self.stream_id.encode()], dtype=object)))
@@ -94,13 +100,13 @@ class Recognition:
 
     async def run(self) -> None:
         """Send the requests and pass on the recognizer's events until the stream is
-        closed; SynthesisFailed, with protocol v1's code, if it fails."""
-        async with on_backend(self.backends) as backend:
+        closed; RecognitionFailed, with protocol v1's code, if it fails."""
+        async with on_backend(self.backends, RecognitionFailed) as backend:
             async for result, error in backend.triton.stream_infer(self._outgoing()):
                 if error is not None:
                     lost = any(fault in error.message() for fault in c.STUB_FAULTS)
                     code = v1.BACKEND_UNAVAILABLE if lost else v1.RECOGNITION_FAILED
-                    raise SynthesisFailed(code, f"the speech recognizer failed: {error.message()}")
+                    raise RecognitionFailed(code, f"the speech recognizer failed: {error.message()}")
                 response = result.get_response()
                 if response.parameters["triton_final_response"].bool_param and response.id == "stop":
                     self._stopped.set()

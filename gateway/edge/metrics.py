@@ -15,7 +15,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from gateway.backends import Backend, Backends
+from gateway.backends.servers import Backend, Backends
 
 # Seconds; the goals are tens of milliseconds at the client, so most buckets sit there.
 LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)

@@ -1,4 +1,4 @@
-"""What the sans-I/O session asks its I/O shell (gateway/websocket.py) to do, in order:
+"""What the sans-I/O session asks its I/O shell (gateway/protocols/websocket.py) to do, in order:
 send a frame, start or stop a synthesis job, start or stop a Thinker request, pass the
 microphone's audio to the recognizer, close the connection."""
 

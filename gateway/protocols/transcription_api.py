@@ -19,14 +19,13 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from contract import models as c
-from gateway.backends import Backends
-from gateway.http_api import FAILURE_STATUS, METRIC_CODES, api_error, refusal_error, refused
-from gateway.recognition import Recognition
-from gateway.service import GATEWAY, Gateway
+from gateway.backends.recognition import Recognition, RecognitionFailed
+from gateway.backends.servers import Backends
+from gateway.edge.service import GATEWAY, Gateway
+from gateway.protocols.http_api import FAILURE_STATUS, METRIC_CODES, api_error, refusal_error, refused
+from gateway.protocols.speech_api import ApiError
+from gateway.protocols.transcripts import Transcript, TranscriptionRequest, parse_transcription_form, transcription_body
 from gateway.settings import Settings
-from gateway.speech_api import ApiError
-from gateway.synthesis import SynthesisFailed
-from gateway.transcripts import Transcript, TranscriptionRequest, parse_transcription_form, transcription_body
 from speechstream import protocol as v1
 from speechstream.media.decoding import AudioTooLong, UndecodableAudio, decode_audio
 
@@ -71,7 +70,7 @@ async def transcribe(gateway: Gateway, transcription: TranscriptionRequest) -> w
     try:
         bound_s = settings.stage_timeout_s and settings.stage_timeout_s + duration_s  # slower than real time: failing
         transcript = await recognize(gateway.backends, audio, bound_s)
-    except SynthesisFailed as e:
+    except RecognitionFailed as e:
         return api_error(gateway, e.code, ApiError(e.message, status=FAILURE_STATUS[e.code]))
     body = transcription_body(transcription, transcript.segments(duration_s), duration_s)
     return web.Response(body=body, headers={"Content-Type": transcription.content_type})
@@ -80,7 +79,7 @@ async def transcribe(gateway: Gateway, transcription: TranscriptionRequest) -> w
 async def recognize(backends: Backends, audio: np.ndarray, timeout_s: float) -> Transcript:
     """The recognizer's finals of `audio` (16 kHz int16), on a stream of its own: the
     audio in requests of a second, the last one ending the utterance, then STOP; every
-    event awaited, within `timeout_s` (0: no bound). SynthesisFailed if it fails."""
+    event awaited, within `timeout_s` (0: no bound). RecognitionFailed if it fails."""
     transcript = Transcript()
 
     async def heard(kind: str, utterance: object, audio_ms: int, text: str) -> None:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from contract import models as c
-from gateway.backends import Backends
-from gateway.synthesis import infer_input, on_backend, responses
+from gateway.backends.requests import BackendFailed, infer_input, on_backend, responses
+from gateway.backends.servers import Backends
+from speechstream import protocol as v1
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,12 @@ def thinker_request(messages: Sequence[dict[str, str]], draft: Sequence[int], to
     return {"model_name": c.THINKER_MODEL, "inputs": inputs, "parameters": {"triton_enable_empty_final_response": True}}
 
 
+class ThinkingFailed(BackendFailed):
+    """A Thinker request that ended without its reply."""
+
+    code = v1.SYNTHESIS_FAILED  # protocol v1 has no code of its own for the chat model
+
+
 class Thinker:
     def __init__(self, backends: Backends, progress_s: float) -> None:
         self.backends = backends
@@ -45,11 +52,11 @@ class Thinker:
     async def reply(self, messages: Sequence[dict[str, str]], draft: Sequence[int], top_k: int, max_tokens: int,
                     temperature: float, prefix: Sequence[int] = ()) -> AsyncIterator[ReplyPiece]:
         """The reply, piece by piece (after `prefix`, if given: the reply's start, decided
-        already); SynthesisFailed if it cannot come. Leaving early cancels the request,
+        already); ThinkingFailed if it cannot come. Leaving early cancels the request,
         which aborts it in vLLM."""
         request = thinker_request(messages, draft, top_k, max_tokens, temperature, prefix)
-        async with on_backend(self.backends) as backend:
-            async with aclosing(responses(backend, request, self.progress_s)) as results:
+        async with on_backend(self.backends, ThinkingFailed) as backend:
+            async with aclosing(responses(backend, request, self.progress_s, ThinkingFailed)) as results:
                 async for result in results:
                     accepted = result.as_numpy(c.ACCEPTED)
                     yield ReplyPiece(result.as_numpy(c.TOKEN_IDS).tolist(), result.as_numpy(c.TEXT)[0].decode(),

@@ -1,6 +1,6 @@
 """Protocol v1's chat mode, the pure parts: a turn's speculation rounds, the draft they
 leave, the first sentence to hold, and the outcome of the final input. A connection's
-turns (gateway/turns.py) turn them into actions; tests/unit/test_gateway_chat.py tests
+turns (gateway/conversation/chatting.py) turn them into actions; tests/unit/test_gateway_chat.py tests
 them without Triton.
 
 A turn's transcript arrives word by word (`user` messages). While it does, a round asks
@@ -22,8 +22,8 @@ import enum
 from dataclasses import dataclass, field
 
 from contract.text import Sentence
-from gateway.protocol import Speculation
-from gateway.segmenter import Segmenter
+from gateway.conversation.segmenter import Segmenter
+from gateway.messages import Speculation
 
 MAX_ROUNDS = 8  # speculative rounds a turn may run: a bound on the Thinker's work for one question
 DRAFT_TOKENS = 48  # what a round drafts past its draft: more than a first sentence, little to throw away

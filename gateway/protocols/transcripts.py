@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contract import models as c
-from gateway.speech_api import ApiError
+from gateway.protocols.speech_api import ApiError
 
 # OpenAI's transcription model names and ours, listed by GET /v1/models; any name is
 # accepted, as for speech: one recognizer serves them all.

@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from contract.models import SECONDS_PER_CHAR
-from gateway.actions import Action
+from gateway.conversation.actions import Action
 
 
 @dataclass
