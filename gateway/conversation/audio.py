@@ -11,11 +11,9 @@ import numpy as np
 import opuslib
 import soxr
 
-# Opus' encoder effort (0-10) by the stream's sample rate. At 48 kHz, 5 took a third of
-# the CPU of 10 (the default; 13 ms per audio second here, 7 % of the synthesis CPU) with
-# this voice decoding as close to its input (correlation 0.995 either way). At 24 and
-# 16 kHz, at their own automatic bitrates, 5 loses more (0.986 and 0.973 against 0.990),
-# so those rates keep 10.
+# Opus' encoder effort (0-10) by the stream's sample rate: at 48 kHz a lower effort costs
+# far less CPU for the same fidelity to this voice; at the lower rates it loses fidelity,
+# so those keep the default, 10 (docs/design.md, Audio out).
 OPUS_COMPLEXITY = {48000: 5}
 
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the rates an Opus encoder takes (RFC 6716)
@@ -23,12 +21,10 @@ OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the rates an Opus encoder tak
 
 RESAMPLE_SLICE = 4096  # source samples per call into the resampler
 
-# soxr's low quality: on this voice's speech its output is 58 dB from the very high
-# quality's, above the 45 dB the chunked synthesis keeps and below Opus' own noise, and
-# resampling up from the voice's rate it holds back about 1 ms of what it is given. The
-# high quality (103 dB) held 19-37 ms of each chunk until the next came, so a listener
-# had that much less in hand than `tts` counts on when it judges what is urgent
-# (docs/benchmarks.md, The resampler's hold).
+# soxr's low quality: closer to the very high quality than the chunked synthesis keeps
+# and Opus' own noise, and it holds back almost nothing of a chunk until the next comes;
+# what a higher quality holds, a listener lacks of what `tts` counts as sent when it
+# judges what is urgent (docs/design.md, Audio out).
 RESAMPLE_QUALITY = "LQ"
 
 
@@ -137,7 +133,7 @@ class FrameEncoder:
         if self._resampler is None:
             return pcm
         # soxr keeps buffers as large as the largest chunk it was given, for the stream's
-        # life: fed in slices, a stream costs about 0.1 MB rather than 0.9 MB.
+        # life: fed in slices, a stream keeps small ones.
         slices = [pcm[i:i + RESAMPLE_SLICE] for i in range(0, pcm.size, RESAMPLE_SLICE)] or [pcm]
         return np.concatenate([self._resampler.resample_chunk(s, last=last and s is slices[-1]) for s in slices])
 

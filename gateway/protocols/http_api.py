@@ -75,12 +75,24 @@ async def speech(request: web.Request) -> web.StreamResponse:
     try:
         speech_request = await read_speech_request(request, gateway.settings, gateway.key_failures, gateway.voices)
     except ApiError as e:
-        return api_error(gateway, METRIC_CODES.get(e.status, v1.INVALID_MESSAGE), e)
+        return invalid(gateway, e)
+    if refused_now := stream_refused(request, gateway):
+        return refused_now
     client = request.remote or ""
-    if refusal := gateway.stream_refusal(client):
-        return api_error(gateway, refusal.code, refusal_error(refusal))
     with gateway.http_stream(client) as pace:
         return await stream_speech(request, gateway, speech_request, client, pace)
+
+
+def invalid(gateway: Gateway, error: ApiError) -> web.Response:
+    """OpenAI's error for a request that could not be read, counted under its code."""
+    return api_error(gateway, METRIC_CODES.get(error.status, v1.INVALID_MESSAGE), error)
+
+
+def stream_refused(request: web.Request, gateway: Gateway) -> web.Response | None:
+    """OpenAI's error for a request refused a stream now (Gateway.stream_refusal), or None."""
+    if refusal := gateway.stream_refusal(request.remote or ""):
+        return api_error(gateway, refusal.code, refusal_error(refusal))
+    return None
 
 
 def refusal_error(refusal: ProtocolError) -> ApiError:

@@ -22,7 +22,7 @@ from contract import models as c
 from gateway.backends.recognition import Recognition, RecognitionFailed
 from gateway.backends.servers import Backends
 from gateway.edge.service import GATEWAY, Gateway
-from gateway.protocols.http_api import FAILURE_STATUS, METRIC_CODES, api_error, refusal_error, refused
+from gateway.protocols.http_api import FAILURE_STATUS, api_error, invalid, refused, stream_refused
 from gateway.protocols.speech_api import ApiError
 from gateway.protocols.transcripts import Transcript, TranscriptionRequest, parse_transcription_form, transcription_body
 from gateway.settings import Settings
@@ -49,11 +49,10 @@ async def transcriptions(request: web.Request) -> web.Response:
     try:
         transcription = parse_transcription_form(*await read_form(request, gateway.settings))
     except ApiError as e:
-        return api_error(gateway, METRIC_CODES.get(e.status, v1.INVALID_MESSAGE), e)
-    client = request.remote or ""
-    if refusal := gateway.stream_refusal(client):
-        return api_error(gateway, refusal.code, refusal_error(refusal))
-    with gateway.http_stream(client) as pace:
+        return invalid(gateway, e)
+    if refused_now := stream_refused(request, gateway):
+        return refused_now
+    with gateway.http_stream(request.remote or "") as pace:
         pace.streamed = False  # nothing is played as it comes: no lead for admission to weigh
         return await transcribe(gateway, transcription)
 
