@@ -30,7 +30,7 @@ from contract.voices import VoiceError
 from gateway import settings as s
 from gateway.backends import discovery, fleet
 from gateway.backends.servers import HEALTH_INTERVAL_S
-from gateway.edge.guard import listen
+from gateway.edge.guard import open_server
 from gateway.edge.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.edge.workers import WORKER_ENV, Worker, from_environment, serve_workers
 from gateway.protocols import http_api, transcription_api
@@ -128,7 +128,7 @@ async def serve_forever(settings: Settings, worker: Worker | None = None) -> Non
                            shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     raise_open_file_limit(settings.max_connections)
-    listener = await listen(runner.server, settings, reuse_port=worker is not None)
+    server_socket = await open_server(runner.server, settings, reuse_port=worker is not None)
     own = await answer_for_itself(gateway, worker) if worker else None
     # What startup made (mostly the modules) lives as long as the process: out of the
     # collector's reach, it no longer lengthens a full collection, which pauses every
@@ -143,7 +143,7 @@ async def serve_forever(settings: Settings, worker: Worker | None = None) -> Non
     finally:
         await gateway.drain(settings.drain_s)
         log.info("gateway stopping: closing %d WebSockets", sum(not ws.closed for ws in runner.app[WEBSOCKETS]))
-        listener.close()
+        server_socket.close()
         if own:
             await own.cleanup()
         await runner.cleanup()

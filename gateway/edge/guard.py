@@ -240,8 +240,8 @@ class GuardedConnection(asyncio.Protocol):
             self.inner.connection_lost(exc)
 
 
-async def listen(handler: Callable[[], asyncio.Protocol], settings: Settings, reuse_port: bool = False) -> asyncio.Server:
-    """Listen on the settings' address, each connection guarded, then given to `handler`
+async def open_server(handler: Callable[[], asyncio.Protocol], settings: Settings, reuse_port: bool = False) -> asyncio.Server:
+    """The server socket on the settings' address, each connection guarded, then given to `handler`
     (aiohttp's `AppRunner.server`); with `reuse_port`, beside other processes on it."""
     counts = ConnectionCounts(settings.max_connections, settings.max_connections_per_client)
     loop = asyncio.get_running_loop()

@@ -160,22 +160,22 @@ class RecognitionRunner:
         self.session = session
         self.shell = shell
         self.backends = backends
-        self.stream: tuple[Recognition, asyncio.Task] | None = None
+        self.recognizer_stream: tuple[Recognition, asyncio.Task] | None = None
         self.retry_at = 0.0  # after a failure, no new stream before this (loop time)
 
     def hear(self, hear: Hear) -> None:
         """The microphone's audio to the recognizer stream."""
-        if self.stream is None or self.stream[1].done():
+        if self.recognizer_stream is None or self.recognizer_stream[1].done():
             if hear.audio is None or asyncio.get_running_loop().time() < self.retry_at:
                 return  # nothing heard to end, or the last stream failed just now
             listen = self.session.config.listen
             recognition = Recognition(self.backends, self.session.id, listen.endpoint_ms, hear.at_ms, self._recognized)
-            self.stream = recognition, asyncio.create_task(self._run(recognition))
-        self.stream[0].hear(hear.audio, hear.end)
+            self.recognizer_stream = recognition, asyncio.create_task(self._run(recognition))
+        self.recognizer_stream[0].hear(hear.audio, hear.end)
 
     async def close(self) -> None:
-        if self.stream is not None:
-            await self.stream[0].close(self.stream[1])
+        if self.recognizer_stream is not None:
+            await self.recognizer_stream[0].close(self.recognizer_stream[1])
 
     async def _run(self, recognition: Recognition) -> None:
         """Run the recognizer stream; its failure is the client's `error`."""
