@@ -1,6 +1,6 @@
-"""Client protocol v1, sans I/O: parsing client messages, building server messages,
-and the binary audio frame header. No sockets here; see ../shared/DESIGN.md and the
-README for the contract.
+"""Protocol v1's messages, sans I/O: client messages parsed and checked, server messages
+built. No sockets here; the contract is docs/protocol.md, its vocabulary and the binary
+audio frame header speechstream/protocol.py.
 """
 
 from __future__ import annotations

@@ -344,6 +344,6 @@ class Page {
 }
 
 const page = new Page();
-// The page's one global, for the browser tests (tests/test_page.py, tests/test_chat.py) and
+// The page's one global, for the browser tests (tests/browser/test_page.py, tests/browser/test_page_listen.py) and
 // a person at the console: what it measured (`fresh` above), a read-only copy at each read.
 Object.defineProperty(window, "speechstream", { get: () => page.measured });
