@@ -1,7 +1,7 @@
 """Triton servers found in DNS: the A records of one name (a Kubernetes headless
 Service's), resolved again every few seconds, each address a backend on the Service's
 port. A new address takes requests once it is up and has passed its probe; one gone
-from the records drains (backends.Backends.update). Balancing per request over the pods
+from the records drains (servers.Backends.update). Balancing per request over the pods
 is the point: kube-proxy would pin the gateway's one HTTP/2 connection to one pod.
 
 The name is resolved by the system's resolver, or by asking one DNS server directly

@@ -2,7 +2,7 @@
 serves now for the other gateways, read from its metrics port a few times a second.
 
 `tts` keeps two gauges of the requests it is synthesizing: all of them, and each
-gateway's apart, by the name the gateway gives itself (`backends.gateway_name`). A
+gateway's apart, by the name the gateway gives itself (`servers.gateway_name`). A
 gateway counts its own streams as they open, and the others' from the last reading: the
 server's count less its own there as the server counted them (Backend.serving). So G
 gateways admit together what the servers sustain (service.Gateway.stream_refusal), a

@@ -1,5 +1,5 @@
 """How far a streamed HTTP speech body is ahead of its listener: the lead that admission
-weighs for it, as it does a WebSocket context's (session.Context.lead_s)."""
+weighs for it, as it does a WebSocket context's (contexts.Context.lead_s)."""
 
 from __future__ import annotations
 

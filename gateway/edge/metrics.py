@@ -67,7 +67,7 @@ class Metrics:
             "discarded (the draft changed or failed verification)", ["fate"], registry=r,
         )
 
-    # What sessions and the speech endpoint report (session.Observer).
+    # What sessions and the speech endpoint report (contexts.Observer).
 
     def error(self, code: str) -> None:
         self._errors.labels(code).inc()
