@@ -78,7 +78,7 @@ chat_environment() {
 }
 
 if [ "${1:-}" = "--tests" ]; then
-  side_environment "${LOCUST_VENV:-.venv-locust}" perf/locust-requirements.txt Locust
+  side_environment "${LOCUST_VENV:-.venv-locust}" perf/frameworks/locust-requirements.txt Locust
   side_environment "${AGENTS_VENV:-.venv-agents}" tests/agents-requirements.txt "LiveKit Agents and Pipecat"
   side_environment "${BUILD_VENV:-.venv-build}" tests/build-requirements.txt "torch and Piper's VITS (test model builds)"
   chat_environment

@@ -1,5 +1,5 @@
 """What the voice-agent framework drivers (tests/pipecat_driver.py, tests/livekit_driver.py)
-and perf/frameworks.py share: an LLM's reply as it streams, and the gateway's metrics.
+and perf/frameworks/agents.py share: an LLM's reply as it streams, and the gateway's metrics.
 Standard library only: the drivers run in the frameworks' environment (.venv-agents)."""
 
 from __future__ import annotations

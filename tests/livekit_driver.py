@@ -1,7 +1,7 @@
 """Drives speechstream's LiveKit Agents TTS plugin (speechstream/livekit.py) against a
 running gateway and prints what happened as JSON on its last line. Runs in the agent
 frameworks' environment (.venv-agents, where livekit-agents is) with the repository's
-root on its path, driven by tests/integration/test_livekit.py (and perf/frameworks.py):
+root on its path, driven by tests/integration/test_livekit.py (and perf/frameworks/agents.py):
 
     .venv-agents/bin/python tests/livekit_driver.py stream URL TEXT [--seed N]
     .venv-agents/bin/python tests/livekit_driver.py synthesize URL TEXT [--seed N]

@@ -112,7 +112,7 @@ class Sink(FrameProcessor):
 
 
 class AnswerAtOnce(TTSService):
-    """Pipecat's own floor for perf.frameworks: a TTS service whose audio is there the
+    """Pipecat's own floor for perf.frameworks.agents: a TTS service whose audio is there the
     moment its text is (a frame of silence for each text frame), on the same audio
     context path as ours; what a turn takes through it is the pipeline's alone."""
 
@@ -256,7 +256,7 @@ async def speak(url: str, rate: int, pause_s: float, text: str, voice: str | Non
 
 async def ttfa(url: str, n: int, text: str, floor: bool = False) -> dict:
     """N bots at once, each one turn after a warm-up turn of its own (the connection and
-    the server warm, as the other paths of perf.frameworks): from its first text frame
+    the server warm, as the other paths of perf.frameworks.agents): from its first text frame
     queued to its first audio."""
     bots = [Bot(url, 24000, floor=floor) for _ in range(n)]
     await asyncio.gather(*(bot.start() for bot in bots))

@@ -1,6 +1,6 @@
 """Speech for the recognizer's checks: text spoken by the embedded voice in process, as
 a microphone would send it (int16, 16 kHz unless asked otherwise), and transcripts
-compared word by word. Used by the tests and by perf/asr.py and perf/voice.py."""
+compared word by word. Used by the tests and by perf/voice/asr.py and perf/voice/end_to_end.py."""
 
 from __future__ import annotations
 

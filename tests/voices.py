@@ -21,7 +21,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from perf.workloads import HARVARD
+from perf.tools.workloads import HARVARD
 from python_backends.piper.voice import cache_dir, embedded_voice_files
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import perf.soak
 from operations.loopback import Servers
-from perf.chaos import FAULT_SETS
+from perf.soak.chaos import FAULT_SETS
 from perf.soak.goals import missed
 from perf.soak.report import write
 from perf.soak.run import soak
 
 MAX_DURATION_S = 600.0
 MIN_DURATION_S = 30.0
-RESULTS = Path(__file__).parents[1] / "results"
+RESULTS = Path(__file__).parents[1] / "results" / "soak"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

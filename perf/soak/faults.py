@@ -1,4 +1,4 @@
-"""Faults beside the load (--chaos): perf.chaos strikes the supervised Triton while the
+"""Faults beside the load (--chaos): perf.soak.chaos strikes the supervised Triton while the
 listeners run, and Triton is to serve again after the last."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator
 
 from operations.loopback import Servers
-from perf.chaos import Fault, inject
+from perf.soak.chaos import Fault, inject
 
 READY_S = 120.0  # after a chaos run, Triton must be ready again within this
 

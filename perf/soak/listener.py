@@ -15,10 +15,10 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from perf.soak.tally import ABORTED, CANCELLED, COMPLETED, Failed, Failure, Heard, Tally
 from perf.soak.utterance import Utterance
-from perf.workloads import harvard_sentences
+from perf.tools.workloads import harvard_sentences
 from speechstream.client import Router, connection
 
-PARAGRAPH_SENTENCES = 8  # as perf.workloads' "paragraph"
+PARAGRAPH_SENTENCES = 8  # as perf.tools.workloads' "paragraph"
 LEAD_S = 1.0  # a player holds about a second of audio ahead of playback
 STALL_S = 30.0  # no message for this long while waiting for one is a hang
 DRAIN_S = 60.0  # after the soak, in-flight utterances must end within this

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 from contract.models import TTS_ACTIVE_METRIC
 from operations.loopback import Servers, triton_metrics
-from perf.chaos import Fault
 from perf.soak.calibration import calibrate
+from perf.soak.chaos import Fault
 from perf.soak.faults import beside_the_load
 from perf.soak.listener import run_listeners
 from perf.soak.monitor import Sample, growth, log_errors, monitor, settle, shm_entries, shm_leaks

@@ -7,7 +7,7 @@ import argparse
 import statistics
 from dataclasses import asdict
 
-from perf.chaos import Fault
+from perf.soak.chaos import Fault
 from perf.soak.tally import ABORTED, CANCELLED, COMPLETED, Failed, Heard, Tally
 
 HANGS = {"stalled", "drain_timeout"}  # what a hang is

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from perf.playback import Player, Stall
 from perf.soak.tally import CANCELLED, COMPLETED, Failure
+from perf.tools.playback import Player, Stall
 from speechstream import protocol as v1
 from speechstream.client import Event
 

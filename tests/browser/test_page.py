@@ -13,7 +13,7 @@ from tests.pages import ARTIFACTS, FINISHED, KEY_FIELD_HINT, RATE, REPORT, http_
 
 
 def harvard(n):
-    from perf.workloads import harvard_sentences
+    from perf.tools.workloads import harvard_sentences
 
     sentences = harvard_sentences()
     return " ".join(sentences[i % len(sentences)] for i in range(n))
@@ -201,7 +201,7 @@ def test_page_says_busy_and_retries_when_the_server_is_at_capacity(triton, open_
     import json
     import time
 
-    from perf.workloads import workload
+    from perf.tools.workloads import workload
     from speechstream.client import SyncSpeechClient
 
     # No room past the load for a stream ahead of its listener: the holder, reading nothing, is.

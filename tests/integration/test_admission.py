@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from operations.loopback import gateway_metric
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream import protocol as v1
 from speechstream.client import SpeechClient, SpeechError, connection
 from tests.integration.test_discovery import open_context, open_until_refused, wait_for

@@ -1,10 +1,10 @@
-"""One short run of perf.bench against the session's gateway. (The benchmark's pure
+"""One short run of perf.speech.bench against the session's gateway. (The benchmark's pure
 parts, without a network: tests/unit/test_bench.py.)"""
 
 import json
 
-from perf import bench
-from perf.clients import poisson_arrivals
+from perf.speech import bench
+from perf.speech.clients import poisson_arrivals
 
 
 def test_a_quick_run_against_the_session_gateway(gateway, tmp_path):

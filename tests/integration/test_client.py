@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream import protocol as v1
 from speechstream.client import SpeechClient, SpeechError, SyncSpeechClient
 

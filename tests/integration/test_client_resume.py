@@ -9,7 +9,7 @@ import signal
 import numpy as np
 import pytest
 
-from perf.workloads import harvard_sentences
+from perf.tools.workloads import harvard_sentences
 from speechstream.client import Event, SpeechClient
 from tests.unit.test_client_resume import READY, assert_one_timeline
 

@@ -13,7 +13,7 @@ import pytest
 
 from operations.loopback import free_ports
 from operations.supervisor import TritonServer
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream import protocol as v1
 from tests.dns_server import dns_server
 from tests.recorder import Recorder, holding_connection

@@ -17,7 +17,7 @@ import pytest
 
 from contract import models as c
 from contract.text import split_sentences
-from perf.workloads import harvard_sentences
+from perf.tools.workloads import harvard_sentences
 from python_backends.piper.engines import AcousticEngine, VocoderEngine
 from python_backends.piper.inputs import VoiceParams
 from python_backends.piper.voice import load_voice

@@ -34,7 +34,7 @@ from contract import models as c
 from gateway.backends import NOT_PROBED
 from operations.loopback import free_ports, stop, wait_for_http
 from operations.supervisor import TritonServer
-from perf.workloads import harvard_sentences, workload
+from perf.tools.workloads import harvard_sentences, workload
 from speechstream import protocol as v1
 from speechstream.client import SpeechClient, connection
 from tests.dns_server import dns_server

@@ -21,7 +21,7 @@ from contract import models as c
 from contract.voices import EMBEDDED
 from gateway.audio import G711_CODECS
 from operations.triton_client import inference_count, stream
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream import protocol as v1
 from speechstream.client import SpeechClient, connection
 from tests.integration.test_triton_faults import active_tts_requests

@@ -1,8 +1,8 @@
 """Floods against a gateway over the real Triton: the slow-loris, and one address that
 takes more than its share. A normal client from another address must be served all the
-while. Clients come from distinct loopback addresses (perf/floods.py), as they would
+while. Clients come from distinct loopback addresses (perf/gateway/floods.py), as they would
 from distinct hosts. How fast the normal client is served beside the flood is measured
-by `python -m perf.fairness`, not here."""
+by `python -m perf.gateway.fairness`, not here."""
 
 import time
 
@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from gateway.settings import Settings
-from perf import floods
+from perf.gateway import floods
 from speechstream import protocol as v1
 from speechstream.client import SyncSpeechClient
 

@@ -17,7 +17,7 @@ import pytest
 import websockets
 
 from gateway.settings import Settings
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream import protocol as v1
 from speechstream.client import connection
 from tests.recorder import Recorder

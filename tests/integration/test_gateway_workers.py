@@ -15,7 +15,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream import protocol as v1
 from speechstream.client import SpeechClient, SpeechError
 from tests.integration.test_admission import warmed

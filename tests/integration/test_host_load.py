@@ -1,4 +1,4 @@
-"""perf/host_load.py: the client's stalls measured from inside, and other processes'
+"""perf/tools/host_load.py: the client's stalls measured from inside, and other processes'
 load from a session of their own. Real processes: one stopped by pid with SIGSTOP, the
 load's processes found and counted by their session."""
 
@@ -10,12 +10,12 @@ import time
 
 import psutil
 
-from perf.host_load import other_load
+from perf.tools.host_load import other_load
 from tests.voices import ROOT
 
 STALLED = """
 import time
-from perf.host_load import ClientStalls
+from perf.tools.host_load import ClientStalls
 with ClientStalls() as stalls:
     print("ticking", flush=True)
     time.sleep(1.5)

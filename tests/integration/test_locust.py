@@ -1,4 +1,4 @@
-"""perf/locustfile.py loads the real gateway headless and reports TTFP and underruns."""
+"""perf/frameworks/locustfile.py loads the real gateway headless and reports TTFP and underruns."""
 
 import csv
 import os
@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
-LOCUSTFILE = ROOT / "perf" / "locustfile.py"
-# Locust's own environment (scripts/setup.sh --tests; perf/locust-requirements.txt says why).
+LOCUSTFILE = ROOT / "perf" / "frameworks" / "locustfile.py"
+# Locust's own environment (scripts/setup.sh --tests; perf/frameworks/locust-requirements.txt says why).
 LOCUST = ROOT / os.environ.get("LOCUST_VENV", ".venv-locust") / "bin" / "locust"
 
 

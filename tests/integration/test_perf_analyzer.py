@@ -2,7 +2,7 @@
 the sweep's numbers are read correctly from its profile export."""
 
 
-from perf import perf_analyzer as pa
+from perf.tools import perf_analyzer as pa
 
 
 def test_sweep_streams_tts(triton, tmp_path):

@@ -1,8 +1,8 @@
-"""perf.gateway_cpu measures a real gateway's CPU over the audio it delivered."""
+"""perf.gateway.cpu measures a real gateway's CPU over the audio it delivered."""
 
 import pytest
 
-from perf.gateway_cpu import measure
+from perf.gateway.cpu import measure
 from speechstream import protocol as v1
 
 

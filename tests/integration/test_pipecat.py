@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from perf.workloads import harvard_sentences
+from perf.tools.workloads import harvard_sentences
 from speechstream.client import SyncSpeechClient
 from tests.integration.test_agent_frameworks import PYTHON, ROOT
 from tests.integration.test_speech_http import SEED, TEXT

@@ -1,4 +1,4 @@
-"""perf/replay.py, the benchmark's stand-in for Triton (perf/gateway_ceiling.py): what it
+"""perf/gateway/replay.py, the benchmark's stand-in for Triton (perf/gateway/ceiling.py): what it
 records through a gateway from the session's real Triton, it answers again with no
 Triton at all, the same audio; a request it never recorded fails with a clear error."""
 
@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from operations.loopback import free_ports
-from perf.gateway_ceiling import GATEWAY_FLAGS, replay
+from perf.gateway.ceiling import GATEWAY_FLAGS, replay
 from speechstream.client import SpeechClient, SpeechError
 from tests.servers import Gateways
 

@@ -11,7 +11,7 @@ import av
 import pytest
 from websockets.sync.server import serve
 
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream.client import say
 
 

@@ -10,7 +10,7 @@ import pytest
 from contract import models as c
 from operations.loopback import free_ports, gateway_metric, triton_metrics
 from operations.supervisor import TritonServer
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream import protocol as v1
 from speechstream.client import connection
 from tests.integration.test_triton_faults import kill_tree, readiness

@@ -15,7 +15,7 @@ import pytest
 from operations.loopback import free_ports, stop, wait_for_http
 from operations.process_tree import alive, stub_of
 from operations.shared_memory import SHM_PREFIX
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream.client import SpeechClient, SpeechError
 from speechstream.protocol import PROTOCOL_PATH, SERVER_DRAINING, SYNTHESIS_FAILED
 

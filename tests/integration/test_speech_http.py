@@ -20,7 +20,7 @@ import soundfile
 from contract import models as c
 from operations.loopback import triton_metrics
 from operations.triton_client import inference_count
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream.client import SyncSpeechClient
 from tests.unit.test_gateway_containers import (
     UNKNOWN_WAV_SIZE,

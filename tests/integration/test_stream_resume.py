@@ -16,7 +16,7 @@ import pytest
 from contract import models as c
 from operations.loopback import free_ports
 from operations.supervisor import TritonServer
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream import protocol as v1
 from speechstream.client import connection
 from tests.audio import snr_db

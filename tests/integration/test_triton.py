@@ -17,7 +17,7 @@ from operations.triton_client import (
     inference_count,
     stream,
 )
-from perf.workloads import harvard_sentences, workload
+from perf.tools.workloads import harvard_sentences, workload
 from tests.audio import snr_db
 
 

@@ -20,7 +20,7 @@ from operations.loopback import free_ports, stop, triton_metrics
 from operations.shared_memory import stub_regions
 from operations.supervisor import TritonServer
 from operations.triton_client import inference_count
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from speechstream import protocol as v1
 from speechstream.client import connection
 from tests.recorder import Recorder

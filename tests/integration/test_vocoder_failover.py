@@ -20,8 +20,8 @@ from operations.loopback import free_ports
 from operations.process_tree import model_of
 from operations.supervisor import TritonServer
 from operations.triton_client import Stream
-from perf.metrics import Stream as Timing
-from perf.workloads import workload
+from perf.tools.metrics import Stream as Timing
+from perf.tools.workloads import workload
 from tests.audio import snr_db
 from tests.servers import running
 

@@ -1,5 +1,5 @@
 """The benchmark's pure parts (numbers from arrival times, WAV and Wyoming parsing, goal
-checks, the report) without a network, and one short run of perf.bench against the
+checks, the report) without a network, and one short run of perf.speech.bench against the
 session's gateway."""
 
 import asyncio
@@ -10,10 +10,11 @@ import wave
 
 import pytest
 
-from perf import bench, breakdown
-from perf.clients import poisson_arrivals, read_wyoming_event
-from perf.goals import goals
-from perf.metrics import (
+from perf.speech import bench, breakdown
+from perf.speech.clients import poisson_arrivals, read_wyoming_event
+from perf.speech.goals import goals
+from perf.speech.report import markdown
+from perf.tools.metrics import (
     Stream,
     WavProgress,
     percentile,
@@ -21,7 +22,6 @@ from perf.metrics import (
     throughput,
     wav_layout,
 )
-from perf.report import markdown
 
 FRAME = 0.02
 
@@ -141,7 +141,7 @@ def run_row(system, level, ttfp_p50, ttfp_p99, throughput_, stalls=0, gateway_cp
 @pytest.fixture
 def results():
     return {
-        "date": "2026-01-01T00:00:00+00:00", "commit": "abc1234", "command": "python -m perf.bench",
+        "date": "2026-01-01T00:00:00+00:00", "commit": "abc1234", "command": "python -m perf.speech.bench",
         "machine": {"model": "AMD EPYC", "cores": 2, "loadavg_before": (1.0, 1.0, 1.0), "loadavg_after": (2.0, 1.0, 1.0)},
         "mode": "back to back", "options": {"rounds": 3, "min_streams": 24, "level_seconds": 60.0, "limit_seconds": 10, "listen": False},
         "workloads": ["paragraph"], "levels": [1, 8, 32],

@@ -12,7 +12,7 @@ from contract import models as c
 from contract.models import VOCODER_BUCKETS
 from contract.text import split_sentences
 from contract.voices import EMBEDDED, voice_info
-from perf.workloads import workload
+from perf.tools.workloads import workload
 from python_backends import chunking
 from python_backends.inputs import read_chunk_params
 from python_backends.piper.engines import AcousticEngine, VocoderEngine

@@ -3,7 +3,7 @@ the sweep's numbers are read correctly from its profile export."""
 
 import pytest
 
-from perf import perf_analyzer as pa
+from perf.tools import perf_analyzer as pa
 
 # The export's layout (perf_analyzer 2.51), cut down: timestamps in ns, outputs copied in,
 # WORDS with its raw length prefixes, PCM as floats.

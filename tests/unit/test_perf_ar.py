@@ -1,8 +1,8 @@
-"""The AR benchmarks' reports (perf/ar.py, perf/step_logits.py): tables and plots."""
+"""The AR benchmarks' reports (perf/ar/bench.py, perf/ar/step_logits.py): tables and plots."""
 
 
-from perf.ar import guidance_table, late_first_line, merge_rounds, plot, table
-from perf.step_logits import table as step_table
+from perf.ar.bench import guidance_table, late_first_line, merge_rounds, plot, table
+from perf.ar.step_logits import table as step_table
 
 
 def level(streams, tokens, first_packet=300.0, lost=0, late=0, first_of_time=0.05, rounds=1, stall=0.01):

@@ -1,9 +1,9 @@
-"""perf.ar_gateway's report: first audio per level, its p50 and p99, and the streams whose
+"""perf.ar.gateway's report: first audio per level, its p50 and p99, and the streams whose
 first audio came after LATE_FIRST of their time, and the underruns, counted from the
 streams as recorded."""
 
-from perf.ar import LATE_FIRST
-from perf.ar_gateway import Stream, summary
+from perf.ar.bench import LATE_FIRST
+from perf.ar.gateway import Stream, summary
 
 
 def test_the_report_counts_late_first_audio_and_leaves_refused_streams_out_of_the_figures():

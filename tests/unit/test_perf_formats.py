@@ -1,4 +1,4 @@
-"""perf.formats finds where the first audio begins in each response format's body."""
+"""perf.speech.formats finds where the first audio begins in each response format's body."""
 
 import io
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gateway.speech_api import SpeechBody, SpeechRequest
-from perf.formats import FORMATS, audio_offset
+from perf.speech.formats import FORMATS, audio_offset
 
 SOURCE_RATE = 22050
 

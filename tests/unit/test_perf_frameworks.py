@@ -1,6 +1,6 @@
-"""perf/frameworks.py's report: each plugin's median against our client's in its shape."""
+"""perf/frameworks/agents.py's report: each plugin's median against our client's in its shape."""
 
-from perf.frameworks import report
+from perf.frameworks.agents import report
 
 
 def test_each_plugin_is_set_against_the_client_in_its_shape(capsys):

@@ -1,9 +1,9 @@
-"""perf.opus measures each way of encoding a 48 kHz Opus stream on real speech."""
+"""perf.gateway.opus measures each way of encoding a 48 kHz Opus stream on real speech."""
 
 import pytest
 
-from perf import opus
-from perf.opus import RATE, Way, decode, encode, measure, table, ways
+from perf.gateway import opus
+from perf.gateway.opus import RATE, Way, decode, encode, measure, table, ways
 from tests.audio import coded_band_hz
 
 

@@ -1,6 +1,6 @@
-"""perf/voice.py's summary and report, on turns made up for the test (no server)."""
+"""perf/voice/end_to_end.py's summary and report, on turns made up for the test (no server)."""
 
-from perf import voice
+from perf.voice import end_to_end as voice
 
 
 def turn(mode, question, v2v_s, outcome, reply="Paris."):

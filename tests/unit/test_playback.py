@@ -2,7 +2,7 @@
 
 import pytest
 
-from perf.playback import stalls
+from perf.tools.playback import stalls
 
 FRAME = 0.02  # 20 ms frames
 
@@ -57,7 +57,7 @@ def test_lead_is_a_parameter():
 
 
 def test_the_player_frame_by_frame_tells_each_stall_when_it_ends():
-    from perf.playback import Player, Stall
+    from perf.tools.playback import Player, Stall
     player = Player(lead_s=0.05)
     assert player.ahead(100.0) == 0.0 and player.arrive(100.0, FRAME) is None  # plays 100.05-100.07
     assert player.ahead(100.0) == pytest.approx(0.07)
@@ -68,7 +68,7 @@ def test_the_player_frame_by_frame_tells_each_stall_when_it_ends():
 
 
 def test_the_player_stopped_tells_the_stall_under_way_and_plays_no_more():
-    from perf.playback import Player
+    from perf.tools.playback import Player
     player = Player(lead_s=0.0)
     assert player.stop(5.0) is None  # nothing played: no stall
     player = Player(lead_s=0.0)

@@ -1,5 +1,5 @@
 """perf.soak's measuring, in process (no servers): the players' stalls, `resuming`, how
-streams ended, the stalls around faults, the report's goals; and perf.chaos's fault sets."""
+streams ended, the stalls around faults, the report's goals; and perf.soak.chaos's fault sets."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from collections import Counter
 
 import pytest
 
-from perf import chaos
-from perf.soak import goals, summary
+from perf.soak import chaos, goals, summary
 from perf.soak.__main__ import parse_args
 from perf.soak.listener import Listener
 from perf.soak.report import results_name, table, write

@@ -1,4 +1,4 @@
-"""The word error rate the recognizer's tests and perf/voice.py judge transcripts by (tests/speech.py)."""
+"""The word error rate the recognizer's tests and perf/voice/end_to_end.py judge transcripts by (tests/speech.py)."""
 
 import pytest
 

@@ -24,7 +24,7 @@ from operations.loopback import triton_metrics
 from operations.process_tree import model_of
 from operations.supervisor import TritonServer
 from operations.triton_client import Stream
-from perf.metrics import Stream as Timing
+from perf.tools.metrics import Stream as Timing
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME
 from python_backends.ar.pipeline import speak
 from python_backends.chunking import ChunkParams

@@ -24,7 +24,7 @@ from operations.process_tree import session_of
 from operations.shared_memory import SHM
 from operations.supervisor import TritonServer
 from operations.triton_client import Stream, StreamError, infer, stream
-from perf import perf_analyzer as pa
+from perf.tools import perf_analyzer as pa
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME, frame_budget
 from speechstream.client import connection
 from tests.audio import snr_db
@@ -157,7 +157,7 @@ def test_concurrent_streams_share_the_engines_batch(ar_triton):
     module's other tests run one or two at once). Each is long enough that all eight are
     running before the first ends, however a loaded host staggers their arrival (at 40
     frames, 4 or 5 of 8 overlapped now and then). Their tokens/s against one stream's is
-    a benchmark figure: perf/ar.py."""
+    a benchmark figure: perf/ar/bench.py."""
     assert metric(ar_triton, c.TALKER_PEAK_METRIC) < 8
     with ThreadPoolExecutor(8) as pool:
         frames = list(pool.map(lambda i: talker_frames(ar_triton.grpc_url, f"{SENTENCE} {i}", 96), range(8)))

@@ -1,0 +1,1 @@
+"""The autoregressive family: in Triton against its in-process limit, through the gateway, its per-step kernel."""

@@ -1,0 +1,312 @@
+"""The voice chat heard end to end: a spoken question → the recognizer → the chat model
+→ the spoken reply, with input-time speculation off, greedy and top-3.
+
+    python -m perf.voice.end_to_end [--questions 12] [--listeners 1,2,4,8] [--out DIR]
+
+Real users' opening questions (the chitchat-dataset's prompts) are spoken by the
+embedded voice and streamed up a protocol-v1 connection in listen and chat mode as a
+microphone would send them: 20 ms messages in real time, a second of silence before the
+question and silence after it until the reply has been spoken. Each question is asked
+once per mode, the modes in turn (interleaved, so the machine's drift falls on all
+alike), each on a connection of its own to one server (Triton with the recognizer, the
+embedded SmolLM2 and the Piper chain; the gateway in front). Per mode it reports the
+voice-to-voice latency (the last sample of speech sent → the first audio of the reply
+received: median, p90, and the median's ratio to off), the end of speech → the final
+transcript, the word error rate of the finals, the partials' cadence, the outcomes and
+what speculation costs beside off on the same question. Then --listeners dictation
+streams at once (no chat), to find how many the recognizer keeps in real time here, and
+its CPU per audio second. A table, the JSON and a plot in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import websockets
+
+from contract import models as c
+from operations.loopback import Servers, cpu_seconds, triton_metrics
+from operations.process_tree import stub_of
+from perf.voice.chat import MODES, SYSTEM, beside_off, gateway_counter, p90, questions
+from tests.speech import silence, spoken, word_error_rate
+
+MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send them
+LEAD_IN_MS = 1000
+ENDPOINT_MS = 500
+GOALS = {"greedy_ratio": 0.5, "word_error_rate": 0.10, "partial_gap_s": 0.5}
+# A dictation stream is kept in real time when its final comes within this of the endpoint.
+REAL_TIME_MARGIN_S = 0.5
+
+
+@dataclass
+class Heard:
+    """What one connection heard back, each event with its arrival time (perf_counter)."""
+
+    speech_end_at: float = 0.0  # when the message holding the question's last sample was sent
+    started_at: float | None = None
+    partials: list[tuple[float, str]] = field(default_factory=list)
+    final: tuple[float, str] | None = None
+    reply: dict | None = None
+    reply_at: float | None = None
+    reply_text: str = ""
+    first_audio_at: float | None = None
+    done: dict | None = None
+
+
+async def stream_microphone(ws, audio: np.ndarray, speech: slice, heard: Heard, until: asyncio.Event) -> None:
+    """Send `audio` in real time, then silence until `until` is set; note when the last
+    sample of `speech` went out."""
+    step = c.ASR_SAMPLE_RATE * MESSAGE_MS // 1000
+    start = time.perf_counter()
+    sent = 0
+    while not until.is_set():
+        chunk = audio[sent:sent + step] if sent < audio.size else np.zeros(step, np.int16)
+        await asyncio.sleep(max(0.0, start + sent / c.ASR_SAMPLE_RATE - time.perf_counter()))
+        await ws.send(chunk.tobytes())
+        if sent < speech.stop <= sent + step:
+            heard.speech_end_at = time.perf_counter()
+        sent += step
+
+
+async def converse(url: str, config: dict, audio: np.ndarray, speech: slice, chat: bool, timeout_s: float) -> Heard:
+    """One spoken turn on a connection of its own: what came back, and when."""
+    heard, until = Heard(), asyncio.Event()
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "config", **config}))
+        json.loads(await ws.recv())  # ready
+        microphone = asyncio.create_task(stream_microphone(ws, audio, speech, heard, until))
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not (heard.done if chat else heard.final):
+                    take(await ws.recv(), heard)
+        finally:
+            until.set()
+            with contextlib.suppress(asyncio.CancelledError, websockets.ConnectionClosed):
+                await microphone
+    return heard
+
+
+def take(message: str | bytes, heard: Heard) -> None:
+    now = time.perf_counter()
+    if isinstance(message, bytes):
+        heard.first_audio_at = heard.first_audio_at or now
+        return
+    event = json.loads(message)
+    kind = event["type"]
+    if kind == "error":
+        raise RuntimeError(f"the server said {event}")
+    if kind == "speech_started":
+        heard.started_at = heard.started_at or now
+    elif kind == "transcript" and event["final"]:
+        heard.final = (now, event["text"])
+    elif kind == "transcript":
+        heard.partials.append((now, event["text"]))
+    elif kind == "reply":
+        heard.reply, heard.reply_at = event, now
+    elif kind == "reply_text":
+        heard.reply_text += event["text"]
+    elif kind == "done":
+        heard.done = event
+
+
+def question_audio(question: str) -> tuple[np.ndarray, slice]:
+    speech = spoken(question)
+    lead = silence(LEAD_IN_MS)
+    return np.concatenate([lead, speech]), slice(lead.size, lead.size + speech.size)
+
+
+def partial_gap_s(heard: Heard) -> float:
+    """The longest wait for a partial while the question was spoken."""
+    marks = [heard.started_at or heard.speech_end_at] + [t for t, _ in heard.partials if t <= heard.speech_end_at]
+    return max(b - a for a, b in zip(marks, marks[1:] + [heard.speech_end_at]))
+
+
+def spoken_turn(url: str, question: str, mode: str, top_k: int, max_tokens: int) -> dict:
+    audio, speech = question_audio(question)
+    chat = {"speculation": mode, "top_k": top_k, "system": SYSTEM, "max_tokens": max_tokens}
+    config = {"format": "pcm_s16le", "listen": {"endpoint_ms": ENDPOINT_MS}, "chat": chat}
+    heard = asyncio.run(converse(url, config, audio, speech, chat=True, timeout_s=180))
+    return {
+        "mode": mode, "question": question, "transcript": heard.final[1],
+        "voice_to_voice_s": heard.first_audio_at - heard.speech_end_at,
+        "final_after_speech_s": heard.final[0] - heard.speech_end_at,
+        "decided_after_final_s": heard.reply_at - heard.final[0],  # the reply's first piece, or a draft taken whole
+        "audio_after_final_s": heard.first_audio_at - heard.final[0],
+        "word_error_rate": word_error_rate(question, heard.final[1]),
+        "partial_gap_s": partial_gap_s(heard), "partials": len(heard.partials),
+        **{k: heard.reply[k] for k in ("outcome", "rounds", "draft_tokens", "accepted_tokens")},
+        "reply": heard.reply_text, "audio_ms": heard.done["audio_ms"],
+    }
+
+
+def chat_turns(servers: Servers, n: int, top_k: int, max_tokens: int) -> list[dict]:
+    turns = []
+    spoken_turn(servers.url, "Hello, are you there?", "greedy", top_k, max_tokens)  # warm-up
+    for i, question in enumerate(questions(n)):
+        for mode in MODES[i % 3:] + MODES[:i % 3]:
+            tokens = triton_metrics(servers.metrics_port)[c.THINKER_TOKENS_METRIC]
+            held = gateway_counter(servers.port, "speechstream_chat_held_audio_seconds_total", 'fate="discarded"')
+            turn = spoken_turn(servers.url, question, mode, top_k, max_tokens)
+            time.sleep(0.5)  # the Thinker's last counts reach Triton's metrics
+            turn["llm_tokens"] = triton_metrics(servers.metrics_port)[c.THINKER_TOKENS_METRIC] - tokens
+            turn["held_discarded_s"] = gateway_counter(
+                servers.port, "speechstream_chat_held_audio_seconds_total", 'fate="discarded"') - held
+            turns.append(turn)
+            print(f"{mode:6} {turn['voice_to_voice_s'] * 1000:6.0f} ms voice to voice, final "
+                  f"{turn['final_after_speech_s'] * 1000:4.0f} ms after speech, WER {turn['word_error_rate']:.2f} "
+                  f"{turn['outcome']:8} {question!r} → {turn['transcript']!r}", flush=True)
+    return turns
+
+
+async def dictate_together(url: str, audios: list[tuple[np.ndarray, slice]]) -> list[Heard]:
+    config = {"format": "pcm_s16le", "listen": {"endpoint_ms": ENDPOINT_MS}}
+    return await asyncio.gather(*(converse(url, config, a, s, chat=False, timeout_s=60) for a, s in audios))
+
+
+def listeners(servers: Servers, counts: list[int], texts: list[str]) -> list[dict]:
+    """Dictation streams at once, `count` of them: the recognizer's real-time limit here."""
+    audios = [question_audio(t) for t in texts]
+    rows = []
+    for count in counts:
+        asr = stub_of(servers.triton_tree(), c.ASR_MODEL)
+        cpu = cpu_seconds([asr])
+        streams = [audios[i % len(audios)] for i in range(count)]
+        heard = asyncio.run(dictate_together(servers.url, streams))
+        audio_s = sum(a.size for a, _ in streams) / c.ASR_SAMPLE_RATE
+        lags = [h.final[0] - h.speech_end_at for h in heard]
+        rows.append({
+            "listeners": count, "final_after_speech_median_s": statistics.median(lags), "final_after_speech_max_s": max(lags),
+            "partial_gap_max_s": max(partial_gap_s(h) for h in heard),
+            "word_error_rate": statistics.mean(word_error_rate(texts[i % len(texts)], h.final[1])
+                                               for i, h in enumerate(heard)),
+            "cpu_per_audio_s": (cpu_seconds([asr]) - cpu) / audio_s,
+            "real_time": max(lags) <= ENDPOINT_MS / 1000 + REAL_TIME_MARGIN_S,
+            "transcripts": [h.final[1] for h in heard],
+        })
+        print(f"{count:2} listeners: final {rows[-1]['final_after_speech_median_s'] * 1000:.0f} ms after speech "
+              f"(max {max(lags) * 1000:.0f}), longest partial gap {rows[-1]['partial_gap_max_s'] * 1000:.0f} ms, "
+              f"recognizer CPU {rows[-1]['cpu_per_audio_s']:.3f} s per audio s", flush=True)
+    return rows
+
+
+def summarize(turns: list[dict]) -> dict:
+    off = {t["question"]: t for t in turns if t["mode"] == "off"}
+    base = statistics.median(t["voice_to_voice_s"] for t in off.values())
+    summary = {}
+    for mode in MODES:
+        mine = [t for t in turns if t["mode"] == mode]
+        waits = [t["voice_to_voice_s"] for t in mine]
+        summary[mode] = {
+            "turns": len(mine), "voice_to_voice_median_s": statistics.median(waits),
+            "voice_to_voice_p90_s": p90(waits), "ratio_to_off": statistics.median(waits) / base,
+            "final_after_speech_median_s": statistics.median(t["final_after_speech_s"] for t in mine),
+            "decided_after_final_median_s": statistics.median(t["decided_after_final_s"] for t in mine),
+            "audio_after_final_median_s": statistics.median(t["audio_after_final_s"] for t in mine),
+            "word_error_rate": statistics.mean(t["word_error_rate"] for t in mine),
+            "partial_gap_max_s": max(t["partial_gap_s"] for t in mine),
+            **beside_off(mine, off),
+        }
+    return summary
+
+
+def table(results: dict) -> str:
+    s = results["summary"]
+    lines = [
+        f"The voice chat heard end to end: {results['questions']} chitchat-dataset questions spoken by the embedded "
+        f"voice, streamed in real time in {MESSAGE_MS} ms messages, endpoint {ENDPOINT_MS} ms, replies of at most "
+        f"{results['max_tokens']} tokens (embedded SmolLM2-135M on vLLM, CPU), Whisper tiny.en in Triton.",
+        "",
+        "| speculation | voice→voice median ms | p90 ms | ÷ off | speech end → final ms | final → reply decided ms "
+        "| final → first audio ms | WER | longest partial gap ms | held / partial / rejected | extra LLM tokens "
+        "| TTS thrown away s | reply = off's |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mode, r in s.items():
+        o = r["outcomes"]
+        name = f"top-{results['top_k']}" if mode == "top_k" else mode
+        lines.append(
+            f"| {name} | {r['voice_to_voice_median_s'] * 1000:.0f} | {r['voice_to_voice_p90_s'] * 1000:.0f} "
+            f"| {r['ratio_to_off']:.2f} | {r['final_after_speech_median_s'] * 1000:.0f} "
+            f"| {r['decided_after_final_median_s'] * 1000:.0f} | {r['audio_after_final_median_s'] * 1000:.0f} "
+            f"| {r['word_error_rate']:.3f} "
+            f"| {r['partial_gap_max_s'] * 1000:.0f} | {o['held']} / {o['partial']} / {o['rejected']} "
+            f"| {r['extra_llm_tokens']:.0f} | {r['discarded_tts_s']:.2f} | {r['same_reply_as_off']} of {r['turns']} |")
+    lines += ["", "| dictation streams at once | speech end → final median ms | max ms | longest partial gap ms "
+              "| WER | recognizer CPU s per audio s | in real time |", "|---|---|---|---|---|---|---|"]
+    for row in results["listeners"]:
+        lines.append(
+            f"| {row['listeners']} | {row['final_after_speech_median_s'] * 1000:.0f} "
+            f"| {row['final_after_speech_max_s'] * 1000:.0f} | {row['partial_gap_max_s'] * 1000:.0f} "
+            f"| {row['word_error_rate']:.3f} | {row['cpu_per_audio_s']:.3f} | {'yes' if row['real_time'] else 'no'} |")
+    kept = [row["listeners"] for row in results["listeners"] if row["real_time"]]
+    greedy = s["greedy"]["ratio_to_off"]
+    wer = statistics.mean(r["word_error_rate"] for r in s.values())
+    gap = max(r["partial_gap_max_s"] for r in s.values())
+    lines += ["", f"Goals: greedy's voice-to-voice median ≤ {GOALS['greedy_ratio']} × off's: {greedy:.2f} "
+              f"({'met' if greedy <= GOALS['greedy_ratio'] else 'missed'}); word error rate ≤ "
+              f"{GOALS['word_error_rate']:.0%}: {wer:.1%} ({'met' if wer <= GOALS['word_error_rate'] else 'missed'}); "
+              f"a partial at least every {GOALS['partial_gap_s'] * 1000:.0f} ms of speech: longest gap "
+              f"{gap * 1000:.0f} ms ({'met' if gap <= GOALS['partial_gap_s'] else 'missed'}). Dictation streams kept "
+              f"in real time: {max(kept) if kept else 0} (final within {REAL_TIME_MARGIN_S * 1000:.0f} ms of the "
+              "endpoint)."]
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> None:
+    from perf.tools.plots import pyplot
+
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for mode in MODES:
+        waits = sorted(t["voice_to_voice_s"] * 1000 for t in results["turns"] if t["mode"] == mode)
+        left.step(waits, [(i + 1) / len(waits) for i in range(len(waits))], where="post", label=mode)
+    left.set(xlabel="last sample of speech → first audio of the reply (ms)", ylabel="fraction of turns",
+             title="voice to voice by speculation")
+    left.legend()
+    rows = results["listeners"]
+    right.plot([r["listeners"] for r in rows], [r["final_after_speech_median_s"] * 1000 for r in rows], "o-",
+               label="median")
+    right.plot([r["listeners"] for r in rows], [r["final_after_speech_max_s"] * 1000 for r in rows], "s--", label="max")
+    right.axhline(ENDPOINT_MS, color="grey", linewidth=0.8, label="endpoint")
+    right.set(xlabel="dictation streams at once", ylabel="end of speech → final transcript (ms)",
+              title="the recognizer under load")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--questions", type=int, default=12)
+    parser.add_argument("--top-k", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--listeners", default="1,2,4,8", help="dictation streams at once, comma-separated")
+    parser.add_argument("--out", type=Path, default=Path("perf/results/voice"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    servers = Servers(args.out, chat_model="embedded", listen=True)
+    servers.start()
+    try:
+        turns = chat_turns(servers, args.questions, args.top_k, args.max_tokens)
+        rows = listeners(servers, [int(n) for n in args.listeners.split(",")], questions(8, seed=1))
+    finally:
+        servers.stop()
+    results = {"questions": args.questions, "top_k": args.top_k, "max_tokens": args.max_tokens,
+               "endpoint_ms": ENDPOINT_MS, "turns": turns, "summary": summarize(turns), "listeners": rows}
+    report = table(results)
+    (args.out / "voice.json").write_text(json.dumps(results, indent=2))
+    (args.out / "voice.md").write_text(report + "\n")
+    plot(results, args.out / "voice.png")
+    print(report)
+
+
+if __name__ == "__main__":
+    main()
