@@ -293,7 +293,7 @@ def _close(shown: str, measured: str) -> bool:
 
 
 def test_the_benchmark_levels_are_bench_md():
-    header, rows = _results_table(RESULTS / "bench.md", "system")
+    header, rows = _results_table(RESULTS / "speech" / "bench.md", "system")
     col = {name: i for i, name in enumerate(header)}
     runs = {(r[col["system"]], r[col["workload"]], r[col["clients"]]): r for r in rows}
 
@@ -314,7 +314,7 @@ def test_the_benchmark_levels_are_bench_md():
 
 
 def test_the_capacity_levels_are_bench_md():
-    path = RESULTS / "bench.md"
+    path = RESULTS / "speech" / "bench.md"
     header, rows = next((t[0], t[1:]) for t in _tables(_read(path)) if "× C" in t[0])
     col = {name: i for i, name in enumerate(header)}
     runs = {(r[col["system"]], r[col["× C"]], r[col["arrivals"]].split(",")[0]): r for r in rows}  # "Poisson, 0.69/s"
@@ -336,7 +336,7 @@ def test_the_capacity_levels_are_bench_md():
 
 
 def test_the_ar_tables_are_ar_md_and_step_logits_md():
-    measured = [line for name in ("ar.md", "step_logits.md", "gpu/step_logits.md") for line in _read(RESULTS / name).splitlines()]
+    measured = [line for name in ("ar/ar.md", "ar/step_logits.md", "gpu/step_logits.md") for line in _read(RESULTS / name).splitlines()]
     section = _section(PAGES["benchmarks.md"], "## The autoregressive family")
     rows = [line for line in section.splitlines() if line.startswith("|")]
     assert len(rows) >= 10
@@ -345,7 +345,7 @@ def test_the_ar_tables_are_ar_md_and_step_logits_md():
 
 
 def test_the_voice_chat_tables_are_perf_chat_results():
-    for results, section in (("chat.md", "### Final at once"), ("chat-endpointing-500ms.md", "### Final after 500 ms")):
+    for results, section in (("voice/chat.md", "### Final at once"), ("voice/chat-endpointing-500ms.md", "### Final after 500 ms")):
         _header, rows = _results_table(RESULTS / results, "speculation")
         assert _table(_section(PAGES["chat.md"], section), "speculation") == rows, results
 
@@ -368,12 +368,12 @@ def test_the_chaos_soak_table_is_perf_soak_chaos_results():
 
     shown = _table(_section(PAGES["benchmarks.md"], "### Soak with chaos"), "fault set")
     measured = {f"`{json.loads(p.read_text())['chaos']['set']}`": json.loads(p.read_text())
-                for p in sorted(RESULTS.glob("soak-chaos-*.json"))}
+                for p in sorted((RESULTS / "soak").glob("soak-chaos-*.json"))}
     assert shown and sorted(row[0] for row in shown) == sorted(measured)
     for row in shown:
         assert row == digest(measured[row[0]]), row[0]
 
 
 def test_the_recognizers_table_is_perf_asr_results():
-    _header, rows = _results_table(RESULTS / "asr.md", "measure")
+    _header, rows = _results_table(RESULTS / "asr" / "asr.md", "measure")
     assert _table(_section(PAGES["benchmarks.md"], "## The recognizer's cost"), "measure") == rows
