@@ -50,7 +50,7 @@ def codec_rate(fmt: str, source_rate: int, rate: int) -> int:
 def opus_encoder(rate: int, encoded_at: int, frame_ms: int) -> opuslib.Encoder:
     """An Opus encoder for a stream at `rate` encoded at `encoded_at`, with the effort and
     bitrate an encoder at `rate` would have, so that it decodes as close to the voice as
-    that encoder's packets do (`python -m perf.opus`); at `encoded_at`'s own automatic
+    that encoder's packets do (`python -m perf.gateway.opus`); at `encoded_at`'s own automatic
     bitrate, about half, it would not."""
     encoder = opuslib.Encoder(encoded_at, 1, opuslib.APPLICATION_AUDIO)
     encoder.complexity = OPUS_COMPLEXITY.get(rate, 10)
@@ -77,7 +77,7 @@ class FrameEncoder:
     resampler and pads the last partial frame with silence, so every frame, the last
     included, holds exactly `frame_samples` samples; the encoder then goes on from there
     (a flush mid-stream). Samples are counted at `rate`, whatever rate the codec works
-    at (`encoded_at`; codec_rate's unless given, as perf.opus gives it).
+    at (`encoded_at`; codec_rate's unless given, as perf.gateway.opus gives it).
     """
 
     def __init__(self, source_rate: int, rate: int, frame_ms: int, fmt: str, encoded_at: int | None = None) -> None:

@@ -31,7 +31,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from contract import models as c
-from gateway.backends import NOT_PROBED
+from gateway.backends.servers import NOT_PROBED
 from operations.loopback import free_ports, stop, wait_for_http
 from operations.supervisor import TritonServer
 from perf.tools.workloads import harvard_sentences, workload

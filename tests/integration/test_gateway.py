@@ -19,7 +19,7 @@ import websockets
 
 from contract import models as c
 from contract.voices import EMBEDDED
-from gateway.audio import G711_CODECS
+from gateway.conversation.audio import G711_CODECS
 from operations.triton_client import inference_count, stream
 from perf.tools.workloads import workload
 from speechstream import protocol as v1

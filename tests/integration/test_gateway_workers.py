@@ -1,4 +1,4 @@
-"""`--gateway-workers 2` over the session's real Triton (gateway/workers.py): two gateway
+"""`--gateway-workers 2` over the session's real Triton (gateway/edge/workers.py): two gateway
 processes on one port, connections spread over them by the kernel, admission held
 across them as across gateways, /metrics and /readyz answering for both, a worker killed
 by pid started again, and SIGTERM draining both with nothing left running."""

@@ -6,7 +6,7 @@ import av
 import numpy as np
 import pytest
 
-from gateway.speech_api import SpeechBody, SpeechRequest
+from gateway.protocols.speech_api import SpeechBody, SpeechRequest
 from perf.speech.formats import FORMATS, audio_offset
 
 SOURCE_RATE = 22050
