@@ -202,10 +202,12 @@ class Context:
 
 
 def read_document(message: ContextMessage) -> list[Spoken | Pause]:
+    """A `speak` message's SSML document; invalid_ssml if it is not one we read."""
     try:
         return read_ssml(message.text)
     except SsmlError as e:
         raise ProtocolError(v1.INVALID_SSML, str(e), message.context_id) from None
+
 
 def ssml_queue(context: Context, document: list[Spoken | Pause]) -> list[Sentence | Pause | Rate]:
     """An SSML document's queue: each stretch of text cut into sentences of its own,

@@ -208,8 +208,8 @@ class Speaking:
                 run.append(context.queue.popleft())
             batch = next(batches(run))
             context.queue.extendleft(reversed(run[len(batch) :]))
-            start_ms = context.encoder.position_ms
-            context.job = Job(self.new_job(), context.id, tuple(batch), context.voice, context.params(self.voices[context.voice].length_scale), start_ms)
+            params = context.params(self.voices[context.voice].length_scale)
+            context.job = Job(self.new_job(), context.id, tuple(batch), context.voice, params, context.encoder.position_ms)
             if self.start_when_safe and context.ready_at is not None and context.gate is None and context.words is None:
                 chars = sum(len(s.text) for s in batch) + context.waiting_chars
                 expected_s = chars * self.pace.seconds_per_char(context.voice) / context.rate
