@@ -51,6 +51,7 @@ from operations.supervisor import TritonServer
 from operations.triton_client import stream
 from perf.tools.host_load import ClientStalls, other_load
 from perf.tools.plots import pyplot
+from perf.tools.results import save
 
 TEXT = "The birch canoe slid on the smooth planks."
 # A stream whose first audio comes after this share of its time (request → end) came late.
@@ -268,11 +269,8 @@ def main() -> None:
     results = {"levels": levels, "limit": limit, "frames": args.frames,
                "batching_gain": rates[max(rates)] / rates[min(rates)],
                "guided": guided, "guidance_scale": args.guidance_scale, "load": args.load}
-    (args.out / "ar.json").write_text(json.dumps(results, indent=2))
     report = table(results) + "\n\n" + guidance_table(results) + "\n\n" + late_first_line(results)
-    (args.out / "ar.md").write_text(report + "\n")
-    plot(results, args.out / "ar.png")
-    print(report)
+    save(args.out, "ar", results, report, plot)
 
 
 if __name__ == "__main__":

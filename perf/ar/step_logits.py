@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from perf.tools.results import save
+
 VOCAB = 156_940
 STEPS = 200
 
@@ -112,13 +114,10 @@ def main() -> None:
     if done.returncode:
         sys.exit(done.stderr)
     results = json.loads(done.stdout.splitlines()[-1])
-    report = table(results)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "step_logits.json").write_text(json.dumps(results, indent=2))
-        (args.out / "step_logits.md").write_text(report + "\n")
-        plot(results, args.out / "step_logits.png")
-    print(report)
+        save(args.out, "step_logits", results, table(results), plot)
+    else:
+        print(table(results))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from contract import models as c
 from operations.loopback import Servers, cpu_seconds, triton_metrics
+from perf.tools.results import save
 from speechstream.client import SpeechClient
 
 MODES = ("off", "greedy", "top_k")
@@ -187,23 +187,26 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def question_options(description: str) -> argparse.ArgumentParser:
+    """The options of a run of chat turns: how many questions, the speculation's top-k,
+    the replies' length."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--questions", type=int, default=12)
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
+    return parser
+
+
+def main() -> None:
+    parser = question_options(__doc__.splitlines()[0])
     parser.add_argument("--endpointing-ms", type=float, default=0.0,
                         help="how long after the last word the final transcript comes (0: at once)")
     parser.add_argument("--out", type=Path, default=Path("perf/results/voice"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = run(args.questions, args.top_k, args.max_tokens, args.endpointing_ms / 1000, args.out)
-    report = table(results)
     name = "chat" if not args.endpointing_ms else f"chat-endpointing-{args.endpointing_ms:g}ms"
-    (args.out / f"{name}.json").write_text(json.dumps(results, indent=2))
-    (args.out / f"{name}.md").write_text(report + "\n")
-    plot(results, args.out / f"{name}.png")
-    print(report)
+    save(args.out, name, results, table(results), plot)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ its CPU per audio second. A table, the JSON and a plot in --out.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -35,7 +34,8 @@ import websockets
 from contract import models as c
 from operations.loopback import Servers, cpu_seconds, triton_metrics
 from operations.process_tree import stub_of
-from perf.voice.chat import MODES, SYSTEM, beside_off, gateway_counter, p90, questions
+from perf.tools.results import save
+from perf.voice.chat import MODES, SYSTEM, beside_off, gateway_counter, p90, question_options, questions
 from tests.speech import silence, spoken, word_error_rate
 
 MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send them
@@ -284,10 +284,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--questions", type=int, default=12)
-    parser.add_argument("--top-k", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser = question_options(__doc__.splitlines()[0])
     parser.add_argument("--listeners", default="1,2,4,8", help="dictation streams at once, comma-separated")
     parser.add_argument("--out", type=Path, default=Path("perf/results/voice"))
     args = parser.parse_args()
@@ -301,11 +298,7 @@ def main() -> None:
         servers.stop()
     results = {"questions": args.questions, "top_k": args.top_k, "max_tokens": args.max_tokens,
                "endpoint_ms": ENDPOINT_MS, "turns": turns, "summary": summarize(turns), "listeners": rows}
-    report = table(results)
-    (args.out / "voice.json").write_text(json.dumps(results, indent=2))
-    (args.out / "voice.md").write_text(report + "\n")
-    plot(results, args.out / "voice.png")
-    print(report)
+    save(args.out, "voice", results, table(results), plot)
 
 
 if __name__ == "__main__":
