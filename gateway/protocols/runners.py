@@ -15,12 +15,14 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Protocol
 
+import numpy as np
+
 from gateway.backends.recognition import Recognition, RecognitionFailed
 from gateway.backends.requests import BackendFailed
 from gateway.backends.servers import Backends
 from gateway.backends.synthesis import Resuming, SynthesisFailed, Synthesizer
 from gateway.backends.thinking import Thinker, ThinkingFailed
-from gateway.conversation.actions import Action, Hear, Job, Think
+from gateway.conversation.actions import Action, Hear, Job, Send, Think
 from gateway.messages import Config
 from speechstream import protocol as v1
 
@@ -45,7 +47,7 @@ class Events(Protocol):
     id: str
     config: Config
 
-    def audio(self, job_id: int, pcm, sentence_index: int, words: list[tuple[str, int, int]]) -> list[Action]: ...
+    def audio(self, job_id: int, pcm: np.ndarray, sentence_index: int, words: list[tuple[str, int, int]]) -> list[Action]: ...
     def resuming(self, job_id: int, code: str, message: str, within_s: float) -> list[Action]: ...
     def finished(self, job_id: int) -> list[Action]: ...
     def failed(self, job_id: int, code: str, message: str) -> list[Action]: ...
@@ -53,7 +55,7 @@ class Events(Protocol):
     def thought_done(self, think_id: int) -> list[Action]: ...
     def thought_failed(self, think_id: int, code: str, message: str) -> list[Action]: ...
     def recognized(self, kind: str, utterance: object, audio_ms: int, text: str) -> list[Action]: ...
-    def error(self, code: str, message: str, context_id: str | None = None, retry_after_ms: int | None = None): ...
+    def error(self, code: str, message: str, context_id: str | None = None, retry_after_ms: int | None = None) -> Send: ...
 
 
 class Shell(Protocol):
