@@ -198,9 +198,9 @@ HEAD_PARAMS = (Param(HEAD_FRAMES, "TYPE_INT32", 0, 0, 4096), Param(HEAD_THREADS,
 
 # Frames are 256 samples at 22,050 Hz (11.6 ms). A small first chunk gives a fast
 # first packet; later chunks double up to CHUNK_FRAMES so the context overhead shrinks
-# (16 context frames on 128 spoken) while one call (~0.15 s of a core) stays short
-# enough not to hold up other streams. 8 frames of context on each side match
-# whole-utterance vocoding at ~65 dB (16 left: ~69 dB, for 6 % more vocoder work).
+# while one call stays short enough not to hold up other streams. 8 frames of context on
+# each side match whole-utterance vocoding well above the fidelity bar; more costs
+# vocoder work for little (docs/design.md, Chunking).
 CHUNK_PARAMS = chunk_params(initial=8, frames=128, context=8, most_frames=256, most_context=64)
 
 # The autoregressive family's inputs and outputs. CODES: frames of codec codes, [frames,
@@ -233,9 +233,9 @@ AR_PARAMS = (
 # Piper's voice parameters and the seed, and the AR family's temperature and guidance
 # scale. Each model is sent those among its inputs; the others do not apply to its voices.
 CLIENT_PARAMS = VOICE_PARAMS + tuple(p for p in AR_PARAMS if p.name in (TEMPERATURE, GUIDANCE_SCALE))
-# SNAC's decoder reaches about 2 frames (170 ms) either side: with 2 frames of context
-# chunked decoding matches whole decoding at 89 dB (1 frame: 46 dB; measured on the test
-# model, python_backends/ar/code2wav.py). A first chunk of 1 frame starts audio after 3.
+# SNAC's decoder reaches about 2 frames (170 ms) either side, so 2 frames of context make
+# chunked decoding match whole decoding (docs/ar-family.md). A first chunk of 1 frame
+# starts audio after 3.
 AR_CHUNK_PARAMS = chunk_params(initial=1, frames=16, context=2, most_frames=64, most_context=16)
 
 # The Thinker's request: the conversation so far, MESSAGES (BYTES [1], JSON: a list of
