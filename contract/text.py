@@ -56,6 +56,16 @@ def _boundaries(text: str, language: str) -> list[int]:
     return sorted(ends)
 
 
+def first_clause_end(text: str, min_chars: int) -> int | None:
+    """Where the first clause of `text` ends (after its `,` `;` `:` or dash, where a
+    space follows, so that "1,000" and "3:30" stay whole), if it holds at least
+    `min_chars` characters besides its punctuation and spaces; None if none does yet."""
+    for match in _CLAUSE_BREAK.finditer(text):
+        if len(text[: match.start()].strip()) >= min_chars:
+            return match.start() + 1
+    return None
+
+
 def _cut(start: int, end: int, text: str, max_chars: int) -> list[tuple[int, int]]:
     """Split ``text[start:end]`` into spans of at most `max_chars`, at a clause break
     or a space where there is one in the second half of the window."""

@@ -71,6 +71,7 @@ class Config:
     chat: ChatConfig | None = None  # chat mode's settings, when the config carries `chat`
     listen: ListenConfig | None = None  # listen mode's settings, when the config carries `listen`
     ssml: bool = False  # every `speak` is an SSML document (gateway/conversation/ssml.py)
+    first_phrase: bool = False  # a context's text is first spoken from its first phrase, not its first sentence
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
     return Config(
         voice, fmt, rate, frame_ms, _field(message, "timestamps", bool, False), _field(message, "queue", bool, False),
         voice_params(message), parse_chat(message), parse_listen(message), _field(message, "ssml", bool, False),
+        _field(message, "first_phrase", bool, False),
     )
 
 

@@ -1,5 +1,5 @@
 """A connection's chat turns, sans I/O: their Thinker rounds, the audio held for a
-draft's first sentence, and the conversation so far, as actions for the I/O shell.
+draft's first phrase, and the conversation so far, as actions for the I/O shell.
 
 gateway/conversation/speculation.py holds the rules of one turn; this module runs a
 connection's turns by them. A turn's reply is spoken on a context of the turn's id,
@@ -49,7 +49,7 @@ class Replies(Protocol):
         ...
 
     def speak_held(self, turn_id: str, held: ch.Held, text: str) -> list[Action]:
-        """The held sentence (`text`, the reply's up to its end) is the first the context speaks."""
+        """The held phrase (`text`, the reply's up to its end) is the first the context speaks."""
         ...
 
     def speak_reply(self, turn_id: str, text: str) -> list[Action] | None:
@@ -277,7 +277,7 @@ class Chatting:
         return actions + self._drop_held(turn)
 
     def _release(self, turn: ch.Turn) -> list[Action]:
-        """The held first sentence is the reply's: its audio goes out now, and the reply's text after it follows."""
+        """The held first phrase is the reply's: its audio goes out now, and the reply's text after it follows."""
         held = turn.held
         del self._held[held.job_id]
         self.observer.held_audio(self._held_seconds(held), released=True)
@@ -285,7 +285,7 @@ class Chatting:
         return self.replies.speak_held(turn.id, held, turn.draft_text[: held.sentence.end])
 
     def _reply_text(self, turn: ch.Turn, text: str) -> list[Action]:
-        """A delta of the decided reply: to the client, and into the context's speech past the held sentence."""
+        """A delta of the decided reply: to the client, and into the context's speech past the held phrase."""
         if not text:
             return []
         said = len(turn.thought.text) - len(text)  # the reply's characters before this delta
@@ -306,7 +306,7 @@ class Chatting:
 
     def _end_round(self, turn: ch.Turn, complete: bool) -> list[Action]:
         """A speculative round is over (`complete`: its draft ended the reply): its draft
-        is the turn's, its first sentence held, and the next round starts if new words came."""
+        is the turn's, its first phrase held, and the next round starts if new words came."""
         thought = turn.thought
         turn.adopt(thought, complete or len(thought.ids) >= self._chat_config.max_tokens)
         turn.thought = None
@@ -341,9 +341,9 @@ class Chatting:
     # Held audio
 
     def _hold(self, turn: ch.Turn) -> list[Action]:
-        """Synthesize the draft's first sentence out of sight, unless it is held already;
+        """Synthesize the draft's first phrase out of sight, unless it is held already;
         held audio of another sentence is dropped."""
-        sentence = ch.first_sentence(turn.draft_text, turn.complete, self._language)
+        sentence = ch.first_phrase(turn.draft_text, turn.complete, self._language)
         tokens = None if sentence is None else ch.tokens_covering(turn.marks, sentence.end)
         held = turn.held
         if held is not None and sentence == held.sentence and tokens is not None:

@@ -124,7 +124,7 @@ class Speaking:
         document = read_document(message) if message.type == "speak" and ssml else None
         actions: list[Action] = []
         if context is None:
-            context, actions = self._open(message)
+            context, actions = self._open(message, self.config.first_phrase)
         if document is not None:
             return actions + self._submit(context, *ssml_queue(context, document), Mark.CLOSE)
         sentences = context.segmenter.append(message.text)
@@ -132,7 +132,7 @@ class Speaking:
             return actions + self._submit(context, *sentences, *context.segmenter.flush(), Mark.CLOSE)
         return actions + self._submit(context, *sentences)
 
-    def _open(self, message: ContextMessage) -> tuple[Context, list[Action]]:
+    def _open(self, message: ContextMessage, first_phrase: bool) -> tuple[Context, list[Action]]:
         """A new context with the message's voice and parameters over the config's, and
         its first words: `audio_start`, or `queued` where the client asked to wait for
         capacity rather than be refused it."""
@@ -155,7 +155,7 @@ class Speaking:
         self.opened = True
         self._last_stream_number = self._last_stream_number % 0xFFFF + 1
         encoder = FrameEncoder(voice.sample_rate, cfg.sample_rate, cfg.frame_ms, cfg.format)
-        segmenter = Segmenter(language=voice.language_family)
+        segmenter = Segmenter(language=voice.language_family, first_phrase=first_phrase)
         context = Context(context_id, self._last_stream_number, voice.name, params, encoder, segmenter, queued=position is not None)
         self.contexts[context_id] = context
         if context.queued:
@@ -294,7 +294,7 @@ class Speaking:
         return self._jobs
 
     def open_reply(self, turn_id: str) -> list[Action]:
-        context, opened = self._open(ContextMessage("text", turn_id))
+        context, opened = self._open(ContextMessage("text", turn_id), first_phrase=True)  # a reply sounds at once
         context.closed = True  # the reply alone speaks on it
         if self.replies_heard:
             context.words = []

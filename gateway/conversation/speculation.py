@@ -1,18 +1,19 @@
 """Protocol v1's chat mode, the pure parts: a turn's speculation rounds, the draft they
-leave, the first sentence to hold, and the outcome of the final input. A connection's
+leave, the first phrase to hold, and the outcome of the final input. A connection's
 turns (gateway/conversation/chatting.py) turn them into actions; tests/unit/test_gateway_chat.py tests
 them without Triton.
 
 A turn's transcript arrives word by word (`user` messages). While it does, a round asks
 the Thinker to verify the turn's draft against the new partial question and to write on
 from what it kept (one Thinker request; never two at once, at most MAX_ROUNDS a turn).
-The gateway stops a round once its draft holds a complete first sentence, whose audio
-is then synthesized out of sight, or DRAFT_TOKENS past the draft it verified; a later
-round that changes that sentence discards it. On the final transcript, a round over the
+The gateway stops a round once its draft holds its first phrase (what the reply's
+context would speak first: `first_phrase`), whose audio is then synthesized out of
+sight, or DRAFT_TOKENS past the draft it verified; a later round that changes that
+phrase discards it. On the final transcript, a round over the
 very same conversation is the reply already, started early: it goes on as the final
 request. A finished draft over it is taken whole, unverified, and the Thinker goes on
 after it (PREFIX). Otherwise one more request verifies the draft and writes the rest of
-the reply. Either way, if the reply keeps the tokens of the held sentence, that audio is
+the reply. Either way, if the reply keeps the tokens of the held phrase, that audio is
 released at once.
 """
 
@@ -26,7 +27,7 @@ from gateway.conversation.segmenter import Segmenter
 from gateway.messages import Speculation
 
 MAX_ROUNDS = 8  # speculative rounds a turn may run: a bound on the Thinker's work for one question
-DRAFT_TOKENS = 48  # what a round drafts past its draft: more than a first sentence, little to throw away
+DRAFT_TOKENS = 48  # what a round drafts past its draft: more than a first phrase, little to throw away
 
 Messages = tuple[dict[str, str], ...]  # a Thinker request's conversation, the user's question last
 
@@ -67,14 +68,14 @@ class Thought:
         return bool(self.ids) or self.accepted is not None
 
     def enough(self, language: str) -> bool:
-        """Whether a speculative round has what speculation needs: its first sentence, or
+        """Whether a speculative round has what speculation needs: its first phrase, or
         DRAFT_TOKENS past its draft. Writing on would cost the CPU the next round needs."""
-        return len(self.ids) >= self.draft + DRAFT_TOKENS or first_sentence(self.text, False, language) is not None
+        return len(self.ids) >= self.draft + DRAFT_TOKENS or first_phrase(self.text, False, language) is not None
 
 
 @dataclass
 class Held:
-    """A draft's first sentence and its audio, synthesized before the question ended."""
+    """A draft's first phrase and its audio, synthesized before the question ended."""
 
     sentence: Sentence  # its span in the draft's text
     tokens: int  # draft tokens that cover it: the verification must keep these
@@ -97,7 +98,7 @@ class Turn:
     thought: Thought | None = None  # the Thinker request in flight
     changed: bool = False  # the transcript changed since the thought in flight began
     held: Held | None = None
-    spoken_from: int = 0  # where the reply's text goes on after the held sentence
+    spoken_from: int = 0  # where the reply's text goes on after the held phrase
 
     def wants_round(self) -> bool:
         return not self.final and self.thought is None and self.changed and self.rounds < MAX_ROUNDS
@@ -124,12 +125,13 @@ def reads_whole(transcript: str) -> bool:
     return transcript.rstrip().endswith(("?", ".", "!"))
 
 
-def first_sentence(text: str, complete: bool, language: str) -> Sentence | None:
-    """The first sentence of a draft's text, once it is known to be whole (`complete`:
-    the draft ended the reply)."""
-    segmenter = Segmenter(language=language)
-    sentences = segmenter.append(text) + (segmenter.flush() if complete else [])
-    return sentences[0] if sentences and sentences[0].text.strip() else None
+def first_phrase(text: str, complete: bool, language: str) -> Sentence | None:
+    """What a reply's context would speak first of a draft's text, once it is known: its
+    first phrase, or its first sentence once whole (`complete`: the draft ended the
+    reply), as the reply's segmenter cuts them."""
+    segmenter = Segmenter(language=language, first_phrase=True)
+    pieces = segmenter.append(text) + (segmenter.flush() if complete else [])
+    return pieces[0] if pieces and pieces[0].text.strip() else None
 
 
 def tokens_covering(marks: list[tuple[int, int]], chars: int) -> int | None:

@@ -242,10 +242,12 @@ def test_a_bad_chat_config_is_refused(chat):
     assert messages(s.receive(json.dumps({"type": "config", "chat": chat})))[0]["code"] == v1.INVALID_FIELD
 
 
-def test_the_first_sentence_is_held_only_once_known_whole_and_its_tokens_counted():
-    assert ch.first_sentence("Paris is big", complete=False, language="en") is None
-    assert ch.first_sentence("Paris is big", complete=True, language="en").text == "Paris is big"
-    assert ch.first_sentence("Paris is big. It", complete=False, language="en").text == "Paris is big."
+def test_the_first_phrase_is_held_only_once_known_and_its_tokens_counted():
+    assert ch.first_phrase("Paris is big", complete=False, language="en") is None
+    assert ch.first_phrase("Paris is big", complete=True, language="en").text == "Paris is big"
+    assert ch.first_phrase("Paris is big. It", complete=False, language="en").text == "Paris is big."
+    assert ch.first_phrase("Well, Paris is", complete=False, language="en").text == "Well,"
+    assert ch.first_phrase("Hi, Paris", complete=False, language="en") is None  # too short to go alone
     assert ch.tokens_covering([(3, 8), (4, 13), (5, 16)], 13) == 4
     assert ch.tokens_covering([(3, 8)], 13) is None
 
@@ -256,6 +258,24 @@ def test_the_outcome_of_a_verification():
     assert ch.outcome(Speculation.GREEDY, 3, held) is ch.Outcome.PARTIAL
     assert ch.outcome(Speculation.TOP_K, 0, None) is ch.Outcome.REJECTED
     assert ch.outcome(Speculation.OFF, None, None) is ch.Outcome.OFF
+
+
+def test_a_reply_is_spoken_from_its_first_phrase_then_by_sentences():
+    s = chat_session(speculation="off")
+    final = thinks(user(s, "What is the capital of France?", final=True))[0]
+    first = s.thought(final.id, [10, 11], "Well, the capital", None)
+    assert spoken(first) == ["Well,"]  # before the sentence is whole
+    rest = s.thought(final.id, [12, 13], " is Paris, of course. It", None) + s.thought_done(final.id)
+    job = held_job(first)
+    assert spoken(s.audio(job.id, np.full(2205, 0.1, np.float32), 0, []) + s.finished(job.id) + rest) == [
+        "the capital is Paris, of course.", "It"]
+
+
+def test_a_draft_that_opens_with_a_phrase_holds_that_phrase():
+    s = chat_session()
+    round_ = thinks(user(s, "What is the capital of France"))[0]
+    out = s.thought(round_.id, [10, 11], "Well, Paris", None)
+    assert spoken(out) == ["Well,"] and StopThinking(round_.id) in out  # enough: the round stops at its phrase
 
 
 def held_job(actions):

@@ -26,6 +26,13 @@ def test_config_queue_is_a_boolean_off_by_default():
     assert refused.value.code == v1.INVALID_FIELD and "queue" in refused.value.message
 
 
+def test_config_first_phrase_is_a_boolean_off_by_default():
+    assert parse('{"type":"config","first_phrase":true}').first_phrase and not parse('{"type":"config"}').first_phrase
+    with pytest.raises(p.ProtocolError) as refused:
+        parse('{"type":"config","first_phrase":1}')
+    assert refused.value.code == v1.INVALID_FIELD and "first_phrase" in refused.value.message
+
+
 def test_openai_voice_names_speak_with_the_default_voice():
     assert parse('{"type": "config", "voice": "alloy"}').voice == VOICES[0]
     assert parse('{"type": "config", "voice": "nova"}') == p.Config(VOICES[0])

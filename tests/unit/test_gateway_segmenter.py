@@ -19,6 +19,22 @@ def test_a_sentence_is_released_once_its_end_is_certain():
     assert s.pending == ""
 
 
+def test_with_first_phrase_the_text_is_first_released_at_its_first_clause_break():
+    s = Segmenter(first_phrase=True)
+    assert s.append("Hi, there") == []  # "Hi" is too short to go alone
+    assert texts(s.append(", how")) == ["Hi, there,"]
+    assert s.append(" are you, my") == []  # after the first phrase, whole sentences only
+    assert texts(s.append(" friend? I")) == ["how are you, my friend?"]
+    assert [(x.start, x.end) for x in s.flush()] == [(35, 36)]  # spans count from the start of all the text
+
+
+def test_a_number_or_a_time_is_no_clause_break():
+    s = Segmenter(first_phrase=True)
+    assert s.append("It costs 1,000 dollars at 3:30") == []
+    assert texts(s.flush()) == ["It costs 1,000 dollars at 3:30"]
+    assert Segmenter().append("Well, then") == []  # without first_phrase, sentences only
+
+
 def test_abbreviations_and_decimals_wait_for_more_text():
     s = Segmenter()
     assert s.append("Dr. ") == []

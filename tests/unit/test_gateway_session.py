@@ -131,6 +131,18 @@ def test_deltas_release_complete_sentences_and_queue_them_behind_the_job_in_flig
     assert jobs(s.finished(third.id)) == [] and "a" in s.contexts  # open until closed
 
 
+def test_with_first_phrase_a_streamed_context_speaks_its_first_phrase_before_its_sentence_is_whole():
+    s, _, _ = session()
+    send(s, type="config", first_phrase=True)
+    (first,) = jobs(send(s, type="text", context_id="a", text="Well, the capital"))
+    assert [x.text for x in first.sentences] == ["Well,"]
+    assert jobs(send(s, type="text", context_id="a", text=" is Paris, of course. It")) == []  # one job at a time
+    (second,) = jobs(s.finished(first.id))
+    assert [x.text for x in second.sentences] == ["the capital is Paris, of course."]
+    assert jobs(send(s, type="text", context_id="b", text="Well, the capital")) != []  # each context has its first
+    assert jobs(send(session()[0], type="text", context_id="a", text="Well, the capital")) == []  # off by default
+
+
 def test_flush_waits_for_the_job_in_flight_then_pads_the_partial_frame():
     s, _, _ = session()
     (job,) = jobs(send(s, type="text", context_id="a", text="Hello there. "))
