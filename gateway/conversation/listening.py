@@ -82,7 +82,6 @@ class Listening:
         self.speaking = speaking
         self.turns = turns
         self.ask = ask  # an utterance's transcript as the chat turn's `user` message
-        speaking.replies_heard = chat
 
     def audio(self, message: bytes) -> list[Action]:
         return self.microphone.audio(message, self.speaking.clock())

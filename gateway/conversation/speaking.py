@@ -1,6 +1,5 @@
-"""Speaking mode, sans I/O: a connection's contexts, each text cut into sentences and
-spoken by one synthesis job at a time, its audio framed for the client and timed by its
-listener's clock.
+"""Speaking mode, sans I/O: a connection's contexts, their audio framed for the client
+and timed by its listener's clock.
 
 Each context cuts its text into sentences (segmenter.Segmenter), queues them with the
 flush and close marks between them, and has at most one synthesis job in flight: the
@@ -60,11 +59,14 @@ class Speaking:
         self.start_when_safe = start_when_safe  # hold a context's first audio until a stall cannot follow (StartGate)
         self.pace = pace  # what the gate expects of a voice's text (the gateway's, shared)
         self.contexts: dict[str, Context] = {}
-        self.opened = False  # a context was opened: the config can no longer change
-        self.replies_heard = False  # a microphone may interrupt the replies: keep them, with their words
         self.replies: dict[str, Context] = {}  # chat replies' contexts, kept after `done` while their audio plays
         self._last_stream_number = 0  # the last stream number given out
         self._jobs = 0
+
+    @property
+    def opened(self) -> bool:
+        """Whether a context was opened: the config can no longer change."""
+        return self._last_stream_number != 0
 
     @property
     def busy(self) -> bool:
@@ -152,7 +154,6 @@ class Speaking:
             if (position := self.admission.wait(context_id)) is None:
                 refusal.message += "; the admission queue is full too"
                 raise refusal
-        self.opened = True
         self._last_stream_number = self._last_stream_number % 0xFFFF + 1
         encoder = FrameEncoder(voice.sample_rate, cfg.sample_rate, cfg.frame_ms, cfg.format)
         segmenter = Segmenter(language=voice.language_family, first_phrase=first_phrase)
@@ -296,7 +297,7 @@ class Speaking:
     def open_reply(self, turn_id: str) -> list[Action]:
         context, opened = self._open(ContextMessage("text", turn_id), first_phrase=True)  # a reply sounds at once
         context.closed = True  # the reply alone speaks on it
-        if self.replies_heard:
+        if self.config.listen is not None:  # speech may interrupt it: keep it, with its words
             context.words = []
             self.replies[turn_id] = context
         return opened
