@@ -33,11 +33,16 @@ class Speculation(enum.Enum):
     TOP_K = "top_k"  # keep it where it is among the best top_k: more kept, a reply that may differ
 
 
+# A small chat model left without a system prompt wanders (the embedded one answered
+# "What is the capital of France?" with a loop in French): spoken replies are asked to be short.
+DEFAULT_SYSTEM = "Answer in one or two short sentences, in the language of the question."
+
+
 @dataclass(frozen=True)
 class ChatConfig:
     speculation: Speculation = Speculation.GREEDY
     top_k: int = 3
-    system: str | None = None
+    system: str | None = DEFAULT_SYSTEM  # None: no system prompt
     max_tokens: int = 256
     temperature: float = 0.0
 
@@ -215,10 +220,10 @@ def parse_chat(message: dict) -> ChatConfig | None:
         if not param.minimum <= value <= param.maximum:
             raise ProtocolError(v1.INVALID_FIELD, f"chat.{key} {value} is out of range [{param.minimum}, {param.maximum}]")
         values[key] = value
-    system = _field(chat, "system", str)
-    if system is not None and len(system) > c.MAX_MESSAGES_CHARS // 4:
+    system = _field(chat, "system", str, DEFAULT_SYSTEM)
+    if len(system) > c.MAX_MESSAGES_CHARS // 4:
         raise ProtocolError(v1.INVALID_FIELD, f"chat.system has {len(system)} characters; the limit is {c.MAX_MESSAGES_CHARS // 4}")
-    return ChatConfig(Speculation(speculation), system=system, **values)
+    return ChatConfig(Speculation(speculation), system=system or None, **values)  # "": no system prompt
 
 
 def parse_user(message: dict, max_text_chars: int) -> UserMessage:

@@ -27,6 +27,10 @@ def log_error(message: str) -> None:
     pb_utils.Logger.log_error(message)  # looked up per call: absent during auto-complete
 
 
+def log_info(message: str) -> None:
+    pb_utils.Logger.log_info(message)
+
+
 def declare(config, model: str):
     """Fill a model's auto-complete config with its tensors from the contract."""
     for tensor in model_inputs(model):

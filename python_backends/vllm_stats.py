@@ -1,20 +1,13 @@
-"""vLLM's own counts of an engine (its scheduler's reports), kept for Triton's metrics
-port: what the Talker and the Thinker share. Runs in the vLLM environment."""
+"""vLLM's own counts of an engine (its scheduler's reports), kept as an EngineStats for
+Triton's metrics port. Runs in the vLLM environment."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from vllm.v1.metrics.loggers import StatLoggerBase
 
-
-@dataclass
-class EngineStats:
-    running: int = 0  # requests in the batch
-    waiting: int = 0  # requests waiting for a place in it
-    generated_tokens: int = 0  # tokens written since the engine started
-    peak_running: int = 0  # the most requests in one batch since the engine started
+from python_backends.engine_stats import EngineStats
 
 
 class StatsLogger(StatLoggerBase):

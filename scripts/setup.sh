@@ -75,6 +75,25 @@ chat_environment() {
     echo "$want" > "$venv/.installed-chat"
   fi
   "$venv/bin/python" -m python_backends.thinker.gguf_model >/dev/null
+  llama_cpp_environment "$venv"
+}
+
+# llama.cpp for the Thinker, compiled for this host's CPU (never a wheel built on another:
+# no pip cache), again when the CPU's flags change; the engine checks the same stamp.
+llama_cpp_environment() {  # VENV
+  local want lib
+  # the requirements' hash and the CPU's (the engine compares the second with /proc/cpuinfo's)
+  want="$(sha256sum python_backends/thinker/llama-requirements.txt | cut -d' ' -f1) $(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -d' ' -f1)"
+  lib=$("$1/bin/python" -c 'import importlib.util as u; s = u.find_spec("llama_cpp"); print(s.submodule_search_locations[0] if s else "")')
+  if [ -z "$lib" ] || [ "$(cat "$1/.installed-llama" 2>/dev/null)" != "$want" ]; then
+    echo "setup: building llama.cpp for this CPU into $1 (about 5 minutes)" >&2
+    CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF" \
+      CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$1/bin/python" -m pip install -q --no-cache-dir --force-reinstall --no-deps \
+      -r python_backends/thinker/llama-requirements.txt
+    lib=$("$1/bin/python" -c 'import importlib.util as u; print(u.find_spec("llama_cpp").submodule_search_locations[0])')
+    echo "${want#* }" > "$lib/built-for-cpu"
+    echo "$want" > "$1/.installed-llama"
+  fi
 }
 
 if [ "${1:-}" = "--tests" ]; then

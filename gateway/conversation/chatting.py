@@ -13,6 +13,7 @@ from collections.abc import KeysView, Mapping
 from typing import Protocol
 
 from contract.voices import VoiceInfo
+from gateway.conversation import repetition
 from gateway.conversation import speculation as ch
 from gateway.conversation.actions import Action, Job, Send, Stop, StopThinking, Synthesize, Think
 from gateway.messages import ChatConfig, Config, ProtocolError, Speculation, UserMessage, encode
@@ -225,7 +226,7 @@ class Chatting:
         thought.final = True
         if not thought.started:
             return []  # its first piece decides, as a final request's does
-        return self._decide(turn) + self._reply_text(turn, thought.text)
+        return self._decide(turn) + self._reply_text(turn)
 
     def _accept(self, turn: ch.Turn, messages: ch.Messages) -> list[Action]:
         """The draft was written for this very question: it is the reply's start, taken
@@ -235,7 +236,7 @@ class Chatting:
         self._thinks += 1
         thought = turn.thought = ch.Thought(self._thinks, True, messages, accepted=len(turn.draft))
         thought.ids, thought.text = list(turn.draft), turn.draft_text
-        actions = self._decide(turn) + self._reply_text(turn, thought.text)
+        actions = self._decide(turn) + self._reply_text(turn)
         if turn.complete:
             return actions + self._end_reply(turn)
         prefix = tuple(turn.draft)
@@ -256,7 +257,7 @@ class Chatting:
                 return []
             return [StopThinking(thought.id)] + self._end_round(turn, complete=False)
         actions = self._decide(turn) if first else []
-        return actions + self._reply_text(turn, text)
+        return actions + self._reply_text(turn)
 
     @property
     def _language(self) -> str:
@@ -284,16 +285,23 @@ class Chatting:
         turn.spoken_from, turn.held = held.sentence.end, None  # the reply's audio now, no longer held
         return self.replies.speak_held(turn.id, held, turn.draft_text[: held.sentence.end])
 
-    def _reply_text(self, turn: ch.Turn, text: str) -> list[Action]:
-        """A delta of the decided reply: to the client, and into the context's speech past the held phrase."""
-        if not text:
-            return []
-        said = len(turn.thought.text) - len(text)  # the reply's characters before this delta
-        skip = max(0, turn.spoken_from - said)
-        speech = self.replies.speak_reply(turn.id, text[skip:])
-        if speech is None:
-            return []
-        return [Send(encode("reply_text", turn_id=turn.id, text=text))] + speech
+    def _reply_text(self, turn: ch.Turn, whole: bool = False) -> list[Action]:
+        """The decided reply's next finished clauses (with `whole`, its rest): to the client,
+        and into the context's speech past the held phrase. A clause that repeats the reply
+        (gateway/conversation/repetition.py) is not said: the reply ends before it."""
+        thought = turn.thought
+        end, stop = repetition.release(thought.text, turn.said, whole)
+        start, turn.said = turn.said, end
+        actions: list[Action] = []
+        if end > start:
+            speech = self.replies.speak_reply(turn.id, thought.text[max(start, turn.spoken_from):end])
+            if speech is None:
+                return []
+            actions = [Send(encode("reply_text", turn_id=turn.id, text=thought.text[start:end]))] + speech
+        if stop and not whole:
+            log.info("session %s: turn %s's reply ends before a clause that repeats it", self.replies.id, turn.id)
+            return actions + [StopThinking(thought.id)] + self._end_reply(turn)
+        return actions
 
     def thought_done(self, think_id: int) -> list[Action]:
         """Thinker request `think_id` ended: the reply is whole, or the round's draft is the turn's now."""
@@ -317,9 +325,12 @@ class Chatting:
         return actions
 
     def _end_reply(self, turn: ch.Turn) -> list[Action]:
+        """The reply is over: what it still holds is said (unless it repeats), and its context ends."""
+        actions = self._reply_text(turn, whole=True)
         del self._turns[turn.id]
-        actions = self.replies.end_reply(turn.id)
-        self.history += [{"role": "user", "content": turn.transcript}, {"role": "assistant", "content": turn.thought.text}]
+        actions += self.replies.end_reply(turn.id)
+        self.history += [{"role": "user", "content": turn.transcript},
+                         {"role": "assistant", "content": turn.thought.text[: turn.said]}]
         self._replied = (turn.id, self.history[-1])
         return actions
 

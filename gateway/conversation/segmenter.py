@@ -73,9 +73,10 @@ class Segmenter:
 
     def _first_phrase(self, sentence: Sentence) -> list[Sentence]:
         """The first sentence's first phrase, once its clause break has come."""
-        if (end := first_clause_end(sentence.text, PHRASE_CHARS)) is None:
+        text = self._buffer[sentence.start :]  # with the space after its break, which the sentence's text drops
+        if (end := first_clause_end(text, PHRASE_CHARS)) is None:
             return []
-        phrase = Sentence(sentence.start, sentence.start + end, sentence.text[:end])
+        phrase = Sentence(sentence.start, sentence.start + end, text[:end])
         return self._release([phrase], phrase.end)
 
     def _release(self, sentences: list[Sentence], end: int) -> list[Sentence]:

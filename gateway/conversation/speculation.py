@@ -99,6 +99,7 @@ class Turn:
     changed: bool = False  # the transcript changed since the thought in flight began
     held: Held | None = None
     spoken_from: int = 0  # where the reply's text goes on after the held phrase
+    said: int = 0  # the reply's characters released (to the client and to speech), a clause at a time
 
     def wants_round(self) -> bool:
         return not self.final and self.thought is None and self.changed and self.rounds < MAX_ROUNDS

@@ -150,7 +150,7 @@ def table(results: dict) -> str:
         f"Voice chat: end of question → first audio, {results['questions']} chitchat-dataset questions typed at "
         f"{results['chars_per_s']:g} characters/s, the final {results['endpointing_s'] * 1000:.0f} ms after the last "
         f"word, replies of at most {results['max_tokens']} tokens, embedded "
-        f"SmolLM2-135M on vLLM (CPU) and the embedded Piper voice. Costs per turn are beside off on the same question.",
+        f"SmolLM2-135M on llama.cpp (CPU) and the embedded Piper voice. Costs per turn are beside off on the same question.",
         "",
         "| speculation | wait median ms | p90 ms | ÷ off | held / partial / rejected | kept ÷ drafted tokens "
         "| extra LLM tokens | extra Triton CPU s | held TTS s (thrown away) | reply = off's |",

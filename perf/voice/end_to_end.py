@@ -222,7 +222,7 @@ def table(results: dict) -> str:
     lines = [
         f"The voice chat heard end to end: {results['questions']} chitchat-dataset questions spoken by the embedded "
         f"voice, streamed in real time in {MESSAGE_MS} ms messages, endpoint {ENDPOINT_MS} ms, replies of at most "
-        f"{results['max_tokens']} tokens (embedded SmolLM2-135M on vLLM, CPU), Whisper tiny.en in Triton.",
+        f"{results['max_tokens']} tokens (embedded SmolLM2-135M on llama.cpp, CPU), Whisper tiny.en in Triton.",
         "",
         "| speculation | voice→voice median ms | p90 ms | ÷ off | speech end → final ms | final → reply decided ms "
         "| final → first audio ms | WER | longest partial gap ms | held / partial / rejected | extra LLM tokens "

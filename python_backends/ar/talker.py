@@ -42,8 +42,9 @@ from python_backends.ar.inputs import TalkerParams
 from python_backends.ar.layouts import ENDING, Allowed, CodecTokens, FrameAssembler, Layout, allowed
 from python_backends.ar.orpheus import OrpheusTokens
 from python_backends.ar.step_logits import StepPlan
+from python_backends.engine_stats import EngineStats
 from python_backends.vllm_process import compute_in_engine_core
-from python_backends.vllm_stats import EngineStats, StatsLogger
+from python_backends.vllm_stats import StatsLogger
 
 CODEC_ARG = "speechstream_codec"  # the SamplingParams.extra_args key of a request's layout
 GUIDANCE_ARG = "speechstream_guidance"  # and of its place in a guided pair: {"pair", "role", "scale"}

