@@ -296,6 +296,10 @@ ENDPOINT_MS = "ENDPOINT_MS"
 ASR_PARAMS = (Param(ENDPOINT_MS, "TYPE_INT32", 500, 100, 5000),)  # the silence after speech that ends an utterance
 # PARTIALS (BOOL [1], optional, true by default): false asks for finals only (a file transcribed whole).
 PARTIALS = "PARTIALS"
+# SMART_TURN (BOOL [1], optional, false by default): true asks the turn detector (Smart Turn
+# v3.2) at 200 ms of silence whether the speaker's turn is over: if it is, the utterance
+# ends there rather than at ENDPOINT_MS.
+SMART_TURN = "SMART_TURN"
 
 # Request text limit, in characters; a model config parameter `max_text_chars` overrides it.
 MAX_TEXT_CHARS = 20_000
@@ -361,7 +365,8 @@ def model_inputs(model: str) -> list[dict]:
     if model == ASR_MODEL:
         return [_tensor(STREAM_ID, "TYPE_STRING", [1]), _tensor(AUDIO, "TYPE_INT16", [-1], optional=True),
                 _tensor(END, "TYPE_BOOL", [1], optional=True), _tensor(STOP, "TYPE_BOOL", [1], optional=True),
-                _tensor(PARTIALS, "TYPE_BOOL", [1], optional=True), *_params(ASR_PARAMS)]
+                _tensor(PARTIALS, "TYPE_BOOL", [1], optional=True), _tensor(SMART_TURN, "TYPE_BOOL", [1], optional=True),
+                *_params(ASR_PARAMS)]
     raise KeyError(model)
 
 

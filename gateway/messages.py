@@ -60,6 +60,7 @@ class ListenConfig:
     sample_rate: int = v1.LISTEN_DEFAULT_RATES["pcm_s16le"]
     endpoint_ms: int = v1.LISTEN_DEFAULT_ENDPOINT_MS  # the silence after speech that ends a turn
     barge_in: bool = True  # speech that starts while a reply is spoken cancels that reply
+    turn_detection: str = v1.LISTEN_DEFAULT_TURN_DETECTION  # "smart": the turn detector may end a turn sooner
 
 
 @dataclass(frozen=True)
@@ -177,12 +178,12 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
 
 
 def parse_listen(message: dict) -> ListenConfig | None:
-    """The config's `listen`: {format, sample_rate, endpoint_ms, barge_in}."""
+    """The config's `listen`: {format, sample_rate, endpoint_ms, barge_in, turn_detection}."""
     listen = _field(message, "listen", dict)
     if listen is None:
         return None
     listen = listen | {"type": "config"}
-    unknown = set(listen) - {"type", "format", "sample_rate", "endpoint_ms", "barge_in"}
+    unknown = set(listen) - {"type", "format", "sample_rate", "endpoint_ms", "barge_in", "turn_detection"}
     if unknown:
         raise ProtocolError(v1.INVALID_FIELD, f"listen has unknown fields: {', '.join(sorted(unknown))}")
     fmt = _field(listen, "format", str, ListenConfig.format)
@@ -197,7 +198,11 @@ def parse_listen(message: dict) -> ListenConfig | None:
     if not endpoint.minimum <= endpoint_ms <= endpoint.maximum:
         raise ProtocolError(v1.INVALID_FIELD, f"listen.endpoint_ms {endpoint_ms} is out of range "
                                               f"[{endpoint.minimum}, {endpoint.maximum}]")
-    return ListenConfig(fmt, rate, endpoint_ms, _field(listen, "barge_in", bool, ListenConfig.barge_in))
+    detection = _field(listen, "turn_detection", str, ListenConfig.turn_detection)
+    if detection not in v1.LISTEN_TURN_DETECTIONS:
+        raise ProtocolError(v1.INVALID_FIELD, f"listen.turn_detection '{detection}' is not one of "
+                                              f"{', '.join(v1.LISTEN_TURN_DETECTIONS)}")
+    return ListenConfig(fmt, rate, endpoint_ms, _field(listen, "barge_in", bool, ListenConfig.barge_in), detection)
 
 
 def parse_chat(message: dict) -> ChatConfig | None:

@@ -38,6 +38,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q -e ".$extras"
   echo "$want" > "$stamp"
 fi
+# The recognizer's turn detector: Smart Turn v3.2's ONNX, from the pipecat-ai wheel, into the cache once.
+"$VENV/bin/python" -m python_backends.asr.smart_turn_model >/dev/null
 
 # Test tools and the autoregressive family, whose dependencies clash with the server's, each in an environment of its
 # own from a pinned requirements file (which says why): reinstalled when the file changes.

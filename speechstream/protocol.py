@@ -64,6 +64,10 @@ LISTEN_SAMPLE_RATES = (8000, 16000, 24000, 48000)
 LISTEN_DEFAULT_RATES = {"pcm_s16le": 16000, "opus": 48000}
 LISTEN_MAX_MESSAGE_MS = 200
 LISTEN_DEFAULT_ENDPOINT_MS = 500
+# How a spoken turn ends: after endpoint_ms of silence ("silence"), or sooner where the
+# turn detector hears a finished sentence at 200 ms of silence ("smart").
+LISTEN_TURN_DETECTIONS = ("silence", "smart")
+LISTEN_DEFAULT_TURN_DETECTION = "silence"
 # How far the microphone's timeline may run ahead of real time since its first message
 # (a client's buffering, a network's bursts): audio past it is dropped, not a file sent at once.
 LISTEN_MAX_AHEAD_S = 2.0

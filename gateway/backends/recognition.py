@@ -39,13 +39,14 @@ class Recognition:
     _numbers = itertools.count(1)
 
     def __init__(self, backends: Backends, stream_id: str, endpoint_ms: int, at_ms: float, on_event: OnEvent,
-                 partials: bool = True) -> None:
+                 partials: bool = True, smart_turn: bool = False) -> None:
         self.backends = backends
         self.stream_id = f"{stream_id}-{next(self._numbers)}"
         self.endpoint_ms = endpoint_ms
         self.at_ms = at_ms  # where the stream's timeline starts in the microphone's
         self.on_event = on_event
         self.partials = partials  # False: finals only (a file transcribed whole needs no partial)
+        self.smart_turn = smart_turn  # the turn detector may end an utterance before the endpoint
         self._requests: asyncio.Queue[dict | None] = asyncio.Queue()
         self._stopped = asyncio.Event()  # the recognizer answered STOP whole
         self._ids = itertools.count()
@@ -59,6 +60,8 @@ class Recognition:
             inputs.append(infer_input(c.END, np.array([True])))
         if not self.partials:
             inputs.append(infer_input(c.PARTIALS, np.array([False])))
+        if self.smart_turn:
+            inputs.append(infer_input(c.SMART_TURN, np.array([True])))
         self._send(inputs)
 
     async def close(self, running: asyncio.Task) -> None:

@@ -171,7 +171,8 @@ class RecognitionRunner:
             if hear.audio is None or asyncio.get_running_loop().time() < self.retry_at:
                 return  # nothing heard to end, or the last stream failed just now
             listen = self.session.config.listen
-            recognition = Recognition(self.backends, self.session.id, listen.endpoint_ms, hear.at_ms, self._recognized)
+            recognition = Recognition(self.backends, self.session.id, listen.endpoint_ms, hear.at_ms, self._recognized,
+                                      smart_turn=listen.turn_detection == "smart")
             self.recognizer_stream = recognition, asyncio.create_task(self._run(recognition))
         self.recognizer_stream[0].hear(hear.audio, hear.end)
 

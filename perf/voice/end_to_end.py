@@ -36,6 +36,7 @@ from operations.loopback import Servers, cpu_seconds, triton_metrics
 from operations.process_tree import stub_of
 from perf.tools.results import save
 from perf.voice.chat import MODES, SYSTEM, beside_off, gateway_counter, p90, question_options, questions
+from speechstream import protocol as v1
 from tests.speech import silence, spoken, word_error_rate
 
 MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send them
@@ -129,10 +130,10 @@ def partial_gap_s(heard: Heard) -> float:
     return max(b - a for a, b in zip(marks, marks[1:] + [heard.speech_end_at]))
 
 
-def spoken_turn(url: str, question: str, mode: str, top_k: int, max_tokens: int) -> dict:
+def spoken_turn(url: str, question: str, mode: str, top_k: int, max_tokens: int, listen: dict) -> dict:
     audio, speech = question_audio(question)
     chat = {"speculation": mode, "top_k": top_k, "system": SYSTEM, "max_tokens": max_tokens}
-    config = {"format": "pcm_s16le", "listen": {"endpoint_ms": ENDPOINT_MS}, "chat": chat}
+    config = {"format": "pcm_s16le", "listen": listen, "chat": chat}
     heard = asyncio.run(converse(url, config, audio, speech, chat=True, timeout_s=180))
     return {
         "mode": mode, "question": question, "transcript": heard.final[1],
@@ -147,14 +148,14 @@ def spoken_turn(url: str, question: str, mode: str, top_k: int, max_tokens: int)
     }
 
 
-def chat_turns(servers: Servers, n: int, top_k: int, max_tokens: int) -> list[dict]:
+def chat_turns(servers: Servers, n: int, top_k: int, max_tokens: int, listen: dict) -> list[dict]:
     turns = []
-    spoken_turn(servers.url, "Hello, are you there?", "greedy", top_k, max_tokens)  # warm-up
+    spoken_turn(servers.url, "Hello, are you there?", "greedy", top_k, max_tokens, listen)  # warm-up
     for i, question in enumerate(questions(n)):
         for mode in MODES[i % 3:] + MODES[:i % 3]:
             tokens = triton_metrics(servers.metrics_port)[c.THINKER_TOKENS_METRIC]
             held = gateway_counter(servers.port, "speechstream_chat_held_audio_seconds_total", 'fate="discarded"')
-            turn = spoken_turn(servers.url, question, mode, top_k, max_tokens)
+            turn = spoken_turn(servers.url, question, mode, top_k, max_tokens, listen)
             time.sleep(0.5)  # the Thinker's last counts reach Triton's metrics
             turn["llm_tokens"] = triton_metrics(servers.metrics_port)[c.THINKER_TOKENS_METRIC] - tokens
             turn["held_discarded_s"] = gateway_counter(
@@ -166,12 +167,12 @@ def chat_turns(servers: Servers, n: int, top_k: int, max_tokens: int) -> list[di
     return turns
 
 
-async def dictate_together(url: str, audios: list[tuple[np.ndarray, slice]]) -> list[Heard]:
-    config = {"format": "pcm_s16le", "listen": {"endpoint_ms": ENDPOINT_MS}}
+async def dictate_together(url: str, audios: list[tuple[np.ndarray, slice]], listen: dict) -> list[Heard]:
+    config = {"format": "pcm_s16le", "listen": listen}
     return await asyncio.gather(*(converse(url, config, a, s, chat=False, timeout_s=60) for a, s in audios))
 
 
-def listeners(servers: Servers, counts: list[int], texts: list[str]) -> list[dict]:
+def listeners(servers: Servers, counts: list[int], texts: list[str], listen: dict) -> list[dict]:
     """Dictation streams at once, `count` of them: the recognizer's real-time limit here."""
     audios = [question_audio(t) for t in texts]
     rows = []
@@ -179,7 +180,7 @@ def listeners(servers: Servers, counts: list[int], texts: list[str]) -> list[dic
         asr = stub_of(servers.triton_tree(), c.ASR_MODEL)
         cpu = cpu_seconds([asr])
         streams = [audios[i % len(audios)] for i in range(count)]
-        heard = asyncio.run(dictate_together(servers.url, streams))
+        heard = asyncio.run(dictate_together(servers.url, streams, listen))
         audio_s = sum(a.size for a, _ in streams) / c.ASR_SAMPLE_RATE
         lags = [h.final[0] - h.speech_end_at for h in heard]
         rows.append({
@@ -221,7 +222,8 @@ def table(results: dict) -> str:
     s = results["summary"]
     lines = [
         f"The voice chat heard end to end: {results['questions']} chitchat-dataset questions spoken by the embedded "
-        f"voice, streamed in real time in {MESSAGE_MS} ms messages, endpoint {ENDPOINT_MS} ms, replies of at most "
+        f"voice, streamed in real time in {MESSAGE_MS} ms messages, endpoint {ENDPOINT_MS} ms, turn detection "
+        f"{results.get('turn_detection', 'silence')}, replies of at most "
         f"{results['max_tokens']} tokens (embedded SmolLM2-135M on llama.cpp, CPU), Whisper tiny.en in Triton.",
         "",
         "| speculation | voice→voice median ms | p90 ms | ÷ off | speech end → final ms | final → reply decided ms "
@@ -286,18 +288,20 @@ def plot(results: dict, path: Path) -> None:
 def main() -> None:
     parser = question_options(__doc__.splitlines()[0])
     parser.add_argument("--listeners", default="1,2,4,8", help="dictation streams at once, comma-separated")
+    parser.add_argument("--turn-detection", choices=v1.LISTEN_TURN_DETECTIONS, default=v1.LISTEN_DEFAULT_TURN_DETECTION)
     parser.add_argument("--out", type=Path, default=Path("perf/results/voice"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    listen = {"endpoint_ms": ENDPOINT_MS, "turn_detection": args.turn_detection}
     servers = Servers(args.out, chat_model="embedded", listen=True)
     servers.start()
     try:
-        turns = chat_turns(servers, args.questions, args.top_k, args.max_tokens)
-        rows = listeners(servers, [int(n) for n in args.listeners.split(",")], questions(8, seed=1))
+        turns = chat_turns(servers, args.questions, args.top_k, args.max_tokens, listen)
+        rows = listeners(servers, [int(n) for n in args.listeners.split(",")], questions(8, seed=1), listen)
     finally:
         servers.stop()
     results = {"questions": args.questions, "top_k": args.top_k, "max_tokens": args.max_tokens,
-               "endpoint_ms": ENDPOINT_MS, "turns": turns, "summary": summarize(turns), "listeners": rows}
+               "endpoint_ms": ENDPOINT_MS, "turn_detection": args.turn_detection, "turns": turns, "summary": summarize(turns), "listeners": rows}
     save(args.out, "voice", results, table(results), plot)
 
 

@@ -1,5 +1,6 @@
 """The `asr` model, Triton-facing: recognizer streams' audio → their utterances' events
-(listening.Listening over utterances.Utterances, Silero VAD and Whisper from engines),
+(listening.Listening over utterances.Utterances; Silero VAD, Whisper and Smart Turn from
+engines),
 on an event loop thread of its own (serving.EngineModel). Imported only inside Triton's
 Python backend (needs its `pb_utils`)."""
 
@@ -12,9 +13,10 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from contract import models as c
-from python_backends.asr.engines import SileroVad, WhisperTranscriber
+from python_backends.asr.engines import SileroVad, SmartTurn, WhisperTranscriber
 from python_backends.asr.inputs import read_asr_request
 from python_backends.asr.listening import Listening
+from python_backends.asr.smart_turn_model import SmartTurnMissing, smart_turn_path
 from python_backends.asr.utterances import Event, Policy
 from python_backends.serving import EngineModel, request_inputs
 
@@ -33,13 +35,22 @@ class AsrModel(EngineModel):
         listening = Listening(
             SileroVad().stream, WhisperTranscriber(threads), threads, int(parameters.get("max_streams", "256")),
             float(parameters.get("idle_s", "60")), Policy(partial_every_ms=int(parameters.get("partial_every_ms", "300"))),
-            on_stats=self.export, warn=pb_utils.Logger.log_warn)
+            turn_detector(), on_stats=self.export, warn=pb_utils.Logger.log_warn)
         listening.start()
         return listening
 
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         for event in await self.engine.hear(read_asr_request(request_inputs(request, self.model)), request.is_cancelled):
             yield outputs(event)
+
+
+def turn_detector() -> SmartTurn | None:
+    """Smart Turn, or none (listen's "smart" then ends turns by their silence alone) where it was not fetched."""
+    try:
+        return SmartTurn(smart_turn_path())
+    except SmartTurnMissing as e:
+        pb_utils.Logger.log_error(f"asr: no turn detector, turns end at their endpoint's silence: {e}")
+        return None
 
 
 def outputs(event: Event) -> dict[str, np.ndarray]:

@@ -144,3 +144,27 @@ class WhisperTranscriber:
         if result.no_speech_prob > NO_SPEECH_PROB and result.scores[0] * len(ids) / (len(ids) + 1) < LOG_PROB_THRESHOLD:
             return ""
         return without_repeats(self.tokenizer.decode(ids).strip())
+
+
+class SmartTurn:
+    """Smart Turn v3.2 (python_backends.asr.smart_turn_model): how likely an utterance's
+    audio so far ends its speaker's turn. It hears the last 8 s (silence before them when
+    shorter), normalized to zero mean and unit variance, as Whisper's 80 log-mels; as
+    Pipecat runs it. One session for all recognizer streams (its runs are thread-safe)."""
+
+    SECONDS = 8
+
+    def __init__(self, path: Path) -> None:
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1  # a decision takes one core a few tens of ms
+        options.log_severity_level = 3
+        self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.mel = FeatureExtractor(feature_size=80, chunk_length=self.SECONDS)
+
+    def finished(self, audio: np.ndarray) -> float:
+        """float32 audio in [-1, 1] at ASR_SAMPLE_RATE, the turn's so far → the probability that it is over."""
+        samples = self.SECONDS * ASR_SAMPLE_RATE
+        audio = np.pad(audio[-samples:].astype(np.float32), (max(0, samples - len(audio)), 0))
+        audio = (audio - audio.mean()) / np.sqrt(audio.var() + 1e-7)
+        mel = self.mel(audio, padding=0)[:, : samples // MEL_HOP]
+        return float(self.session.run(None, {"input_features": mel[None].astype(np.float32)})[0].reshape(-1)[0])

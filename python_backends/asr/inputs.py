@@ -15,6 +15,7 @@ from contract.models import (
     END,
     ENDPOINT_MS,
     PARTIALS,
+    SMART_TURN,
     STOP,
     STREAM_ID,
     InvalidRequest,
@@ -33,6 +34,7 @@ class AsrRequest:
     stop: bool  # and the recognizer stream with it
     partials: bool
     endpoint_ms: int
+    smart_turn: bool = False  # the turn detector may end an utterance before its endpoint
 
 
 def read_stream_id(inputs: Mapping[str, np.ndarray]) -> str:
@@ -69,4 +71,4 @@ def read_asr_request(inputs: Mapping[str, np.ndarray]) -> AsrRequest:
     stream_id, audio = read_stream_id(inputs), read_audio(inputs)
     stop = read_flag(inputs, STOP, False)
     return AsrRequest(stream_id, audio, read_flag(inputs, END, False) or stop, stop, read_flag(inputs, PARTIALS, True),
-                      read_params(inputs, ASR_PARAMS)[ENDPOINT_MS])
+                      read_params(inputs, ASR_PARAMS)[ENDPOINT_MS], read_flag(inputs, SMART_TURN, False))

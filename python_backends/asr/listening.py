@@ -19,7 +19,7 @@ import numpy as np
 
 from contract.models import ASR_SAMPLE_RATE, InvalidRequest
 from python_backends.asr.inputs import AsrRequest
-from python_backends.asr.utterances import Event, Policy, Transcriber, Utterances, Vad
+from python_backends.asr.utterances import Event, Policy, Transcriber, TurnDetector, Utterances, Vad
 
 log = logging.getLogger("speechstream.asr")
 
@@ -69,13 +69,13 @@ class Listening:
     the order requests arrive."""
 
     def __init__(self, new_vad: Callable[[], Vad], transcriber: Transcriber, threads: int, max_streams: int,
-                 idle_s: float, policy: Policy = Policy(),
+                 idle_s: float, policy: Policy = Policy(), turns: TurnDetector | None = None,
                  on_stats: Callable[[AsrStats], None] = lambda stats: None,
                  warn: Callable[[str], None] = log.warning) -> None:
         self.stats, self.on_stats, self.warn = AsrStats(), on_stats, warn
         self.exported_at = 0.0  # time.monotonic() of the last export
         self.new_vad, self.transcriber = new_vad, TimedTranscriber(transcriber, self.stats)
-        self.policy, self.max_streams, self.idle_s = policy, max_streams, idle_s
+        self.policy, self.max_streams, self.idle_s, self.turns = policy, max_streams, idle_s, turns
         self.workers = ThreadPoolExecutor(threads, thread_name_prefix="asr")
         self.recognizer_streams: dict[str, RecognizerStream] = {}
         self.sweeper: asyncio.Task | None = None
@@ -97,7 +97,7 @@ class Listening:
             partials = request.partials and not recognizer_stream.waiting
             events = await asyncio.get_running_loop().run_in_executor(
                 self.workers, recognizer_stream.utterances.hear, request.audio, request.endpoint_ms, partials,
-                request.end)
+                request.end, request.smart_turn)
         self.stats.audio_seconds += len(request.audio) / ASR_SAMPLE_RATE
         if request.stop:
             self._drop(request.stream_id, recognizer_stream)
@@ -110,7 +110,7 @@ class Listening:
             if len(self.recognizer_streams) >= self.max_streams:
                 raise InvalidRequest(f"{len(self.recognizer_streams)} recognizer streams are open; "
                                      f"the limit is {self.max_streams}")
-            recognizer_stream = RecognizerStream(Utterances(self.new_vad(), self.transcriber, self.policy))
+            recognizer_stream = RecognizerStream(Utterances(self.new_vad(), self.transcriber, self.policy, self.turns))
             self.recognizer_streams[stream_id] = recognizer_stream
             self._export()
         recognizer_stream.heard_at = time.monotonic()

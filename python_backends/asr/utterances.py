@@ -14,7 +14,10 @@ of unlikely blocks after it mean the speech has stopped, for now. The transcribe
   on, and become the final at the endpoint with no pass more. A voice chat's reply can
   start from them while the endpoint's silence is still being waited for;
 - at the endpoint (ENDPOINT_MS of silence after the speech), END or STOP, over the whole
-  utterance, unless the pass at the stop heard it all.
+  utterance, unless the pass at the stop heard it all;
+- with a turn detector asked (`smart`), sooner: at `Policy.smart_silence_ms` of silence
+  the detector hears the utterance, and if it says the speaker's turn is over, the
+  utterance ends there (the pass at the stop is its final); if not, the endpoint waits.
 
 Passes are placed by the audio's position, not by the clock, so audio sent faster than
 real time (a file) is cut and heard the same; without partials, only the endpoint's pass
@@ -31,6 +34,7 @@ from contract.models import ASR_SAMPLE_RATE, FINAL, PARTIAL, SPEECH_STARTED, SPE
 from python_backends.asr.stability import Agreement
 
 BLOCK = 512  # samples the VAD judges at once: 32 ms at 16 kHz (Silero's block)
+SENTENCE_ENDS = (".", "?", "!")
 
 
 class Vad(Protocol):
@@ -38,6 +42,12 @@ class Vad(Protocol):
 
     def probabilities(self, blocks: np.ndarray) -> np.ndarray:
         """[blocks, BLOCK] float32 audio in [-1, 1] → [blocks], how likely each is speech."""
+        ...
+
+
+class TurnDetector(Protocol):
+    def finished(self, audio: np.ndarray) -> float:
+        """How likely `audio` (an utterance so far, float32 at ASR_SAMPLE_RATE) ends the speaker's turn."""
         ...
 
 
@@ -66,6 +76,8 @@ class Policy:
     release: float = 0.35  # speech goes on while blocks stay at least this likely (Silero's 0.5 − 0.15)
     min_speech_ms: int = 200  # shorter sounds (a click, a cough) open no utterance
     hangover_ms: int = 100  # this much silence, and the speech has stopped for now
+    smart_silence_ms: int = 200  # this much, and a turn detector is asked whether the turn is over (as Pipecat asks)
+    smart_threshold: float = 0.5  # the detector's probability from which it is
     preroll_ms: int = 300  # audio before the speech's start that passes hear (Whisper hears a first word better)
     tail_ms: int = 300  # and after its end, at most
     partial_every_ms: int = 300  # new audio between partial passes
@@ -95,8 +107,9 @@ class Utterance:
 class Utterances:
     """One recognizer stream: its audio, heard request by request, cut into utterances."""
 
-    def __init__(self, vad: Vad, transcriber: Transcriber, policy: Policy = Policy()) -> None:
-        self.vad, self.transcriber, self.policy = vad, transcriber, policy
+    def __init__(self, vad: Vad, transcriber: Transcriber, policy: Policy = Policy(),
+                 turns: TurnDetector | None = None) -> None:
+        self.vad, self.transcriber, self.policy, self.turns = vad, transcriber, policy, turns
         self.audio = np.zeros(0, np.float32)  # the recent audio: the utterance's, or the preroll's
         self.audio_start = 0  # the recognizer stream's sample at audio[0]
         self.judged = 0  # samples the VAD has judged: whole blocks (the rest waits for more)
@@ -109,22 +122,23 @@ class Utterances:
         """Samples of the recognizer stream's timeline received."""
         return self.audio_start + len(self.audio)
 
-    def hear(self, pcm: np.ndarray, endpoint_ms: int, partials: bool = True, end: bool = False) -> list[Event]:
+    def hear(self, pcm: np.ndarray, endpoint_ms: int, partials: bool = True, end: bool = False,
+             smart: bool = False) -> list[Event]:
         """The next audio (float32 in [-1, 1]), then with `end` the end of the utterance
         in progress: the events they caused. Without `partials`, no pass runs but those
-        that end an utterance."""
+        that end an utterance; with `smart`, the turn detector may end one before its endpoint."""
         self.audio = np.concatenate([self.audio, pcm.astype(np.float32, copy=False)])
         blocks = self.audio[self.judged - self.audio_start:][: (self.received - self.judged) // BLOCK * BLOCK]
         events: list[Event] = []
         if blocks.size:
             for p in self.vad.probabilities(blocks.reshape(-1, BLOCK)):
-                events += self._judge(float(p), self.policy.samples(endpoint_ms), partials)
+                events += self._judge(float(p), self.policy.samples(endpoint_ms), partials, smart)
         if end:
             events += self._end()
         self._forget()
         return events
 
-    def _judge(self, p: float, endpoint: int, partials: bool) -> list[Event]:
+    def _judge(self, p: float, endpoint: int, partials: bool, smart: bool) -> list[Event]:
         """The next block, `p` likely speech."""
         at, self.judged = self.judged, self.judged + BLOCK
         u = self.utterance
@@ -141,7 +155,22 @@ class Utterances:
                 return self._finish(u, self.judged)
             if partials:
                 events = self._settle(u)
-        return events + self._finish(u, self.judged) if silence >= endpoint else events
+        if silence >= endpoint or (smart and self._turn_over(u, silence)):
+            return events + self._finish(u, self.judged)
+        return events
+
+    def _turn_over(self, u: Utterance, silence: int) -> bool:
+        """At smart_silence_ms of silence (once), whether the turn is over: its words, as
+        the pass at the stop heard them, end as a sentence does (Whisper writes a comma, or
+        nothing, where the speaker's voice goes on), and the turn detector hears it so."""
+        asked_at = self.policy.samples(self.policy.smart_silence_ms)
+        if self.turns is None or not silence - BLOCK < asked_at <= silence:
+            return False
+        if u.settled is not None and not u.settled[0].rstrip().endswith(SENTENCE_ENDS):
+            return False
+        start = max(self.audio_start, u.start - self.policy.samples(self.policy.preroll_ms))
+        return self.turns.finished(self.audio[start - self.audio_start : self.judged - self.audio_start]) >= \
+            self.policy.smart_threshold
 
     def _await_speech(self, p: float, at: int) -> list[Event]:
         if self.candidate is None and p >= self.policy.threshold:

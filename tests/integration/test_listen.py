@@ -100,6 +100,44 @@ def test_end_of_speech_ends_the_turn_at_once_without_waiting_for_the_endpoint(li
     assert word_error_rate(QUESTION, messages[-1]["text"]) <= 0.1
 
 
+def test_smart_turn_detection_ends_a_finished_question_long_before_its_endpoint(listen_url):
+    finished = spoken("How would you define true artificial intelligence?")  # Smart Turn: 0.99 over it
+
+    async def main():
+        client = await listening(listen_url, endpoint_ms=3000, turn_detection="smart")
+        speech_end = await say(client.ws, np.concatenate([silence(500), finished]))
+        reader = asyncio.create_task(heard(client, timeout=10))
+        await say(client.ws, silence(3500))
+        messages = await reader
+        final_at = next(e.at for e in client.events if e.kind == "transcript" and e.message["final"])
+        await client.ws.close()
+        return messages, final_at - speech_end
+
+    messages, wait_s = asyncio.run(main())
+    assert wait_s < 2.0  # the endpoint's silence alone would have taken 3 s
+    assert word_error_rate("How would you define true artificial intelligence?", messages[-1]["text"]) <= 0.1
+
+
+def test_a_question_paused_at_its_comma_is_one_turn_with_smart_turn_detection(listen_url):
+    """The pause is shorter than the endpoint: only an early decision could cut the question in two."""
+    question = "If you could live anywhere in the world, where would you live?"
+    first, second = question.split(", ")
+
+    async def main():
+        client = await listening(listen_url, endpoint_ms=1500, turn_detection="smart")
+        reader = asyncio.create_task(heard(client, timeout=20))
+        await say(client.ws, np.concatenate([silence(500), spoken(first + ","), silence(400), spoken(second),
+                                             silence(2000)]))
+        await reader
+        await client.ws.close()
+        return client
+
+    client = asyncio.run(main())
+    finals = [m for m in client.messages("transcript") if m["final"]]
+    assert len(finals) == 1 and len(client.messages("speech_started")) == 1
+    assert word_error_rate(question, finals[0]["text"]) <= 0.25, finals[0]["text"]
+
+
 def test_opus_packets_are_heard_as_well(listen_url, question):
     encoder = opuslib.Encoder(48000, 1, opuslib.APPLICATION_VOIP)
     audio = np.concatenate([silence(500, 48000), spoken(QUESTION, 48000), silence(1000, 48000)])

@@ -8,8 +8,16 @@ import pytest
 from faster_whisper.vad import SileroVADModel
 
 from contract.models import FINAL, PARTIAL, SPEECH_STARTED, SPEECH_STOPPED
-from python_backends.asr import engines
-from python_backends.asr.engines import SileroVad, WeightsError, WhisperTranscriber, encoder_seconds, without_repeats
+from python_backends.asr import engines, smart_turn_model
+from python_backends.asr.engines import (
+    SileroVad,
+    SmartTurn,
+    WeightsError,
+    WhisperTranscriber,
+    encoder_seconds,
+    without_repeats,
+)
+from python_backends.asr.smart_turn_model import SmartTurnMissing, smart_turn_path
 from python_backends.asr.utterances import BLOCK, Utterances
 from tests.speech import silence, spoken, word_errors, words
 
@@ -78,3 +86,34 @@ def test_a_streamed_question_is_one_utterance_heard_right(whisper, question):
     assert kinds.count(PARTIAL) >= 4
     assert word_errors(QUESTION, events[-1].text) == 0
     assert abs(events[0].audio_ms - 1000) <= 150 and abs(events[-2].audio_ms - (1000 + len(question) // 16)) <= 150
+
+
+@pytest.fixture(scope="module")
+def smart_turn():
+    return SmartTurn(smart_turn_path())
+
+
+def test_smart_turn_is_the_pinned_model_and_gives_its_known_outputs(smart_turn):
+    """Pipecat's own preprocessing and onnxruntime gave these over the same inputs: a
+    feature or a model other than Smart Turn v3.2's would not."""
+    assert smart_turn.finished(np.zeros(8 * 16000, np.float32)) == pytest.approx(0.9870367, abs=1e-4)
+    tone = 0.1 * np.sin(2 * np.pi * 220 * np.arange(8 * 16000) / 16000)
+    assert smart_turn.finished(tone.astype(np.float32)) == pytest.approx(0.9573681, abs=1e-4)
+
+
+def test_smart_turn_hears_a_sentence_left_hanging_as_unfinished(smart_turn):
+    def heard(text):
+        return smart_turn.finished(np.concatenate([silence(300), spoken(text), silence(200)]).astype(np.float32) / 32768)
+
+    assert heard("What is the capital of France?") > 0.5
+    assert heard("What is the capital of France, and") < 0.5
+
+
+def test_a_smart_turn_model_with_another_hash_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPEECHSTREAM_CACHE", str(tmp_path))
+    with pytest.raises(SmartTurnMissing):
+        smart_turn_path()
+    smart_turn_model.cache_path().parent.mkdir(parents=True)
+    smart_turn_model.cache_path().write_bytes(b"not the model")
+    with pytest.raises(SmartTurnMissing, match="sha256"):
+        smart_turn_path()

@@ -174,3 +174,55 @@ def test_only_the_audio_a_pass_may_hear_is_kept():
     for start in range(0, 60_000, 1000):
         utterances.hear(script.audio(start, start + 1000), ENDPOINT_MS)
     assert len(utterances.audio) <= Policy().samples(Policy().preroll_ms) + BLOCK
+
+
+class Detector:
+    """A turn detector that answers `p`, and keeps the audio it was asked about."""
+
+    def __init__(self, p: float) -> None:
+        self.p, self.asked = p, []
+
+    def finished(self, audio: np.ndarray) -> float:
+        self.asked.append(len(audio))
+        return self.p
+
+
+def run_smart(p: float, script=None, endpoint_ms=ENDPOINT_MS, smart=True):
+    script = script or Script([(1000, 3000, QUESTION + "?")], 5000)
+    detector = Detector(p)
+    utterances = Utterances(ScriptedVad(script), ScriptedTranscriber(script), Policy(), detector)
+    events = []
+    for start in range(0, script.length_ms, 100):
+        events += [(start + 100, e) for e in utterances.hear(script.audio(start, start + 100), endpoint_ms, smart=smart)]
+    return events, detector
+
+
+def test_a_turn_the_detector_hears_as_over_ends_at_its_short_silence_with_the_settled_words():
+    events, detector = run_smart(0.9)
+    assert kinds(events)[-2:] == [SPEECH_STOPPED, FINAL] and events[-1][1].text == QUESTION + "?"
+    assert events[-1][0] <= 3000 + Policy().smart_silence_ms + 100  # not the endpoint's 500 ms
+    assert len(detector.asked) == 1  # asked once, over the utterance and its preroll
+    assert detector.asked[0] * 1000 // 16000 >= 2000 + Policy().smart_silence_ms
+
+
+def test_a_turn_the_detector_hears_as_unfinished_waits_for_the_endpoint():
+    events, detector = run_smart(0.1)
+    assert kinds(events)[-2:] == [SPEECH_STOPPED, FINAL]
+    assert events[-1][0] >= 3000 + ENDPOINT_MS and len(detector.asked) == 1
+
+
+def test_a_pause_the_detector_hears_as_unfinished_keeps_one_utterance():
+    paused = Script([(1000, 2000, "what is your favorite."), (2400, 3400, "kind of music?")], 5000)  # a 400 ms pause
+    events, detector = run_smart(0.1, paused)
+    assert kinds(events).count(FINAL) == 1 and len(detector.asked) == 2  # asked at each pause
+
+
+def test_words_that_end_no_sentence_keep_the_turn_open_whatever_the_detector_says():
+    paused = Script([(1000, 2000, "if you could live anywhere,"), (2400, 3400, "where would you live?")], 5000)
+    events, detector = run_smart(0.9, paused)
+    assert kinds(events).count(FINAL) == 1 and len(detector.asked) == 1  # asked only where the words end a sentence
+
+
+def test_without_smart_the_detector_is_never_asked():
+    events, detector = run_smart(0.9, smart=False)
+    assert detector.asked == [] and events[-1][0] >= 3000 + ENDPOINT_MS

@@ -56,6 +56,8 @@ def test_listen_on_a_server_without_a_recognizer_is_unavailable():
     ({"format": "opus", "sample_rate": 16000}, v1.INVALID_FIELD),
     ({"endpoint_ms": 10}, v1.INVALID_FIELD),
     ({"barge_in": "yes"}, v1.INVALID_FIELD),
+    ({"turn_detection": "semantic"}, v1.INVALID_FIELD),
+    ({"turn_detection": True}, v1.INVALID_FIELD),
     ({"vad": True}, v1.INVALID_FIELD),
 ])
 def test_a_bad_listen_config_is_refused(listen, code):
