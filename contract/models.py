@@ -242,7 +242,8 @@ AR_CHUNK_PARAMS = chunk_params(initial=1, frames=16, context=2, most_frames=64, 
 # {"role": "system" | "user" | "assistant", "content": text}, its last the user's); a
 # DRAFT reply to verify first (INT32 [-1] token ids, from an earlier reply's TOKEN_IDS),
 # kept up to its first token outside the model's best TOP_K; decoding per TEMPERATURE
-# (0: greedy) for at most MAX_TOKENS tokens. Its responses: TOKEN_IDS (INT32 [-1], the
+# (0: greedy; above it, drawn with SEED if given: the same seed, the same reply) for at
+# most MAX_TOKENS tokens. Its responses: TOKEN_IDS (INT32 [-1], the
 # reply's next tokens, an end token included), TEXT (BYTES [1], their text as far as it
 # can be decoded), and with the first of a verifying reply ACCEPTED (INT32 [1], draft
 # tokens kept; that response's TOKEN_IDS are those, then the token after them).
@@ -260,6 +261,7 @@ THINKER_PARAMS = (
     Param(TOP_K, "TYPE_INT32", 1, 1, 20),
     Param(MAX_TOKENS, "TYPE_INT32", 256, 1, 4096),
     Param(TEMPERATURE, "TYPE_FP32", 0.0, 0.0, 2.0),
+    SEED_PARAM,
 )
 MAX_MESSAGES_CHARS = 32_000  # a conversation's text, all messages together
 

@@ -45,6 +45,7 @@ class ChatConfig:
     system: str | None = DEFAULT_SYSTEM  # None: no system prompt
     max_tokens: int = 256
     temperature: float = 0.0
+    seed: int | None = None  # sampling's, above temperature 0: the same seed, the same replies
 
     @property
     def k(self) -> int:
@@ -206,12 +207,12 @@ def parse_listen(message: dict) -> ListenConfig | None:
 
 
 def parse_chat(message: dict) -> ChatConfig | None:
-    """The config's `chat`: {speculation, top_k, system, max_tokens, temperature}."""
+    """The config's `chat`: {speculation, top_k, system, max_tokens, temperature, seed}."""
     chat = _field(message, "chat", dict)
     if chat is None:
         return None
     chat = chat | {"type": "config"}
-    unknown = set(chat) - {"type", "speculation", "top_k", "system", "max_tokens", "temperature"}
+    unknown = set(chat) - {"type", "speculation", "top_k", "system", "max_tokens", "temperature", "seed"}
     if unknown:
         raise ProtocolError(v1.INVALID_FIELD, f"chat has unknown fields: {', '.join(sorted(unknown))}")
     modes = [s.value for s in Speculation]
@@ -222,7 +223,7 @@ def parse_chat(message: dict) -> ChatConfig | None:
     for param in c.THINKER_PARAMS:
         key = param.name.lower()
         value = _field(chat, key, int if param.is_integer else (int, float), getattr(ChatConfig, key))
-        if not param.minimum <= value <= param.maximum:
+        if value is not None and not param.minimum <= value <= param.maximum:
             raise ProtocolError(v1.INVALID_FIELD, f"chat.{key} {value} is out of range [{param.minimum}, {param.maximum}]")
         values[key] = value
     system = _field(chat, "system", str, DEFAULT_SYSTEM)

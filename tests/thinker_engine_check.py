@@ -1,7 +1,7 @@
 """Checks the Thinker's CPU engine (python_backends.thinker.llama_engine) in the vLLM
 environment, where tests/vllm/test_thinker_engines.py runs it, on the embedded model's
 GGUF: replies alone and batched, a draft verified, a reply gone on after a prefix, a
-reply dropped early, a conversation's tokens read once. Prints one JSON line."""
+reply dropped early, replies drawn with a seed. Prints one JSON line."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ async def check() -> dict:
         verified = await written(engine, asking(QUESTIONS[0]), draft=draft[:-1])
         exact = await written(engine, asking(QUESTIONS[0]), draft=reply[:6])
         after_prefix = await written(engine, asking(QUESTIONS[0]), prefix=reply[:3])
+        seeded = [(await written(engine, asking(QUESTIONS[1]), temperature=1.0, seed=seed))[0] for seed in (7, 7, 8)]
         async with aclosing(engine.reply(asking(QUESTIONS[1]), max_tokens=200)) as pieces:
             async for _ in pieces:
                 break
@@ -59,6 +60,7 @@ async def check() -> dict:
             "running_after_drop": dropped, "written_after_drop": engine.stats.generated_tokens - generated,
             "end_token": engine.tokenizer.decode(reply[-1:]),
             "verifications": engine.stats.drafts_verified,
+            "same_seed_same_reply": seeded[0] == seeded[1], "other_seed_other_reply": seeded[0] != seeded[2],
         }
     finally:
         engine.shutdown()

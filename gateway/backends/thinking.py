@@ -24,7 +24,7 @@ class ReplyPiece:
 
 
 def thinker_request(messages: Sequence[dict[str, str]], draft: Sequence[int], top_k: int, max_tokens: int,
-                    temperature: float, prefix: Sequence[int] = ()) -> dict:
+                    temperature: float, prefix: Sequence[int] = (), seed: int | None = None) -> dict:
     inputs = [
         infer_input(c.MESSAGES, np.array([json.dumps(list(messages)).encode()], dtype=object)),
         infer_input(c.TOP_K, np.array([top_k], np.int32)),
@@ -35,6 +35,8 @@ def thinker_request(messages: Sequence[dict[str, str]], draft: Sequence[int], to
         inputs.append(infer_input(c.DRAFT, np.array(draft, np.int32)))
     if prefix:
         inputs.append(infer_input(c.PREFIX, np.array(prefix, np.int32)))
+    if seed is not None:
+        inputs.append(infer_input(c.SEED, np.array([seed], np.int64)))
     return {"model_name": c.THINKER_MODEL, "inputs": inputs, "parameters": {"triton_enable_empty_final_response": True}}
 
 
@@ -50,11 +52,11 @@ class Thinker:
         self.progress_s = progress_s
 
     async def reply(self, messages: Sequence[dict[str, str]], draft: Sequence[int], top_k: int, max_tokens: int,
-                    temperature: float, prefix: Sequence[int] = ()) -> AsyncIterator[ReplyPiece]:
+                    temperature: float, prefix: Sequence[int] = (), seed: int | None = None) -> AsyncIterator[ReplyPiece]:
         """The reply, piece by piece (after `prefix`, if given: the reply's start, decided
         already); ThinkingFailed if it cannot come. Leaving early cancels the request,
         which aborts it in vLLM."""
-        request = thinker_request(messages, draft, top_k, max_tokens, temperature, prefix)
+        request = thinker_request(messages, draft, top_k, max_tokens, temperature, prefix, seed)
         async with on_backend(self.backends, ThinkingFailed) as backend:
             async with aclosing(responses(backend, request, self.progress_s, ThinkingFailed)) as results:
                 async for result in results:

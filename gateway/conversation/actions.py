@@ -57,6 +57,7 @@ class Think:
     max_tokens: int
     temperature: float
     prefix: tuple[int, ...] = ()
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ class Chatting:
         messages = self._messages(turn.transcript)
         turn.thought, turn.changed = ch.Thought(self._thinks, final, messages, len(draft)), False
         turn.rounds += not final
-        return Think(self._thinks, turn.id, messages, draft, cfg.k, cfg.max_tokens, cfg.temperature)
+        return Think(self._thinks, turn.id, messages, draft, cfg.k, cfg.max_tokens, cfg.temperature, seed=cfg.seed)
 
     def _final(self, turn: ch.Turn) -> list[Action]:
         """The question ended: its reply becomes a context, written by the round in flight
@@ -240,7 +240,8 @@ class Chatting:
         if turn.complete:
             return actions + self._end_reply(turn)
         prefix = tuple(turn.draft)
-        return actions + [Think(thought.id, turn.id, messages, (), cfg.k, cfg.max_tokens, cfg.temperature, prefix)]
+        return actions + [Think(thought.id, turn.id, messages, (), cfg.k, cfg.max_tokens, cfg.temperature, prefix,
+                                cfg.seed)]
 
     # The Thinker's reply
 

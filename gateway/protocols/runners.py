@@ -147,7 +147,7 @@ class ThinkingRunner(Tasks):
 
     async def _think(self, think: Think) -> None:
         reply = self.thinker.reply(think.messages, think.draft, think.top_k, think.max_tokens, think.temperature,
-                                   think.prefix)
+                                   think.prefix, think.seed)
         # Closed at once when this task is cancelled (StopThinking), which aborts the request in vLLM.
         async with aclosing(reply) as pieces:
             async for piece in pieces:

@@ -14,6 +14,7 @@ from contract.models import (
     MAX_TOKENS,
     MESSAGES,
     PREFIX,
+    SEED,
     TEMPERATURE,
     THINKER_PARAMS,
     TOP_K,
@@ -32,6 +33,7 @@ class ThinkerRequest:
     top_k: int
     max_tokens: int
     temperature: float
+    seed: int | None = None  # sampling's, above temperature 0
 
 
 def read_messages(inputs: Mapping[str, np.ndarray]) -> list[dict[str, str]]:
@@ -72,4 +74,4 @@ def read_thinker_request(inputs: Mapping[str, np.ndarray], vocabulary: int) -> T
     for name, tokens in ((DRAFT, draft), (PREFIX, prefix)):
         if len(tokens) >= v[MAX_TOKENS]:
             raise InvalidRequest(f"a {name} of {len(tokens)} tokens leaves no room in {MAX_TOKENS}={v[MAX_TOKENS]}")
-    return ThinkerRequest(messages, draft, prefix, v[TOP_K], v[MAX_TOKENS], v[TEMPERATURE])
+    return ThinkerRequest(messages, draft, prefix, v[TOP_K], v[MAX_TOKENS], v[TEMPERATURE], v[SEED])

@@ -102,8 +102,10 @@ class LlamaCppThinker:
         self.end_tokens = frozenset() if eos is None else frozenset({eos})
         self.context = context
         self.stats, self._on_stats = ThinkerStats(), on_stats
-        threads = threads or max(1, len(os.sched_getaffinity(0)) - 1)
-        self._model, self._ctx = load(gguf_of(directory), threads, slots, context)
+        cores = len(os.sched_getaffinity(0))
+        # Prompts are read on every core (a burst, at a turn's end), replies written on one fewer.
+        self._model, self._ctx = load(gguf_of(directory), threads or max(1, cores - 1), max(threads, cores), slots,
+                                      context)
         self._vocabulary = llama.llama_vocab_n_tokens(llama.llama_model_get_vocab(self._model))
         self._memory = llama.llama_get_memory(self._ctx)
         self._batch = llama.llama_batch_init(BATCH_TOKENS, 0, 1)
@@ -119,7 +121,8 @@ class LlamaCppThinker:
         return chat_prompt(self.tokenizer, messages)
 
     async def reply(self, messages: list[dict[str, str]], draft: Sequence[int] = (), top_k: int = 1,
-                    max_tokens: int = 256, temperature: float = 0.0, prefix: Sequence[int] = ()) -> AsyncIterator[Piece]:
+                    max_tokens: int = 256, temperature: float = 0.0, prefix: Sequence[int] = (),
+                    seed: int | None = None) -> AsyncIterator[Piece]:
         """As VllmThinker.reply: the reply to `messages`, piece by piece; with a `draft`,
         its first piece is the part of the draft kept and the token after it
         (Piece.accepted); with a `prefix`, the reply goes on after it. Leaving the
@@ -133,7 +136,7 @@ class LlamaCppThinker:
         def emit(item: Emit | BaseException | None) -> None:
             loop.call_soon_threadsafe(pieces.put_nowait, item)
 
-        job = Job(self._steps(prompt, list(draft), top_k, max_tokens, temperature, list(prefix)), emit)
+        job = Job(self._steps(prompt, list(draft), top_k, max_tokens, temperature, list(prefix), seed), emit)
         self._arrivals.put(job)
         try:
             while (item := await pieces.get()) is not None:
@@ -163,8 +166,8 @@ class LlamaCppThinker:
     # The steps of one reply, run on the compute thread.
 
     def _steps(self, prompt: list[int], draft: list[int], k: int, max_tokens: int, temperature: float,
-               prefix: list[int]) -> Generator[Feed | Cut, list[np.ndarray], None]:
-        rng = np.random.default_rng()
+               prefix: list[int], seed: int | None) -> Generator[Feed | Cut | Emit, list[np.ndarray], None]:
+        rng = np.random.default_rng(seed)
         written = list(prefix)
         if draft:
             rows = yield Feed(prompt + draft, want=len(draft) + 1)
@@ -340,8 +343,9 @@ def gguf_of(directory: Path) -> Path:
 _log_callback = llama.llama_log_callback(lambda level, text, data: None)  # kept: llama.cpp calls it
 
 
-def load(gguf: Path, threads: int, slots: int, context: int):
-    """The model and a context with `slots` sequences of `context` tokens each."""
+def load(gguf: Path, threads: int, batch_threads: int, slots: int, context: int):
+    """The model and a context with `slots` sequences of `context` tokens each, writing
+    on `threads` and reading prompts on `batch_threads`."""
     llama.llama_log_set(_log_callback, ctypes.c_void_p())  # llama.cpp's load chatter; a failure raises below
     llama.llama_backend_init()
     params = llama.llama_model_default_params()
@@ -354,7 +358,7 @@ def load(gguf: Path, threads: int, slots: int, context: int):
     options = llama.llama_context_default_params()
     options.n_ctx, options.n_seq_max, options.kv_unified = context * slots, slots, False
     options.n_batch = options.n_ubatch = BATCH_TOKENS
-    options.n_threads = options.n_threads_batch = threads
+    options.n_threads, options.n_threads_batch = threads, batch_threads
     ctx = llama.llama_init_from_model(model, options)
     if not ctx:
         llama.llama_model_free(model)

@@ -57,7 +57,8 @@ class ThinkerModel(VllmModel):
 
     async def respond(self, request) -> AsyncIterator[dict[str, np.ndarray]]:
         ask = read_thinker_request(request_inputs(request, self.model), len(self.engine.tokenizer))
-        reply = self.engine.reply(ask.messages, ask.draft, ask.top_k, ask.max_tokens, ask.temperature, ask.prefix)
+        reply = self.engine.reply(ask.messages, ask.draft, ask.top_k, ask.max_tokens, ask.temperature, ask.prefix,
+                                  ask.seed)
         async with aclosing(reply) as pieces:
             async for piece in pieces:
                 outputs = {c.TOKEN_IDS: np.array(piece.token_ids, dtype=np.int32),

@@ -53,10 +53,12 @@ class VllmThinker:
         return chat_prompt(self.tokenizer, messages)
 
     async def reply(self, messages: list[dict[str, str]], draft: Sequence[int] = (), top_k: int = 1,
-                    max_tokens: int = 256, temperature: float = 0.0, prefix: Sequence[int] = ()) -> AsyncIterator[Piece]:
+                    max_tokens: int = 256, temperature: float = 0.0, prefix: Sequence[int] = (),
+                    seed: int | None = None) -> AsyncIterator[Piece]:
         """The reply to `messages`, piece by piece; with a `draft`, its first piece is
         the part of the draft kept and the token after it (Piece.accepted); with a
-        `prefix`, the reply goes on after it, and its pieces are what follows it."""
+        `prefix`, the reply goes on after it, and its pieces are what follows it; above
+        temperature 0, drawn with `seed` if given (the same seed, the same reply)."""
         prompt, text = self.prompt(messages), Detokenizer(self.tokenizer, prefix)
         written = list(prefix)  # the reply's tokens so far
         if draft:
@@ -67,7 +69,7 @@ class VllmThinker:
             if tail := text.push([], last=True):
                 yield Piece([], tail)
             return
-        sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens - len(written),
+        sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens - len(written), seed=seed,
                                   output_kind=RequestOutputKind.DELTA)
         name = f"thinker-{next(self._ids)}"
         async with aclosing(self.engine.generate({"prompt_token_ids": prompt + written}, sampling, name)) as outputs:

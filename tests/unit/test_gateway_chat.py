@@ -444,3 +444,19 @@ def test_repetition_releases_finished_clauses_and_stops_before_a_repeat():
     # Three words again are no loop; four are.
     assert repetition.release("It is big. It is big, yes.", 0, whole=True) == (26, False)
     assert repetition.release("It is very big. It is very big.", 0, whole=True) == (16, True)
+
+
+def test_a_seed_goes_with_every_thinker_request_of_the_conversation():
+    s = Session(Limits(), Recorder(), Clock(), session_id="s1", chat=True)
+    s.receive(json.dumps({"type": "config", "chat": {"speculation": "greedy", "temperature": 0.7, "seed": 7}}))
+    round_ = thinks(user(s, "What is"))[0]
+    final = thinks(user(s, "What is it?", final=True))
+    assert round_.seed == 7 and all(t.seed == 7 for t in final)
+    assert parse_chat({"chat": {}}).seed is None
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63, 1.5, "7"])
+def test_a_bad_seed_is_refused_and_the_connection_stays(seed):
+    s = chat_session()
+    out = s.receive(json.dumps({"type": "config", "chat": {"seed": seed}}))
+    assert [m["code"] for m in messages(out) if m["type"] == "error"] == [v1.INVALID_FIELD]

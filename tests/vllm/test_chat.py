@@ -175,6 +175,22 @@ def test_a_round_in_flight_over_the_final_question_becomes_the_reply(chat_gatewa
     assert reply_of(greedy) == reply_of(off) and reply_of(off)
 
 
+def test_a_reply_drawn_with_a_seed_is_the_same_reply_again(chat_gateway):
+    async def ask(seed: int) -> str:
+        async with connection(chat_gateway) as ws:
+            client = Recorder(ws)
+            await client.until("ready")
+            await client.send(type="config", chat={"speculation": "off", "temperature": 1.0, "seed": seed,
+                                                   "max_tokens": 32})
+            await client.until("ready")
+            await client.send(type="user", turn_id="t1", text="Tell me a story about a dragon.", final=True)
+            await client.until("done", "t1", timeout=120)
+            return reply_of(client)
+
+    first, again = asyncio.run(ask(7)), asyncio.run(ask(7))
+    assert first and first == again
+
+
 def test_the_thinker_computes_on_llama_cpp_in_its_stub_on_a_cpu(chat_triton):
     """The CPU config's engine: llama.cpp's library loaded in the Thinker's stub, and no vLLM process beside it."""
     stub = chat_triton.stub(c.THINKER_MODEL)

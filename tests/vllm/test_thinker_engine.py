@@ -45,3 +45,8 @@ def test_a_reply_after_a_prefix_is_the_rest_of_the_reply(check):
 def test_a_reply_left_early_is_dropped_and_writes_nothing_more(check):
     assert check["running_after_drop"] == 0
     assert check["written_after_drop"] == 0
+
+
+def test_a_reply_drawn_with_a_seed_is_drawn_again_the_same(check):
+    assert check["same_seed_same_reply"]
+    assert check["other_seed_other_reply"]
