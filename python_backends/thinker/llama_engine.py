@@ -19,6 +19,7 @@ No Triton here; python_backends.thinker.thinker_model wraps it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -134,7 +135,8 @@ class LlamaCppThinker:
         text = Detokenizer(self.tokenizer, prefix)
 
         def emit(item: Emit | BaseException | None) -> None:
-            loop.call_soon_threadsafe(pieces.put_nowait, item)
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits for the reply any more
+                loop.call_soon_threadsafe(pieces.put_nowait, item)
 
         job = Job(self._steps(prompt, list(draft), top_k, max_tokens, temperature, list(prefix), seed), emit)
         self._arrivals.put(job)
@@ -206,10 +208,17 @@ class LlamaCppThinker:
                 return
             except queue.Empty:
                 pass
-            self._admit()
-            self._running = [job for job in self._running if self._go_on(job)]
-            if self._running:
-                self._step()
+            try:
+                self._admit()
+                self._running = [job for job in self._running if self._go_on(job)]
+                if self._running:
+                    self._step()
+            except Exception as e:  # noqa: BLE001 - the replies in the step fail; the engine goes on
+                log.exception("the Thinker's step failed")
+                for job in self._running:
+                    self._cut(job.slot, 0)  # what the step left in the sequence is unknown
+                    self._end(job, e)
+                self._running = []
             self._report()
 
     def _stop(self) -> None:
@@ -286,13 +295,7 @@ class LlamaCppThinker:
             n += count
         batch.n_tokens = n
         if (status := llama.llama_decode(self._ctx, batch)) != 0:
-            error = RuntimeError(f"llama_decode failed ({status}) on {n} tokens of {len(taken)} replies")
-            log.error("%s", error)
-            for job, _, _ in taken:
-                self._cut(job.slot, 0)  # what the failed step left in the sequence is unknown
-                self._end(job, error)
-            self._running = [job for job in self._running if job.slot is not None]
-            return
+            raise RuntimeError(f"llama_decode failed ({status}) on {n} tokens of {len(taken)} replies")
         for job, count, at in taken:
             for i in range(max(0, job.want_from), count):
                 job.rows.append(np.ctypeslib.as_array(llama.llama_get_logits_ith(self._ctx, at + i),
