@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from contract.voices import AR_MODEL_ENV, CHAT_MODEL_ENV, EMBEDDED_CHAT, VOICES_ENV, VoiceError
-from python_backends.piper.voice import cache_dir
+from python_backends.cache import cache_dir
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"

@@ -22,7 +22,8 @@ import subprocess
 from pathlib import Path
 
 from perf.tools.workloads import HARVARD
-from python_backends.piper.voice import cache_dir, embedded_voice_files
+from python_backends.cache import cache_dir
+from python_backends.piper.voice import embedded_voice_files
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_PYTHON = ROOT / os.environ.get("BUILD_VENV", ".venv-build") / "bin" / "python"
@@ -85,3 +86,11 @@ def cached_build(python: Path, builder: Path, args: list, last_file: str) -> Pat
         shutil.rmtree(built, ignore_errors=True)
         staging.rename(built)
     return built
+
+
+def ar_check(script: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None) -> dict:
+    """Run tests/`script` in the vLLM environment (with `args`, and `env` over this
+    process's) and read the JSON line it prints last."""
+    run = subprocess.run([str(AR_PYTHON), str(ROOT / "tests" / script), *args], capture_output=True, text=True,
+                         timeout=timeout, check=True, env=os.environ | (env or {}))
+    return json.loads(run.stdout.splitlines()[-1])

@@ -11,12 +11,13 @@ prints the file's path (scripts/setup.sh runs it)."""
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from python_backends.cache import cache_dir
 
 WHEEL = "pipecat-ai==1.14.0"
 MEMBER = "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx"
@@ -28,8 +29,7 @@ class SmartTurnMissing(FileNotFoundError):
 
 
 def cache_path() -> Path:
-    root = Path(os.environ.get("SPEECHSTREAM_CACHE") or Path.home() / ".cache" / "speechstream")
-    return root / "smart-turn" / Path(MEMBER).name
+    return cache_dir() / "smart-turn" / Path(MEMBER).name
 
 
 def smart_turn_path() -> Path:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from contract.voices import EMBEDDED, VoiceError, VoiceInfo
+from python_backends.cache import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +78,6 @@ class Voice:
     def inference_defaults(self) -> dict[str, float]:
         """Piper's defaults for this voice: noise_scale, length_scale, noise_w."""
         return self.config["inference"]
-
-
-def cache_dir() -> Path:
-    """Where derived graphs live: $SPEECHSTREAM_CACHE, else ~/.cache/speechstream."""
-    root = os.environ.get("SPEECHSTREAM_CACHE") or Path.home() / ".cache" / "speechstream"
-    return Path(root)
 
 
 def embedded_voice_files() -> tuple[Path, Path]:

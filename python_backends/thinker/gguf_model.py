@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from python_backends.cache import cache_dir
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_FILE = f"{EMBEDDED_NAME}.Q4_1.gguf"
@@ -51,13 +52,9 @@ def embedded_gguf() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_FILE
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("SPEECHSTREAM_CACHE") or Path.home() / ".cache" / "speechstream")
-
-
 def embedded_model_dir() -> Path:
     """The embedded chat model's directory, converted on first use."""
-    out = cache_root() / "chat" / f"{EMBEDDED_NAME}-v{FORMAT}"
+    out = cache_dir() / "chat" / f"{EMBEDDED_NAME}-v{FORMAT}"
     if not (out / "config.json").exists():
         convert(embedded_gguf(), out)
     return out
@@ -180,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.gguf is None and args.out is None:
         print(embedded_model_dir())
     else:
-        print(convert(args.gguf or embedded_gguf(), args.out or cache_root() / "chat" / args.gguf.stem))
+        print(convert(args.gguf or embedded_gguf(), args.out or cache_dir() / "chat" / args.gguf.stem))
 
 
 if __name__ == "__main__":

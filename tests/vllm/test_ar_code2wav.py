@@ -3,20 +3,16 @@ tests/code2wav_check.py on the locally built test SNAC (random weights): the bat
 codebook mapping, and the padding to fixed window sizes that lets each size be a CUDA
 graph on a GPU (padding runs here too; the graphs need a GPU and were not run here)."""
 
-import json
-import subprocess
 
 import pytest
 
 from python_backends.ar import orpheus
-from tests.voices import AR_PYTHON, ROOT, build_orpheus_model
+from tests.voices import ar_check, build_orpheus_model
 
 
 @pytest.fixture(scope="module")
 def figures():
-    run = subprocess.run([str(AR_PYTHON), str(ROOT / "tests" / "code2wav_check.py"), str(build_orpheus_model() / "snac")],
-                         capture_output=True, text=True, timeout=300, check=True)
-    return json.loads(run.stdout.splitlines()[-1])
+    return ar_check("code2wav_check.py", str(build_orpheus_model() / "snac"))
 
 
 def test_a_batch_maps_to_snac_codebooks_as_orpheus_reads_each_window(figures):

@@ -3,21 +3,14 @@ torch reference, checked in the AR environment by tests/step_logits_check.py: ru
 Triton's interpreter on CPU tensors (TRITON_INTERPRET=1), and compiled for NVIDIA GPUs
 ahead of time. Running it on a GPU is scripts/gpu-check's (tests/gpu/)."""
 
-import json
-import os
-import subprocess
 
 import pytest
 
-from tests.voices import AR_PYTHON, ROOT
-
-CHECK = ROOT / "tests" / "step_logits_check.py"
+from tests.voices import ar_check
 
 
 def check(mode: str, **env: str):
-    run = subprocess.run([str(AR_PYTHON), str(CHECK), mode], capture_output=True, text=True, timeout=300,
-                         check=True, env=os.environ | env)
-    return json.loads(run.stdout.splitlines()[-1])
+    return ar_check("step_logits_check.py", mode, env=env)
 
 
 @pytest.fixture(scope="module")

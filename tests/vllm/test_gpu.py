@@ -11,7 +11,6 @@ tests/vllm/test_ar_step_logits.py.
   Code2Wav made on the device reaching the BLS in host memory.
 """
 
-import json
 import shutil
 import subprocess
 
@@ -23,7 +22,7 @@ from operations.loopback import free_ports
 from operations.supervisor import TritonServer
 from operations.triton_client import stream
 from python_backends.ar.orpheus import SAMPLES_PER_FRAME
-from tests.voices import AR_PYTHON, ROOT, build_orpheus_model
+from tests.voices import ar_check, build_orpheus_model
 
 
 def gpus() -> int:
@@ -43,9 +42,7 @@ SENTENCE = "The birch canoe slid on the smooth planks."
 
 @pytest.fixture(scope="module")
 def figures():
-    run = subprocess.run([str(AR_PYTHON), str(ROOT / "tests" / "gpu_check.py"), str(build_orpheus_model())],
-                         capture_output=True, text=True, timeout=900, check=True)
-    return json.loads(run.stdout.splitlines()[-1])
+    return ar_check("gpu_check.py", str(build_orpheus_model()), timeout=900)
 
 
 def test_the_fused_kernel_on_the_gpu_masks_and_merges_as_torch(figures):

@@ -3,20 +3,15 @@ thinker.llama_engine), checked in the vLLM environment by tests/thinker_engine_c
 what speculation needs of it (a draft verified by the argmax at each of its positions, a
 reply gone on after a prefix) and what its batching must not change."""
 
-import json
-import os
-import subprocess
 
 import pytest
 
-from tests.voices import AR_PYTHON, ROOT
+from tests.voices import ROOT, ar_check
 
 
 @pytest.fixture(scope="module")
 def check():
-    run = subprocess.run([str(AR_PYTHON), str(ROOT / "tests" / "thinker_engine_check.py")], capture_output=True,
-                         text=True, timeout=600, check=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
-    return json.loads(run.stdout.splitlines()[-1])
+    return ar_check("thinker_engine_check.py", timeout=600, env={"PYTHONPATH": str(ROOT)})
 
 
 def test_the_model_answers_greedily_and_ends_its_reply(check):

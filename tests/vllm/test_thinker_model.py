@@ -2,20 +2,15 @@
 checked in the vLLM environment by tests/chat_model_check.py: by its logits against a
 forward pass written from the GGUF as llama.cpp reads it, not by its shapes."""
 
-import json
-import os
-import subprocess
 
 import pytest
 
-from tests.voices import AR_PYTHON, ROOT
+from tests.voices import ROOT, ar_check
 
 
 @pytest.fixture(scope="module")
 def check():
-    run = subprocess.run([str(AR_PYTHON), str(ROOT / "tests" / "chat_model_check.py")], capture_output=True,
-                         text=True, timeout=600, check=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
-    return json.loads(run.stdout.splitlines()[-1])
+    return ar_check("chat_model_check.py", timeout=600, env={"PYTHONPATH": str(ROOT)})
 
 
 def test_the_converted_model_computes_the_ggufs_logits(check):
