@@ -42,6 +42,7 @@ class Stopped:
     seconds: float
     stubs_left_running: int
     shm_left_after_exit: int
+    models_left: tuple[str, ...] = ()  # the models of the stubs left running
 
 
 @dataclass
@@ -175,9 +176,13 @@ class TritonProcess:
                 self.process.kill()
                 self.process.wait()
         left = [stub for stub in stubs if alive(stub)]
+        models = tuple(sorted(str(model_of(stub)) for stub in left))
+        if left:
+            log.warning("Python backend stubs of %s outlived tritonserver (they did not unload); killing them",
+                        ", ".join(models))
         kill_all(left)
         stale = self._clean_up(regions)
-        return Stopped(self.process.returncode, round(time.monotonic() - started, 1), len(left), stale)
+        return Stopped(self.process.returncode, round(time.monotonic() - started, 1), len(left), stale, models)
 
     def kill(self) -> None:
         """Kill the server and its stubs at once (a dead stub makes a graceful stop wait

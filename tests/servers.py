@@ -59,6 +59,13 @@ def running(
             server.stopped = server.stop(timeout=stop_timeout_s)
 
 
+def shutdown_log(server: TritonServer) -> str:
+    """What Triton's log (from `running`) says from its stop signal on: the models it
+    waited for, and those it unloaded."""
+    text = Path(server.log_path).read_text(errors="replace")
+    return text[text.rfind("Signal ("):] if "Signal (" in text else "(no stop signal in the log)"
+
+
 @dataclass
 class Gateway:
     """A `speechstream-gateway` process on a loopback port."""

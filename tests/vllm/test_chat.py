@@ -25,7 +25,7 @@ from speechstream.client import SpeechClient, connection
 from tests.pages import FINISHED, REPORT, fake_microphone, http_of, microphone_browser
 from tests.processes import vllm_engines
 from tests.recorder import Recorder
-from tests.servers import running
+from tests.servers import running, shutdown_log
 from tests.speech import say, silence, spoken, word_error_rate
 
 SYSTEM = "Answer in one or two short sentences."
@@ -50,7 +50,8 @@ def chat_triton(tmp_path_factory):
     server = TritonServer(*free_ports(3), chat_model="embedded")
     with running(server, tmp_path_factory.mktemp("chat-triton"), timeout_s=300):
         yield server
-    assert server.stopped.stubs_left_running == 0, server.stopped  # the Thinker unloads within Triton's exit timeout
+    # Every model, the Thinker too, unloads within Triton's exit timeout.
+    assert server.stopped.stubs_left_running == 0, f"{server.stopped}\n{shutdown_log(server)}"
 
 
 @pytest.fixture(scope="module")
