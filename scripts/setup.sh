@@ -3,6 +3,14 @@
 # with --unit-tests, what the unit tier needs: no browser, no side environments): system
 # libraries, then a virtual environment (.venv, or $SPEECHSTREAM_VENV) with the project.
 # Safe to re-run; it skips what is already in place.
+#
+#   scripts/setup.sh [--tests | --unit-tests | --ar | --chat | --peer | --gpu]
+#
+# --ar: the autoregressive family's environment (.venv-ar); --chat: the voice chat's Thinker
+# there too (its model, llama.cpp built for this CPU); --peer: --chat, then the Pipecat peer of
+# `python -m perf.voice.end_to_end --peer` (.venv-peer, perf/voice/peer-requirements.txt) and
+# llama.cpp's OpenAI-compatible server in .venv-ar (perf/voice/llama-server-requirements.txt);
+# --tests makes all of them; --gpu: vLLM's CUDA build (.venv-ar-gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +26,7 @@ packages=("libpython$PYVER" libb64-0d libopus0)
 # its promtool unit-tests the Kubernetes manifests' rules.
 [ "${1:-}" = "--tests" ] && packages+=(chromium prometheus)
 # python3.11-venv: Debian's Python 3.11, for the autoregressive family's environment.
-case "${1:-}" in --tests|--ar|--chat|--gpu) packages+=(python3.11-venv libpython3.11) ;; esac
+case "${1:-}" in --tests|--ar|--chat|--peer|--gpu) packages+=(python3.11-venv libpython3.11) ;; esac
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -98,17 +106,35 @@ llama_cpp_environment() {  # VENV
   fi
 }
 
+# The Pipecat peer that perf.voice.end_to_end measures beside the voice chat (perf/voice/peer.py):
+# its pipeline's environment, and the packages of llama.cpp's OpenAI-compatible server, which
+# runs the Thinker's build of llama.cpp from the Thinker's environment (never rebuilt for them).
+peer_environment() {
+  local venv=${AR_VENV:-.venv-ar} want
+  chat_environment
+  side_environment "${PEER_VENV:-.venv-peer}" perf/voice/peer-requirements.txt "the Pipecat peer (perf.voice)"
+  want=$(sha256sum perf/voice/llama-server-requirements.txt | cut -d' ' -f1)
+  if [ "$(cat "$venv/.installed-llama-server" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing llama.cpp's OpenAI-compatible server into $venv" >&2
+    "$venv/bin/python" -m pip install -q --no-deps -r perf/voice/llama-server-requirements.txt
+    echo "$want" > "$venv/.installed-llama-server"
+  fi
+}
+
 if [ "${1:-}" = "--tests" ]; then
   side_environment "${LOCUST_VENV:-.venv-locust}" perf/frameworks/locust-requirements.txt Locust
   side_environment "${AGENTS_VENV:-.venv-agents}" tests/agents-requirements.txt "LiveKit Agents and Pipecat"
   side_environment "${BUILD_VENV:-.venv-build}" tests/build-requirements.txt "torch and Piper's VITS (test model builds)"
-  chat_environment
+  peer_environment  # the voice chat's Thinker (chat_environment), then the peer
 fi
 if [ "${1:-}" = "--ar" ]; then
   ar_environment
 fi
 if [ "${1:-}" = "--chat" ]; then
   chat_environment
+fi
+if [ "${1:-}" = "--peer" ]; then
+  peer_environment
 fi
 # On a GPU host: the autoregressive family with vLLM's CUDA build (scripts/gpu-check).
 if [ "${1:-}" = "--gpu" ]; then
