@@ -1,7 +1,7 @@
 """The voice chat heard end to end: a spoken question → the recognizer → the chat model
 → the spoken reply, with input-time speculation off, greedy and top-3.
 
-    python -m perf.voice.end_to_end [--questions 12] [--listeners 1,2,4,8] [--out DIR]
+    python -m perf.voice.end_to_end [--questions 12] [--listeners 1,2,4,8] [--peer] [--out DIR]
 
 Real users' opening questions (the chitchat-dataset's prompts) are spoken by the
 embedded voice and streamed up a protocol-v1 connection in listen and chat mode as a
@@ -15,15 +15,22 @@ received: median, p90, and the median's ratio to off), the end of speech → the
 transcript, the word error rate of the finals, the partials' cadence, the outcomes and
 what speculation costs beside off on the same question. Then --listeners dictation
 streams at once (no chat), to find how many the recognizer keeps in real time here, and
-its CPU per audio second. A table, the JSON and a plot in --out.
+its CPU per audio second. With --peer, each question is then asked of a Pipecat pipeline of
+the same models on the same machine (perf.voice.peer, in .venv-peer: `scripts/setup.sh
+--peer`), fed the same audio the same way, and its voice-to-voice latency, end of speech →
+final and word error rate are reported beside each mode's, with its median's ratio to theirs.
+A table, the JSON and a plot in --out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import os
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +52,8 @@ ENDPOINT_MS = 500
 GOALS = {"greedy_ratio": 0.5, "word_error_rate": 0.10, "partial_gap_s": 0.5}
 # A dictation stream is kept in real time when its final comes within this of the endpoint.
 REAL_TIME_MARGIN_S = 0.5
+ROOT = Path(__file__).resolve().parents[2]
+PEER_PYTHON = ROOT / os.environ.get("PEER_VENV", ".venv-peer") / "bin" / "python"
 
 
 @dataclass
@@ -148,9 +157,72 @@ def spoken_turn(url: str, question: str, mode: str, top_k: int, max_tokens: int,
     }
 
 
-def chat_turns(servers: Servers, n: int, top_k: int, max_tokens: int, listen: dict) -> list[dict]:
-    turns = []
+class Peer:
+    """perf.voice.peer in its own environment, started once (its models and llama.cpp's server
+    load before any question is timed): a question's audio in on stdin, what came of it out."""
+
+    def __init__(self, max_tokens: int) -> None:
+        if not PEER_PYTHON.exists():
+            raise SystemExit(f"{PEER_PYTHON} is missing: run `scripts/setup.sh --peer`")
+        self.process = subprocess.Popen(
+            [str(PEER_PYTHON), "-m", "perf.voice.peer", "--system", SYSTEM, "--max-tokens", str(max_tokens)],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.ready = self.answer()
+        cores = len(os.sched_getaffinity(0))
+        if tuple(self.ready["threads"]) != (max(1, cores - 1), cores):  # the Thinker's (llama_engine)
+            raise RuntimeError(f"the peer's llama.cpp threads {self.ready['threads']} are not the Thinker's")
+
+    def answer(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"perf.voice.peer exited ({self.process.wait()}); its errors are above")
+        return json.loads(line)
+
+    def ask(self, question: str) -> dict:
+        audio, speech = question_audio(question)
+        self.process.stdin.write(json.dumps({"question": question, "pcm": base64.b64encode(audio.tobytes()).decode(),
+                                             "rate": c.ASR_SAMPLE_RATE, "speech_end": speech.stop}) + "\n")
+        self.process.stdin.flush()
+        return self.answer()
+
+    def stop(self) -> None:
+        """End of its input: it ends its pipeline and stops its server."""
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.terminate()
+            self.process.wait(30)
+
+
+def peer_turn(peer: Peer, question: str) -> dict:
+    heard = peer.ask(question)
+    if "error" in heard:
+        print(f"peer   failed: {heard['error'][:300]}", flush=True)
+        return {"mode": "peer", "question": question, "error": heard["error"]}
+    turn = {
+        "mode": "peer", "question": question, "transcript": heard["transcript"],
+        "voice_to_voice_s": heard["voice_to_voice_s"], "final_after_speech_s": heard["final_after_speech_s"],
+        "decided_after_final_s": heard["reply_after_speech_s"] - heard["final_after_speech_s"],  # the LLM's first text
+        "audio_after_final_s": heard["voice_to_voice_s"] - heard["final_after_speech_s"],
+        "word_error_rate": word_error_rate(question, heard["transcript"]), "segments": heard["segments"],
+        "reply": heard["reply"],
+    }
+    print(f"peer   {turn['voice_to_voice_s'] * 1000:6.0f} ms voice to voice, final "
+          f"{turn['final_after_speech_s'] * 1000:4.0f} ms after speech, WER {turn['word_error_rate']:.2f} "
+          f"(Pipecat) {question!r} → {turn['transcript']!r}", flush=True)
+    return turn
+
+
+def chat_turns(servers: Servers, n: int, top_k: int, max_tokens: int, listen: dict,
+               peer: Peer | None = None) -> tuple[list[dict], list[dict]]:
+    """Each question in each mode, the modes in turn, then (with `peer`) of the peer: ours,
+    and the peer's."""
+    turns, peer_turns = [], []
     spoken_turn(servers.url, "Hello, are you there?", "greedy", top_k, max_tokens, listen)  # warm-up
+    if peer:
+        peer.ask("Hello, are you there?")
     for i, question in enumerate(questions(n)):
         for mode in MODES[i % 3:] + MODES[:i % 3]:
             tokens = triton_metrics(servers.metrics_port)[c.THINKER_TOKENS_METRIC]
@@ -164,7 +236,9 @@ def chat_turns(servers: Servers, n: int, top_k: int, max_tokens: int, listen: di
             print(f"{mode:6} {turn['voice_to_voice_s'] * 1000:6.0f} ms voice to voice, final "
                   f"{turn['final_after_speech_s'] * 1000:4.0f} ms after speech, WER {turn['word_error_rate']:.2f} "
                   f"{turn['outcome']:8} {question!r} → {turn['transcript']!r}", flush=True)
-    return turns
+        if peer:
+            peer_turns.append(peer_turn(peer, question))
+    return turns, peer_turns
 
 
 async def dictate_together(url: str, audios: list[tuple[np.ndarray, slice]], listen: dict) -> list[Heard]:
@@ -218,6 +292,42 @@ def summarize(turns: list[dict]) -> dict:
     return summary
 
 
+def beside_peer(turns: list[dict], peer_turns: list[dict]) -> dict:
+    """The peer's figures, and its voice-to-voice median ÷ each mode's."""
+    heard = [t for t in peer_turns if "error" not in t]
+    waits = [t["voice_to_voice_s"] for t in heard]
+    median = statistics.median(waits)
+    return {
+        "turns": len(heard), "failed": len(peer_turns) - len(heard),
+        "voice_to_voice_median_s": median, "voice_to_voice_p90_s": p90(waits),
+        "final_after_speech_median_s": statistics.median(t["final_after_speech_s"] for t in heard),
+        "decided_after_final_median_s": statistics.median(t["decided_after_final_s"] for t in heard),
+        "audio_after_final_median_s": statistics.median(t["audio_after_final_s"] for t in heard),
+        "word_error_rate": statistics.mean(t["word_error_rate"] for t in heard),
+        "ratio_to": {mode: median / statistics.median(t["voice_to_voice_s"] for t in turns if t["mode"] == mode)
+                     for mode in MODES},
+    }
+
+
+def peer_table(results: dict) -> list[str]:
+    """Ours and the peer's, side by side on the same questions."""
+    s, peer = results["summary"], results["peer"]
+    failed = f", {peer['failed']} of them without a reply" if peer["failed"] else ""
+    lines = ["", f"Beside a Pipecat {results['peer_pipecat']} pipeline of the same models on the same machine, asked "
+             "each question after our modes (perf.voice.peer: Silero VAD + Smart Turn v3.2, WhisperSTTService "
+             "tiny.en int8, SmolLM2-135M on llama.cpp's OpenAI-compatible server with the Thinker's threads, "
+             f"PiperTTSService in the embedded voice){failed}:", "",
+             "| pipeline | voice→voice median ms | p90 ms | speech end → final ms | final → first audio ms | WER "
+             "| peer ÷ this |", "|---|---|---|---|---|---|---|"]
+    rows = [(f"ours, top-{results['top_k']}" if m == "top_k" else f"ours, {m}", s[m], f"{peer['ratio_to'][m]:.2f}")
+            for m in MODES]
+    for name, r, ratio in [*rows, ("Pipecat peer", peer, "–")]:
+        lines.append(f"| {name} | {r['voice_to_voice_median_s'] * 1000:.0f} | {r['voice_to_voice_p90_s'] * 1000:.0f} "
+                     f"| {r['final_after_speech_median_s'] * 1000:.0f} | {r['audio_after_final_median_s'] * 1000:.0f} "
+                     f"| {r['word_error_rate']:.3f} | {ratio} |")
+    return lines
+
+
 def table(results: dict) -> str:
     s = results["summary"]
     lines = [
@@ -241,6 +351,8 @@ def table(results: dict) -> str:
             f"| {r['word_error_rate']:.3f} "
             f"| {r['partial_gap_max_s'] * 1000:.0f} | {o['held']} / {o['partial']} / {o['rejected']} "
             f"| {r['extra_llm_tokens']:.0f} | {r['discarded_tts_s']:.2f} | {r['same_reply_as_off']} of {r['turns']} |")
+    if results.get("peer"):
+        lines += peer_table(results)
     lines += ["", "| dictation streams at once | speech end → final median ms | max ms | longest partial gap ms "
               "| WER | recognizer CPU s per audio s | in real time |", "|---|---|---|---|---|---|---|"]
     for row in results["listeners"]:
@@ -270,6 +382,9 @@ def plot(results: dict, path: Path) -> None:
     for mode in MODES:
         waits = sorted(t["voice_to_voice_s"] * 1000 for t in results["turns"] if t["mode"] == mode)
         left.step(waits, [(i + 1) / len(waits) for i in range(len(waits))], where="post", label=mode)
+    if waits := sorted(t["voice_to_voice_s"] * 1000 for t in results.get("peer_turns", []) if "error" not in t):
+        left.step(waits, [(i + 1) / len(waits) for i in range(len(waits))], where="post", linestyle="--",
+                  label="Pipecat peer")
     left.set(xlabel="last sample of speech → first audio of the reply (ms)", ylabel="fraction of turns",
              title="voice to voice by speculation")
     left.legend()
@@ -289,19 +404,31 @@ def main() -> None:
     parser = question_options(__doc__.splitlines()[0])
     parser.add_argument("--listeners", default="1,2,4,8", help="dictation streams at once, comma-separated")
     parser.add_argument("--turn-detection", choices=v1.LISTEN_TURN_DETECTIONS, default=v1.LISTEN_DEFAULT_TURN_DETECTION)
+    parser.add_argument("--peer", action="store_true",
+                        help="ask each question of perf.voice.peer's Pipecat pipeline too (scripts/setup.sh --peer)")
     parser.add_argument("--out", type=Path, default=Path("perf/results/voice"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     listen = {"endpoint_ms": ENDPOINT_MS, "turn_detection": args.turn_detection}
     servers = Servers(args.out, chat_model="embedded", listen=True)
-    servers.start()
+    peer = Peer(args.max_tokens) if args.peer else None  # first: a peer that cannot start fails before Triton does
     try:
-        turns = chat_turns(servers, args.questions, args.top_k, args.max_tokens, listen)
-        rows = listeners(servers, [int(n) for n in args.listeners.split(",")], questions(8, seed=1), listen)
+        servers.start()
+        try:
+            turns, peer_turns = chat_turns(servers, args.questions, args.top_k, args.max_tokens, listen, peer)
+            if peer:
+                peer.stop()  # its server's memory and threads, before the dictation streams
+            rows = listeners(servers, [int(n) for n in args.listeners.split(",")], questions(8, seed=1), listen)
+        finally:
+            servers.stop()
     finally:
-        servers.stop()
+        if peer:
+            peer.stop()
     results = {"questions": args.questions, "top_k": args.top_k, "max_tokens": args.max_tokens,
                "endpoint_ms": ENDPOINT_MS, "turn_detection": args.turn_detection, "turns": turns, "summary": summarize(turns), "listeners": rows}
+    if peer:
+        results |= {"peer_turns": peer_turns, "peer": beside_peer(turns, peer_turns),
+                    "peer_pipecat": peer.ready["pipecat"], "peer_llama_threads": peer.ready["threads"]}
     save(args.out, "voice", results, table(results), plot)
 
 

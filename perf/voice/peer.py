@@ -35,9 +35,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -330,13 +332,28 @@ def emit(message: dict) -> None:
     sys.stdout.flush()
 
 
+def stdin_lines() -> asyncio.Queue[str | None]:
+    """Standard input's lines as they come, then None, read on a daemon thread (a thread of
+    the loop's executor would hold the loop's shutdown until the input ends)."""
+    loop, lines = asyncio.get_running_loop(), asyncio.Queue()
+
+    def read() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            for line in sys.stdin:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+
+    threading.Thread(target=read, name="stdin", daemon=True).start()
+    return lines
+
+
 async def serve(llm_url: str, system: str, max_tokens: int, extra: dict) -> None:
     peer = Peer(llm_url, system, max_tokens)
     await peer.start()
-    emit({"ready": True, "llm_url": llm_url, "threads": threads(), **extra})
-    loop = asyncio.get_running_loop()
+    emit({"ready": True, "pipecat": version("pipecat-ai"), "llm_url": llm_url, "threads": threads(), **extra})
+    lines = stdin_lines()
     try:
-        while line := await loop.run_in_executor(None, sys.stdin.readline):
+        while line := await lines.get():
             ask = json.loads(line)
             audio = np.frombuffer(base64.b64decode(ask["pcm"]), np.int16)
             speech_end = int(ask["speech_end"])
@@ -367,19 +384,24 @@ def main() -> None:
     args = parser.parse_args()
     logger.remove()
     logger.add(sys.stderr, level=args.log_level)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally below stops the server
-    server = None
+    log = args.server_log or Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
+    server = None if args.llm_url else LlamaServer(args.llama_python, log)
+
+    def terminated(*_) -> None:  # at once, the server stopped first: the pipeline's threads would hold an exit
+        if server is not None:
+            server.stop()
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
-        url = args.llm_url
-        if url is None:
-            log = args.server_log or Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
-            server = LlamaServer(args.llama_python, log)
-            url = server.start()
-        extra = {"llm_pid": server.process.pid, "server_log": str(server.log)} if server else {}
+        url = args.llm_url or server.start()
+        extra = {"llm_pid": server.process.pid, "server_log": str(log)} if server else {}
         asyncio.run(serve(url, args.system, args.max_tokens, extra))
     finally:
         if server is not None:
             server.stop()
+    if args.server_log is None:
+        log.unlink()  # a temporary log, kept only when something failed
 
 
 if __name__ == "__main__":
