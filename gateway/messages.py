@@ -62,6 +62,7 @@ class ListenConfig:
     endpoint_ms: int = v1.LISTEN_DEFAULT_ENDPOINT_MS  # the silence after speech that ends a turn
     barge_in: bool = True  # speech that starts while a reply is spoken cancels that reply
     turn_detection: str = v1.LISTEN_DEFAULT_TURN_DETECTION  # "smart": the turn detector may end a turn sooner
+    reply: bool = True  # with chat, each utterance is answered; false: the client asks with `user` (push to talk)
 
 
 @dataclass(frozen=True)
@@ -179,12 +180,12 @@ def parse_config(message: dict, voices: tuple[str, ...]) -> Config:
 
 
 def parse_listen(message: dict) -> ListenConfig | None:
-    """The config's `listen`: {format, sample_rate, endpoint_ms, barge_in, turn_detection}."""
+    """The config's `listen`: {format, sample_rate, endpoint_ms, barge_in, turn_detection, reply}."""
     listen = _field(message, "listen", dict)
     if listen is None:
         return None
     listen = listen | {"type": "config"}
-    unknown = set(listen) - {"type", "format", "sample_rate", "endpoint_ms", "barge_in", "turn_detection"}
+    unknown = set(listen) - {"type", "format", "sample_rate", "endpoint_ms", "barge_in", "turn_detection", "reply"}
     if unknown:
         raise ProtocolError(v1.INVALID_FIELD, f"listen has unknown fields: {', '.join(sorted(unknown))}")
     fmt = _field(listen, "format", str, ListenConfig.format)
@@ -203,7 +204,8 @@ def parse_listen(message: dict) -> ListenConfig | None:
     if detection not in v1.LISTEN_TURN_DETECTIONS:
         raise ProtocolError(v1.INVALID_FIELD, f"listen.turn_detection '{detection}' is not one of "
                                               f"{', '.join(v1.LISTEN_TURN_DETECTIONS)}")
-    return ListenConfig(fmt, rate, endpoint_ms, _field(listen, "barge_in", bool, ListenConfig.barge_in), detection)
+    return ListenConfig(fmt, rate, endpoint_ms, _field(listen, "barge_in", bool, ListenConfig.barge_in), detection,
+                        _field(listen, "reply", bool, ListenConfig.reply))
 
 
 def parse_chat(message: dict) -> ChatConfig | None:

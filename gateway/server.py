@@ -34,7 +34,7 @@ from gateway.edge.guard import open_server
 from gateway.edge.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.edge.workers import WORKER_ENV, Worker, from_environment, serve_workers
 from gateway.protocols import http_api, transcription_api
-from gateway.protocols.websocket import stream
+from gateway.protocols.websocket import REALTIME_PATH, realtime, stream
 from gateway.settings import Settings
 from speechstream import protocol as v1
 
@@ -50,6 +50,7 @@ def application(gateway: Gateway) -> web.Application:
     app[GATEWAY] = gateway
     app[WEBSOCKETS] = weakref.WeakSet()
     app.router.add_get(v1.PROTOCOL_PATH, stream)
+    app.router.add_get(REALTIME_PATH, realtime)
     app.router.add_post(http_api.SPEECH_PATH, http_api.speech)
     app.router.add_post(transcription_api.TRANSCRIPTIONS_PATH, transcription_api.transcriptions)
     app.router.add_get("/healthz", http_api.healthz)

@@ -147,6 +147,7 @@ class Chatting:
         """Barge-in: the turn's reply stops, and the conversation keeps of it only `heard`."""
         if (turn := self._turns.get(turn_id)) is not None:  # still being written
             self.history += [{"role": "user", "content": turn.transcript}, {"role": "assistant", "content": heard}]
+            self._replied = (turn_id, self.history[-1])  # what its listener heard may be told again (truncate)
             return self._drop_turn(turn)
         if self._replied is not None and self._replied[0] == turn_id:
             self._replied[1]["content"] = heard

@@ -95,6 +95,8 @@ class Listening:
             return actions  # dictation
         if kind == c.SPEECH_STARTED:
             return actions + (self._barge_in() if self.microphone.config.barge_in else [])
+        if not self.microphone.config.reply:
+            return actions  # the client asks for replies itself
         if kind == c.PARTIAL and text.strip():
             return actions + self.ask(UserMessage(event.utterance_id, text, final=False))
         if kind == c.FINAL:  # an empty one was noise: no chat turn

@@ -1,4 +1,5 @@
-"""GET /v1/stream: the asyncio shell around a protocol-v1 `Session`.
+"""GET /v1/stream and GET /v1/realtime: the asyncio shell around a protocol-v1 `Session`
+(or OpenAI's Realtime API's session over one, gateway/protocols/realtime.py).
 
 It admits the client, upgrades the connection, feeds the session each client frame, and
 carries out the actions it answers with; the backend work they start is run by one
@@ -13,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from http import HTTPStatus
+from typing import Any
 
 from aiohttp import WSMsgType, web
 
@@ -22,6 +25,7 @@ from gateway.edge.access import Refusal, log_refusal, refused_origin, unauthoriz
 from gateway.edge.admission import Waiter
 from gateway.edge.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.messages import ProtocolError
+from gateway.protocols.realtime import RealtimeSession
 from gateway.protocols.runners import (
     ConnectionClosed,
     JobUnwanted,
@@ -31,9 +35,25 @@ from gateway.protocols.runners import (
 )
 from gateway.protocols.session import Session
 
+REALTIME_PATH = "/v1/realtime"
 FRAME_HEADER_BYTES = 10  # the longest a server's WebSocket frame header can be (RFC 6455 5.2)
 async def stream(request: web.Request) -> web.StreamResponse:
     """Admit the client, then speak protocol v1 until it leaves."""
+    return await serve(request)
+
+
+async def realtime(request: web.Request) -> web.StreamResponse:
+    """GET /v1/realtime: OpenAI's Realtime API, a RealtimeSession over a v1 session on the
+    same shell. The beta dialect where the client says `OpenAI-Beta: realtime=v1`; a
+    transcription session where it asks `?intent=transcription`."""
+    beta = request.headers.get("OpenAI-Beta", "").replace(" ", "").startswith("realtime=v1")
+    model = request.query.get("model") or "speechstream"
+    transcription = request.query.get("intent") == "transcription"
+    return await serve(request, lambda inner: RealtimeSession(inner, beta, model, transcription))
+
+
+async def serve(request: web.Request, protocol: Callable[[Session], Any] = lambda session: session) -> web.StreamResponse:
+    """Admit the client, upgrade, then speak `protocol` (over a v1 session) until it leaves."""
     gateway = request.app[GATEWAY]
     settings = gateway.settings
     if refusal := unauthorized(request, settings, gateway.key_failures) or refused_origin(request, settings):
@@ -49,7 +69,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     await ws.prepare(request)
     request.app[WEBSOCKETS].add(ws)
     client = request.remote or ""
-    connection = Connection(ws, gateway, client, request.transport)
+    connection = Connection(ws, gateway, client, request.transport, protocol)
     gateway.sessions[connection.session.speaking] = client
     try:
         await connection.run()
@@ -72,15 +92,17 @@ class Connection:
     session's Admission: the gateway's refusal, and its queue."""
 
     def __init__(
-        self, ws: web.WebSocketResponse, gateway: Gateway, client: str, transport: asyncio.Transport
+        self, ws: web.WebSocketResponse, gateway: Gateway, client: str, transport: asyncio.Transport,
+        protocol: Callable[[Session], Any] = lambda session: session,
     ) -> None:
         self.ws = ws
         self.gateway = gateway
         self.client = client
         self.transport = transport
-        self.session = Session(gateway.limits, gateway.metrics, admission=self, voices=gateway.voices,
-                               chat=gateway.thinker is not None, listen=gateway.settings.listen,
-                               start_when_safe=gateway.settings.start_when_safe, pace=gateway.pace)
+        # The protocol's session: v1's, or one that speaks another protocol over it.
+        self.session = protocol(Session(gateway.limits, gateway.metrics, admission=self, voices=gateway.voices,
+                                        chat=gateway.thinker is not None, listen=gateway.settings.listen,
+                                        start_when_safe=gateway.settings.start_when_safe, pace=gateway.pace))
         self.synthesis = SynthesisRunner(self.session, self, gateway.synthesizer, client)
         self.thinking = ThinkingRunner(self.session, self, gateway.thinker)  # chat mode's
         self.recognition = RecognitionRunner(self.session, self, gateway.backends)  # listen mode's

@@ -199,3 +199,14 @@ def test_a_reply_heard_whole_is_left_as_it_was_and_barge_in_can_be_off():
     think, job = spoken_reply(s, clock)
     out = events(s, (c.SPEECH_STARTED, 2000, ""), utterance=("r1", 1))
     assert [m["type"] for m in messages(out)] == ["speech_started"] and not [a for a in out if isinstance(a, Stop)]
+
+
+def test_with_reply_false_utterances_are_transcribed_and_the_client_asks():
+    s, _ = listening(chat={"speculation": "greedy"}, listen={"reply": False})
+    out = events(s, *QUESTION)
+    assert not [a for a in out if isinstance(a, Think)] and s.chatting.ids == set()
+    assert messages(out)[-1] == {"type": "transcript", "turn_id": "turn-1", "text": "What is the capital of France?",
+                                 "final": True}
+    asked = s.receive(json.dumps({"type": "user", "turn_id": "q1", "text": "What is the capital of France?",
+                                  "final": True}))
+    assert [a for a in asked if isinstance(a, Think)][0].messages[-1]["content"] == "What is the capital of France?"

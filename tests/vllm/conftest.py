@@ -4,7 +4,7 @@ import pytest
 
 from operations.loopback import free_ports
 from operations.supervisor import TritonServer
-from tests.servers import running
+from tests.servers import running, shutdown_log
 from tests.voices import build_orpheus_model
 
 
@@ -25,3 +25,22 @@ def ar_triton(tmp_path_factory):
         with running(server, tmp_path_factory.mktemp("ar-triton"), 300, supervised=True, stop_timeout_s=5):
             server.ar_model_dir = model
             yield server
+
+
+@pytest.fixture(scope="package")
+def chat_triton(tmp_path_factory):
+    """One tritonserver for the tier's voice chat tests (protocol v1's chat and listen
+    modes, the Realtime API): the embedded SmolLM2 as the Thinker (llama.cpp on a CPU), the
+    recognizer and the Piper chain."""
+    server = TritonServer(*free_ports(3), chat_model="embedded")
+    with running(server, tmp_path_factory.mktemp("chat-triton"), timeout_s=300):
+        yield server
+    # Every model, the Thinker too, unloads within Triton's exit timeout.
+    assert server.stopped.stubs_left_running == 0, f"{server.stopped}\n{shutdown_log(server)}"
+
+
+@pytest.fixture(scope="module")
+def chat_gateway(chat_triton, module_gateways):
+    """Chat, and listen mode: a voice chat needs ears (chat_triton serves the recognizer too)."""
+    return module_gateways.start(chat_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
+                                 "--chat-model", "embedded", "--listen", name="chat-gateway").url

@@ -18,14 +18,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from contract import models as c
-from operations.loopback import free_ports, triton_metrics
-from operations.supervisor import TritonServer
+from operations.loopback import triton_metrics
 from speechstream import protocol as v1
 from speechstream.client import SpeechClient, connection
 from tests.pages import FINISHED, REPORT, fake_microphone, http_of, microphone_browser
 from tests.processes import vllm_engines
 from tests.recorder import Recorder
-from tests.servers import running, shutdown_log
 from tests.speech import say, silence, spoken, word_error_rate
 
 SYSTEM = "Answer in one or two short sentences."
@@ -43,22 +41,6 @@ def browser(tmp_path_factory):
     wav = fake_microphone(tmp_path_factory.mktemp("microphone") / "spoken.wav", SPOKEN, after_s=8.0)
     with microphone_browser(wav) as b:
         yield b
-
-
-@pytest.fixture(scope="module")
-def chat_triton(tmp_path_factory):
-    server = TritonServer(*free_ports(3), chat_model="embedded")
-    with running(server, tmp_path_factory.mktemp("chat-triton"), timeout_s=300):
-        yield server
-    # Every model, the Thinker too, unloads within Triton's exit timeout.
-    assert server.stopped.stubs_left_running == 0, f"{server.stopped}\n{shutdown_log(server)}"
-
-
-@pytest.fixture(scope="module")
-def chat_gateway(chat_triton, module_gateways):
-    """Chat, and listen mode: a voice chat needs ears (chat_triton serves the recognizer too)."""
-    return module_gateways.start(chat_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
-                                 "--chat-model", "embedded", "--listen", name="chat-gateway").url
 
 
 def chat_rounds(url: str) -> float:

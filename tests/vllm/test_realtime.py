@@ -1,0 +1,96 @@
+"""OpenAI's Realtime API end to end: OpenAI's own SDK (`openai`, as released), pointed at
+the gateway by its base URL, holds a spoken conversation over the real server (the
+tier's chat_triton: recognizer, embedded SmolLM2 on llama.cpp, the Piper chain)."""
+
+import asyncio
+import base64
+import json
+
+import numpy as np
+import pytest
+from openai import AsyncOpenAI
+
+from tests.pages import http_of
+from tests.speech import silence, spoken, word_error_rate
+
+RATE = 24000  # audio/pcm
+QUESTION = "What is the capital of France?"
+CHUNK_MS = 100
+
+
+@pytest.fixture(scope="module")
+def question_audio():
+    """A microphone's audio: 1 s of silence, the question, then 1.5 s of silence."""
+    return np.concatenate([silence(1000, RATE), spoken(QUESTION, RATE), silence(1500, RATE)])
+
+
+def client(gateway: str) -> AsyncOpenAI:
+    return AsyncOpenAI(api_key="unused", base_url=http_of(gateway) + "/v1")
+
+
+async def speak(connection, audio: np.ndarray) -> None:
+    """`audio` appended in 100 ms pieces, in real time, as a microphone sends it."""
+    step = RATE * CHUNK_MS // 1000
+    for start in range(0, len(audio), step):
+        await connection.send({"type": "input_audio_buffer.append",
+                               "audio": base64.b64encode(audio[start:start + step].tobytes()).decode()})
+        await asyncio.sleep(CHUNK_MS / 1000)
+
+
+async def until_response_done(connection, timeout_s: float = 60) -> list[dict]:
+    """The server's events, as JSON, up to and with `response.done`."""
+    seen = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not seen or seen[-1]["type"] != "response.done":
+                seen.append(json.loads(await connection.recv_bytes()))
+    except TimeoutError:
+        raise AssertionError(f"no response.done in {timeout_s:g} s; seen: {[e['type'] for e in seen]}") from None
+    return seen
+
+
+def test_the_sdk_holds_a_spoken_turn_in_the_ga_api(chat_gateway, question_audio):
+    async def run():
+        async with client(chat_gateway).realtime.connect(model="speechstream") as connection:
+            created = await connection.recv()
+            assert created.type == "session.created" and created.session.type == "realtime"
+            await connection.session.update(session={"type": "realtime", "audio": {"input": {
+                "transcription": {"model": "whisper-1"}}, "output": {"voice": "alloy"}}})
+            speaking = asyncio.create_task(speak(connection, question_audio))
+            seen = await until_response_done(connection)
+            await speaking
+            return seen
+
+    seen = asyncio.run(run())
+    kinds = [e["type"] for e in seen]
+    (heard,) = [e for e in seen if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert word_error_rate(QUESTION, heard["transcript"]) <= 0.25, heard["transcript"]
+    assert kinds.index("input_audio_buffer.speech_stopped") < kinds.index("input_audio_buffer.committed") \
+        < kinds.index("response.created") < kinds.index("response.output_audio.delta")
+    audio = b"".join(base64.b64decode(e["delta"]) for e in seen if e["type"] == "response.output_audio.delta")
+    transcript = "".join(e["delta"] for e in seen if e["type"] == "response.output_audio_transcript.delta")
+    assert len(audio) > RATE * 2 * 0.5 and transcript.strip()  # over half a second of reply, and its words
+    done = seen[-1]["response"]
+    assert done["status"] == "completed" and done["output"][0]["content"][0]["transcript"] == transcript
+
+
+def test_a_beta_client_gets_the_beta_names_and_create_response_false_waits(chat_gateway, question_audio):
+    async def run():
+        async with client(chat_gateway).realtime.connect(
+                model="speechstream", extra_headers={"OpenAI-Beta": "realtime=v1"}) as connection:
+            created = json.loads(await connection.recv_bytes())
+            assert created["session"]["input_audio_format"] == "pcm16"
+            await connection.send({"type": "session.update", "session": {
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 500, "create_response": False}}})
+            await speak(connection, question_audio)
+            before = []
+            while not any(e["type"] == "conversation.item.created" for e in before):
+                before.append(json.loads(await connection.recv_bytes()))
+            await connection.send({"type": "response.create"})
+            return before, await until_response_done(connection)
+
+    before, seen = asyncio.run(run())
+    assert "response.created" not in [e["type"] for e in before]  # nothing until the client asked
+    kinds = {e["type"] for e in seen}
+    assert {"response.created", "response.audio.delta", "response.audio_transcript.delta", "response.done"} <= kinds
+    assert not kinds & {"response.output_audio.delta", "conversation.item.added"}
