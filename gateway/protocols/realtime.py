@@ -217,11 +217,13 @@ class RealtimeSession:
         d.read_response_options(event.get("response"))
         if self.settings.transcription_only:
             raise RealtimeError("a transcription session makes no responses", param="type")
-        if not self.pending:
-            raise RealtimeError("nothing to answer: no user item since the last response", param="response")
         actions = self._configure()
         self._asked += 1
         turn_id = f"response-{self._asked}"
+        if not self.pending:  # the chat model answers the user: with nothing new, an empty response
+            response = Response(new_id("resp"), new_id("item"), turn_id)
+            return actions + [self._event("response.created", response=self._response(response, "in_progress")),
+                              self._event("response.done", response=self._response(response, "completed"))]
         text, self.pending = "\n".join(self.pending), []
         actions += self._start_response(turn_id)
         return actions + self._translate(self.inner.receive(json.dumps(

@@ -266,7 +266,7 @@ class Dialect:
                                 param="session")
         raw = dict(raw)
         raw.pop("model", None)  # the server's chat model answers, whatever the client names
-        for ignored in ("tracing", "prompt", "include", "truncation", "temperature", "id", "object",
+        for ignored in ("tracing", "prompt", "include", "truncation", "temperature", "reasoning", "id", "object",
                         "client_secret", "expires_at"):
             raw.pop(ignored, None)  # accepted and ignored (docs/realtime.md)
         updates: dict[str, Any] = {}

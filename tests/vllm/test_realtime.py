@@ -1,15 +1,20 @@
-"""OpenAI's Realtime API end to end: OpenAI's own SDK (`openai`, as released), pointed at
-the gateway by its base URL, holds a spoken conversation over the real server (the
-tier's chat_triton: recognizer, embedded SmolLM2 on llama.cpp, the Piper chain)."""
+"""OpenAI's Realtime API end to end: the clients as released, pointed at the gateway by
+its base URL, hold a spoken conversation over the real server (the tier's chat_triton:
+recognizer, embedded SmolLM2 on llama.cpp, the Piper chain): OpenAI's own SDK (`openai`),
+and Pipecat's OpenAIRealtimeLLMService in a pipeline (in the frameworks' environment,
+through tests/pipecat_realtime_driver.py)."""
 
 import asyncio
 import base64
 import json
+import subprocess
+import wave
 
 import numpy as np
 import pytest
 from openai import AsyncOpenAI
 
+from tests.integration.test_agent_frameworks import PYTHON, ROOT
 from tests.pages import http_of
 from tests.speech import silence, spoken, word_error_rate
 
@@ -94,3 +99,21 @@ def test_a_beta_client_gets_the_beta_names_and_create_response_false_waits(chat_
     kinds = {e["type"] for e in seen}
     assert {"response.created", "response.audio.delta", "response.audio_transcript.delta", "response.done"} <= kinds
     assert not kinds & {"response.output_audio.delta", "conversation.item.added"}
+
+
+def test_pipecats_realtime_service_answers_a_spoken_turn(chat_gateway, question_audio, tmp_path):
+    """Pipecat's OpenAIRealtimeLLMService, fed the question as 20 ms frames in real time:
+    the user's transcript comes upstream, the reply's words and audio downstream."""
+    wav = tmp_path / "question.wav"
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(RATE)
+        w.writeframes(question_audio.tobytes())
+    url = chat_gateway.replace("/v1/stream", "/v1/realtime")
+    run = subprocess.run([str(PYTHON), str(ROOT / "tests" / "pipecat_realtime_driver.py"), url, str(wav)],
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out["errors"] == [] and out["stopped"]
+    assert word_error_rate(QUESTION, out["transcript"]) <= 0.25, out["transcript"]
+    assert out["reply"].strip() and out["rates"] == [RATE]
+    assert out["audio_samples"] > RATE // 2 and out["audio_peak"] > 0.05  # over half a second of speech
