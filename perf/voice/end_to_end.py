@@ -206,8 +206,10 @@ def peer_turn(peer: Peer, question: str) -> dict:
         "voice_to_voice_s": heard["voice_to_voice_s"], "final_after_speech_s": heard["final_after_speech_s"],
         "decided_after_final_s": heard["reply_after_speech_s"] - heard["final_after_speech_s"],  # the LLM's first text
         "audio_after_final_s": heard["voice_to_voice_s"] - heard["final_after_speech_s"],
-        "word_error_rate": word_error_rate(question, heard["transcript"]), "segments": heard["segments"],
-        "reply": heard["reply"],
+        "word_error_rate": word_error_rate(question, heard["transcript"]), "reply": heard["reply"],
+        # its turn's end (VAD + Smart Turn + the transcript), and the turns it ended inside the question
+        "turn_ended_after_speech_s": heard["turn_ended_after_speech_s"], "turns_ended_early": heard["turns_ended_early"],
+        "segments": heard["segments"],
     }
     print(f"peer   {turn['voice_to_voice_s'] * 1000:6.0f} ms voice to voice, final "
           f"{turn['final_after_speech_s'] * 1000:4.0f} ms after speech, WER {turn['word_error_rate']:.2f} "
@@ -299,6 +301,7 @@ def beside_peer(turns: list[dict], peer_turns: list[dict]) -> dict:
     median = statistics.median(waits)
     return {
         "turns": len(heard), "failed": len(peer_turns) - len(heard),
+        "cut_at_a_pause": sum(t["turns_ended_early"] > 0 for t in heard),
         "voice_to_voice_median_s": median, "voice_to_voice_p90_s": p90(waits),
         "final_after_speech_median_s": statistics.median(t["final_after_speech_s"] for t in heard),
         "decided_after_final_median_s": statistics.median(t["decided_after_final_s"] for t in heard),
@@ -313,6 +316,7 @@ def peer_table(results: dict) -> list[str]:
     """Ours and the peer's, side by side on the same questions."""
     s, peer = results["summary"], results["peer"]
     failed = f", {peer['failed']} of them without a reply" if peer["failed"] else ""
+    failed += f", {peer['cut_at_a_pause']} cut at a pause" if peer["cut_at_a_pause"] else ""
     lines = ["", f"Beside a Pipecat {results['peer_pipecat']} pipeline of the same models on the same machine, asked "
              "each question after our modes (perf.voice.peer: Silero VAD + Smart Turn v3.2, WhisperSTTService "
              "tiny.en int8, SmolLM2-135M on llama.cpp's OpenAI-compatible server with the Thinker's threads, "

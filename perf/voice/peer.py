@@ -51,12 +51,15 @@ from pipecat.frames.frames import (
     Frame,
     InputAudioRawFrame,
     LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
     LLMTextFrame,
     OutputAudioRawFrame,
     StartFrame,
     TranscriptionFrame,
     TTSAudioRawFrame,
     TTSStoppedFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
@@ -169,11 +172,16 @@ class LlamaServer:
 
 @dataclass
 class Turn:
-    """One question's events, each at its perf_counter."""
+    """One question's events, each at its perf_counter. The reply's are those of the user's
+    last turn: a turn ended at a pause inside the question is answered, then interrupted when
+    the speech goes on, and its reply forgotten."""
 
     speech_end_at: float | None = None
     vad_stopped_at: list[float] = field(default_factory=list)
     transcripts: list[tuple[float, str]] = field(default_factory=list)
+    user_turn_starts: int = 0  # the user aggregator's starts of a user's turn while the question was heard
+    turn_ended_at: list[float] = field(default_factory=list)  # the user aggregator's ends of the user's turns
+    llm_started_at: float | None = None  # the LLM service's response begun (its request sent)
     reply_at: float | None = None  # the LLM's first text
     reply: str = ""
     llm_done_at: float | None = None
@@ -278,6 +286,14 @@ class Peer:
             turn.vad_stopped_at.append(now)
         elif isinstance(frame, TranscriptionFrame):
             turn.transcripts.append((now, frame.text.strip()))
+        elif isinstance(frame, UserStartedSpeakingFrame) and direction == FrameDirection.UPSTREAM:
+            turn.user_turn_starts += 1
+            turn.llm_started_at = turn.reply_at = turn.llm_done_at = turn.tts_audio_at = turn.first_audio_at = None
+            turn.reply = ""
+        elif isinstance(frame, UserStoppedSpeakingFrame) and direction == FrameDirection.UPSTREAM:
+            turn.turn_ended_at.append(now)
+        elif isinstance(frame, LLMFullResponseStartFrame):
+            turn.llm_started_at = turn.llm_started_at or now
         elif isinstance(frame, LLMTextFrame):
             turn.reply_at = turn.reply_at or now
             turn.reply += frame.text
@@ -321,6 +337,9 @@ def report(question: str, turn: Turn) -> dict:
         "question": question, "transcript": " ".join(text for _, text in before_reply if text),
         "reply": turn.reply.strip(), "first_reply_text": turn.reply[:80],
         "voice_to_voice_s": after(turn.first_audio_at), "final_after_speech_s": after(final_at),
+        "turn_ended_after_speech_s": after(turn.turn_ended_at[-1] if turn.turn_ended_at else None),
+        "llm_started_after_speech_s": after(turn.llm_started_at), "user_turn_starts": turn.user_turn_starts,
+        "turns_ended_early": sum(end is not None and t < end for t in turn.turn_ended_at),
         "reply_after_speech_s": after(turn.reply_at), "tts_audio_after_speech_s": after(turn.tts_audio_at),
         "vad_stopped_after_speech_s": [after(t) for t in turn.vad_stopped_at],
         "segments": len(turn.transcripts), "speech_end_at": end, "first_audio_at": turn.first_audio_at,
