@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
@@ -311,19 +311,22 @@ class Peer:
         step = RATE * FRAME_MS // 1000
         audio = np.concatenate([audio, np.zeros(-audio.size % step, np.int16)])
         start, sent = time.perf_counter(), 0
-        while not turn.done.is_set():
-            if time.perf_counter() - start > timeout_s:
-                raise TimeoutError(f"no spoken reply {timeout_s:.0f} s after the question began ({asdict(turn)})")
-            chunk = audio[sent:sent + step] if sent < audio.size else np.zeros(step, np.int16)
-            await asyncio.sleep(max(0.0, start + sent / RATE - time.perf_counter()))
-            await self.mic.push_audio_frame(InputAudioRawFrame(chunk.tobytes(), RATE, 1))
-            if sent < speech_end <= sent + step:
-                turn.speech_end_at = time.perf_counter()
-            sent += step
-        for _ in range(25):  # half a second more of silence: the aggregators close the turn
-            await asyncio.sleep(FRAME_MS / 1000)
-            await self.mic.push_audio_frame(InputAudioRawFrame(bytes(2 * step), RATE, 1))
-        self.turn = None
+        try:
+            while not turn.done.is_set():
+                if time.perf_counter() - start > timeout_s:
+                    raise TimeoutError(f"no spoken reply {timeout_s:.0f} s after the question began: "
+                                       f"{json.dumps(report(question, turn))}")
+                chunk = audio[sent:sent + step] if sent < audio.size else np.zeros(step, np.int16)
+                await asyncio.sleep(max(0.0, start + sent / RATE - time.perf_counter()))
+                await self.mic.push_audio_frame(InputAudioRawFrame(chunk.tobytes(), RATE, 1))
+                if sent < speech_end <= sent + step:
+                    turn.speech_end_at = time.perf_counter()
+                sent += step
+            for _ in range(25):  # half a second more of silence: the aggregators close the turn
+                await asyncio.sleep(FRAME_MS / 1000)
+                await self.mic.push_audio_frame(InputAudioRawFrame(bytes(2 * step), RATE, 1))
+        finally:
+            self.turn = None  # what comes late is no next question's
         return report(question, turn)
 
 
