@@ -54,6 +54,7 @@ class Response:
     transcript: str = ""
     audio_ms: float = 0.0  # audio sent so far
     words: list[tuple[str, int]] = field(default_factory=list)  # (word, end ms) from its timestamps: what truncate keeps
+    metadata: dict | None = None  # response.create's, echoed (clients match their requests by it)
 
 
 class RealtimeSession:
@@ -214,18 +215,18 @@ class RealtimeSession:
                                       content_index=event.get("content_index", 0), audio_end_ms=end_ms)]
 
     def _response_create(self, event: dict) -> list[Action]:
-        d.read_response_options(event.get("response"))
+        metadata = d.read_response_options(event.get("response"))
         if self.settings.transcription_only:
             raise RealtimeError("a transcription session makes no responses", param="type")
         actions = self._configure()
         self._asked += 1
         turn_id = f"response-{self._asked}"
         if not self.pending:  # the chat model answers the user: with nothing new, an empty response
-            response = Response(new_id("resp"), new_id("item"), turn_id)
+            response = Response(new_id("resp"), new_id("item"), turn_id, metadata=metadata)
             return actions + [self._event("response.created", response=self._response(response, "in_progress")),
                               self._event("response.done", response=self._response(response, "completed"))]
         text, self.pending = "\n".join(self.pending), []
-        actions += self._start_response(turn_id)
+        actions += self._start_response(turn_id, metadata)
         return actions + self._translate(self.inner.receive(json.dumps(
             {"type": "user", "turn_id": turn_id, "text": text, "final": True})))
 
@@ -344,8 +345,8 @@ class RealtimeSession:
         self.pending.append(text)
         return actions
 
-    def _start_response(self, turn_id: str) -> list[Action]:
-        response = self.responses[turn_id] = Response(new_id("resp"), new_id("item"), turn_id)
+    def _start_response(self, turn_id: str, metadata: dict | None = None) -> list[Action]:
+        response = self.responses[turn_id] = Response(new_id("resp"), new_id("item"), turn_id, metadata=metadata)
         return [self._event("response.created", response=self._response(response, "in_progress"))]
 
     def _begin_output(self, response: Response) -> list[Action]:
@@ -454,7 +455,7 @@ class RealtimeSession:
     def _response(self, response: Response, status: str, details: dict | None = None) -> dict:
         output = [self.items[response.item_id]] if response.started else []
         return {"id": response.id, "object": "realtime.response", "status": status, "status_details": details,
-                "output": output, "conversation_id": self.id, "usage": None,
+                "output": output, "conversation_id": self.id, "usage": None, "metadata": response.metadata,
                 **self.dialect.response_shape(self.settings)}
 
     def _session(self) -> dict:

@@ -184,10 +184,11 @@ def read_item(item: Any) -> dict:
     return out
 
 
-def read_response_options(options: Any) -> None:
-    """A `response.create`'s `response`: what this server can honour, or an error naming the field."""
+def read_response_options(options: Any) -> dict | None:
+    """A `response.create`'s `response`, checked: what this server can honour, or an error
+    naming the field; its `metadata`, which the response echoes."""
     if options is None:
-        return
+        return None
     if not isinstance(options, dict):
         raise RealtimeError("`response` must be an object", param="response")
     if options.get("conversation", "auto") != "auto":
@@ -204,6 +205,10 @@ def read_response_options(options: Any) -> None:
         if key in options and "audio" not in (options[key] or []):
             raise RealtimeError("responses are spoken on this server: text-only output is not supported",
                                 param=f"response.{key}")
+    metadata = options.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise RealtimeError("metadata is an object of strings", param="response.metadata")
+    return metadata
 
 
 @dataclass(frozen=True)

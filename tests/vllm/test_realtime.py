@@ -101,19 +101,37 @@ def test_a_beta_client_gets_the_beta_names_and_create_response_false_waits(chat_
     assert not kinds & {"response.output_audio.delta", "conversation.item.added"}
 
 
-def test_pipecats_realtime_service_answers_a_spoken_turn(chat_gateway, question_audio, tmp_path):
-    """Pipecat's OpenAIRealtimeLLMService, fed the question as 20 ms frames in real time:
-    the user's transcript comes upstream, the reply's words and audio downstream."""
+def drive(driver: str, url: str, audio: np.ndarray, tmp_path) -> dict:
+    """What a framework's driver (tests/DRIVER, in the frameworks' environment) reports
+    after feeding `audio` to its Realtime client pointed at `url`."""
     wav = tmp_path / "question.wav"
     with wave.open(str(wav), "wb") as w:
         w.setnchannels(1), w.setsampwidth(2), w.setframerate(RATE)
-        w.writeframes(question_audio.tobytes())
-    url = chat_gateway.replace("/v1/stream", "/v1/realtime")
-    run = subprocess.run([str(PYTHON), str(ROOT / "tests" / "pipecat_realtime_driver.py"), url, str(wav)],
+        w.writeframes(audio.tobytes())
+    run = subprocess.run([str(PYTHON), str(ROOT / "tests" / driver), url, str(wav)],
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    out = json.loads(run.stdout.splitlines()[-1])
-    assert out["errors"] == [] and out["stopped"]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def assert_answered(out: dict) -> None:
+    """The question heard, and a reply of over half a second of speech with its words."""
+    assert out["errors"] == []
     assert word_error_rate(QUESTION, out["transcript"]) <= 0.25, out["transcript"]
     assert out["reply"].strip() and out["rates"] == [RATE]
-    assert out["audio_samples"] > RATE // 2 and out["audio_peak"] > 0.05  # over half a second of speech
+    assert out["audio_samples"] > RATE // 2 and out["audio_peak"] > 0.05
+
+
+def test_pipecats_realtime_service_answers_a_spoken_turn(chat_gateway, question_audio, tmp_path):
+    """Pipecat's OpenAIRealtimeLLMService in a pipeline, fed the question as 20 ms frames in
+    real time: the user's transcript comes upstream, the reply's words and audio downstream."""
+    out = drive("pipecat_realtime_driver.py", chat_gateway.replace("/v1/stream", "/v1/realtime"), question_audio,
+                tmp_path)
+    assert_answered(out)
+    assert out["stopped"]
+
+
+def test_livekits_realtime_model_streams_a_reply(chat_gateway, question_audio, tmp_path):
+    """LiveKit's openai.realtime.RealtimeModel through its session API (no room), given the
+    HTTP base URL as its users give it: the server's turn detection starts the generation."""
+    assert_answered(drive("livekit_realtime_driver.py", http_of(chat_gateway) + "/v1", question_audio, tmp_path))
