@@ -70,6 +70,7 @@ class RealtimeSession:
         self.configured = False  # the inner session has its config (at the first audio, item or response)
         self.items: dict[str, dict] = {}  # the conversation's items, by id, in order
         self.user_items: dict[str, str] = {}  # a spoken turn's id → its user item's id
+        self.speech_ms: dict[str, list[int]] = {}  # a spoken turn's id → where its speech started and stopped
         self.pending: list[str] = []  # user texts not yet answered (create_response false, or items created)
         self.responses: dict[str, Response] = {}  # by v1 turn id, while in progress
         self.by_stream: dict[int, Response] = {}  # v1 audio stream → its response
@@ -315,10 +316,12 @@ class RealtimeSession:
 
     def _on_speech_started(self, message: dict) -> list[Action]:
         item_id = self.user_items.setdefault(message["turn_id"], new_id("item"))
+        self.speech_ms[message["turn_id"]] = [message["audio_ms"]] * 2
         return [self._event("input_audio_buffer.speech_started", audio_start_ms=message["audio_ms"], item_id=item_id)]
 
     def _on_speech_stopped(self, message: dict) -> list[Action]:
         item_id = self.user_items.setdefault(message["turn_id"], new_id("item"))
+        self.speech_ms.setdefault(message["turn_id"], [0, 0])[1] = message["audio_ms"]
         return [self._event("input_audio_buffer.speech_stopped", audio_end_ms=message["audio_ms"], item_id=item_id)]
 
     def _on_transcript(self, message: dict) -> list[Action]:
@@ -327,6 +330,7 @@ class RealtimeSession:
         if not message["final"]:
             return []  # a partial is a guess the final may change; Realtime's deltas only add
         del self.user_items[turn_id]
+        started, stopped = self.speech_ms.pop(turn_id, (0, 0))
         if turn_id in self.cleared:
             self.cleared.discard(turn_id)
             return self._translate(self.inner.chatting.forget(turn_id) if turn_id in self.inner.chatting else [])
@@ -337,7 +341,8 @@ class RealtimeSession:
         actions += self._add_item(item, previous)
         if self.settings.transcription is not None:
             actions.append(self._event("conversation.item.input_audio_transcription.completed", item_id=item_id,
-                                       content_index=0, transcript=text))
+                                       content_index=0, transcript=text,
+                                       usage={"type": "duration", "seconds": (stopped - started) / 1000}))
         if not text.strip() or self.settings.transcription_only:
             return actions
         if self.settings.create_response:  # the inner session asked the Thinker (its reply may be whole already)
@@ -356,7 +361,7 @@ class RealtimeSession:
         response.started = True
         item = self._assistant_item(response, "in_progress")
         self.items[response.item_id] = item
-        part = {"type": self.dialect.audio_part, "transcript": ""}
+        part = {"type": "audio", "transcript": ""}
         return [self._event("response.output_item.added", response_id=response.id, output_index=0, item=item),
                 self._event(self.dialect.item_added, item=item, previous_item_id=self._previous(response.item_id)),
                 self._event("response.content_part.added", response_id=response.id, item_id=response.item_id,
@@ -411,7 +416,7 @@ class RealtimeSession:
         if response.started:
             item_status = "completed" if status == "completed" else "incomplete"
             item = self.items[response.item_id] = self._assistant_item(response, item_status)
-            part = {"type": self.dialect.audio_part, "transcript": response.transcript}
+            part = {"type": "audio", "transcript": response.transcript}
             common = {"response_id": response.id, "item_id": response.item_id, "output_index": 0}
             actions += [self._event(self.dialect.audio_done, **common, content_index=0),
                         self._event(self.dialect.transcript_done, **common, content_index=0,
@@ -450,7 +455,7 @@ class RealtimeSession:
 
     def _assistant_item(self, response: Response, status: str) -> dict:
         return {"id": response.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
-                "status": status, "content": [{"type": self.dialect.audio_part, "transcript": response.transcript}]}
+                "status": status, "content": [{"type": self.dialect.audio_content, "transcript": response.transcript}]}
 
     def _response(self, response: Response, status: str, details: dict | None = None) -> dict:
         output = [self.items[response.item_id]] if response.started else []

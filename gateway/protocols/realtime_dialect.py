@@ -238,7 +238,8 @@ class Dialect:
         return "conversation.item.created" if self.beta else "conversation.item.added"
 
     @property
-    def audio_part(self) -> str:
+    def audio_content(self) -> str:
+        """The type of an assistant item's audio content (a response's content part is "audio" in both)."""
         return "audio" if self.beta else "output_audio"
 
     def session(self, s: Settings, session_id: str, model: str) -> dict:

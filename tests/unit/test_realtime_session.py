@@ -6,7 +6,9 @@ import base64
 import json
 
 import numpy as np
+import pydantic
 import pytest
+from openai.types.realtime import RealtimeServerEvent
 
 from contract import models as c
 from contract.voices import EMBEDDED
@@ -269,3 +271,23 @@ def test_a_reply_drafted_whole_before_the_final_is_a_response_too():
     names = kinds(final)
     assert names.index("response.created") < names.index("response.output_audio.delta") < names.index("response.done")
     assert s.inner.chatting.ids == set()
+
+
+def test_every_ga_event_is_valid_against_openais_own_types():
+    """The SDKs validate what they read (the Agents SDK drops an event that fails): every
+    event of a turn, a barge-in, a truncate, a cancel, items and errors, by openai's models."""
+    s, clock = realtime(audio={"input": {"transcription": {"model": "whisper-1"}}})
+    out, think, job = answered(s, text="Paris is the capital. It", whole=False)
+    item_id = next(e for e in events(out) if e["type"] == "response.output_item.added")["item"]["id"]
+    clock.now += 2
+    out += spoken(s, (c.SPEECH_STARTED, 5000, ""), utterance=("r1", 1))
+    out += send(s, "conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=650)
+    out += send(s, "conversation.item.create", item={
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi."}]})
+    out += send(s, "response.create") + send(s, "response.cancel") + send(s, "response.cancel")
+    out += send(s, "conversation.item.retrieve", item_id=item_id) + send(s, "input_audio_buffer.clear")
+    out += send(s, "session.update", session={"instructions": "Be brief."}) + s.receive("{nope")
+    adapter = pydantic.TypeAdapter(RealtimeServerEvent)
+    for event in events(out):
+        adapter.validate_python(event)
+    assert {"response.done", "conversation.item.truncated", "error", "session.updated"} <= set(kinds(out))
