@@ -24,11 +24,13 @@ LATENCY_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75
 class Metrics:
     def __init__(
         self, connections: Callable[[], int], contexts: Callable[[], int], speaking: Callable[[], int],
-        backends: Backends,
+        backends: Backends, realtime: Callable[[], int] = lambda: 0,
     ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         Gauge("speechstream_connections", "Open WebSocket connections", registry=r).set_function(connections)
+        Gauge("speechstream_realtime_sessions", "Open Realtime API sessions (of speechstream_connections)",
+              registry=r).set_function(realtime)
         Gauge("speechstream_contexts", "Open contexts, on all connections", registry=r).set_function(contexts)
         Gauge("speechstream_active_streams", "Contexts with text being spoken now", registry=r).set_function(speaking)
         self._ttfp = Histogram(

@@ -58,6 +58,7 @@ class Gateway:
         self.backends = Backends(() if self.service else settings.triton_urls)
         self.key_failures = KeyFailures(settings.max_key_failures)
         self.sessions: dict[Speaking, str] = {}  # each open session's contexts, and its client's address
+        self.realtime_sessions: set[Speaking] = set()  # those of them that speak the Realtime API
         self.http_streams: Counter[str] = Counter()  # HTTP speech requests in flight, by address
         self.http_paces: set[Pace] = set()  # the streamed bodies among them
         self.queue = AdmissionQueue(settings.admission_queue)  # streams waiting for capacity
@@ -67,6 +68,7 @@ class Gateway:
             contexts=lambda: sum(len(s.contexts) for s in self.sessions),
             speaking=self.speaking_contexts,
             backends=self.backends,
+            realtime=lambda: len(self.realtime_sessions),
         )
         # chat mode: the Thinker's requests, when Triton serves a chat model
         self.thinker = Thinker(self.backends, settings.stage_timeout_s) if settings.chat_model else None

@@ -70,11 +70,15 @@ async def serve(request: web.Request, protocol: Callable[[Session], Any] = lambd
     request.app[WEBSOCKETS].add(ws)
     client = request.remote or ""
     connection = Connection(ws, gateway, client, request.transport, protocol)
-    gateway.sessions[connection.session.speaking] = client
+    speaking = connection.session.speaking
+    gateway.sessions[speaking] = client
+    if isinstance(connection.session, RealtimeSession):
+        gateway.realtime_sessions.add(speaking)
     try:
         await connection.run()
     finally:
-        del gateway.sessions[connection.session.speaking]
+        del gateway.sessions[speaking]
+        gateway.realtime_sessions.discard(speaking)
     return ws
 
 

@@ -1,7 +1,7 @@
 """The voice chat heard end to end: a spoken question → the recognizer → the chat model
 → the spoken reply, with input-time speculation off, greedy and top-3.
 
-    python -m perf.voice.end_to_end [--questions 12] [--listeners 1,2,4,8] [--peer] [--out DIR]
+    python -m perf.voice.end_to_end [--questions 12] [--listeners 1,2,4,8] [--realtime] [--peer] [--out DIR]
 
 Real users' opening questions (the chitchat-dataset's prompts) are spoken by the
 embedded voice and streamed up a protocol-v1 connection in listen and chat mode as a
@@ -19,7 +19,10 @@ its CPU per audio second. With --peer, each question is then asked of a Pipecat 
 the same models on the same machine (perf.voice.peer, in .venv-peer: `scripts/setup.sh
 --peer`), fed the same audio the same way, and its voice-to-voice latency, end of speech →
 final and word error rate are reported beside each mode's, with its median's ratio to theirs.
-A table, the JSON and a plot in --out.
+With --realtime, each question is also asked over OpenAI's Realtime API (/v1/realtime,
+24 kHz PCM appends, the same system prompt, reply length and turn detection) in the modes'
+rotation, and its voice-to-voice median is set beside protocol v1's greedy (the speculation
+the Realtime session runs). A table, the JSON and a plot in --out.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from speechstream import protocol as v1
 from tests.speech import silence, spoken, word_error_rate
 
 MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send them
+REALTIME_RATE = 24000  # the Realtime API's audio/pcm
 LEAD_IN_MS = 1000
 ENDPOINT_MS = 500
 GOALS = {"greedy_ratio": 0.5, "word_error_rate": 0.10, "partial_gap_s": 0.5}
@@ -157,6 +161,89 @@ def spoken_turn(url: str, question: str, mode: str, top_k: int, max_tokens: int,
     }
 
 
+async def realtime_converse(url: str, session: dict, audio: np.ndarray, speech: slice, timeout_s: float) -> Heard:
+    """One spoken turn over OpenAI's Realtime API on a connection of its own (24 kHz PCM in
+    20 ms appends, in real time, as `stream_microphone` sends v1's): what came back, and when."""
+    heard, until, step = Heard(), asyncio.Event(), REALTIME_RATE * MESSAGE_MS // 1000
+
+    async def microphone(ws) -> None:
+        start, sent = time.perf_counter(), 0
+        while not until.is_set():
+            chunk = audio[sent:sent + step] if sent < audio.size else np.zeros(step, np.int16)
+            await asyncio.sleep(max(0.0, start + sent / REALTIME_RATE - time.perf_counter()))
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()}))
+            if sent < speech.stop <= sent + step:
+                heard.speech_end_at = time.perf_counter()
+            sent += step
+
+    async with websockets.connect(url, max_size=None) as ws:
+        json.loads(await ws.recv())  # session.created
+        await ws.send(json.dumps({"type": "session.update", "session": session}))
+        json.loads(await ws.recv())  # session.updated
+        sending = asyncio.create_task(microphone(ws))
+        try:
+            async with asyncio.timeout(timeout_s):
+                while heard.done is None:
+                    take_realtime(json.loads(await ws.recv()), heard)
+        finally:
+            until.set()
+            with contextlib.suppress(asyncio.CancelledError, websockets.ConnectionClosed):
+                await sending
+    return heard
+
+
+def take_realtime(event: dict, heard: Heard) -> None:
+    now, kind = time.perf_counter(), event["type"]
+    if kind == "error":
+        raise RuntimeError(f"the server said {event}")
+    if kind == "input_audio_buffer.speech_started":
+        heard.started_at = heard.started_at or now
+    elif kind == "conversation.item.input_audio_transcription.completed":
+        heard.final = (now, event["transcript"])
+    elif kind == "response.created":
+        heard.reply_at = now
+    elif kind == "response.output_audio.delta":
+        heard.first_audio_at = heard.first_audio_at or now
+    elif kind == "response.output_audio_transcript.delta":
+        heard.reply_text += event["delta"]
+    elif kind == "response.done":
+        heard.done = event
+
+
+def realtime_turn(url: str, question: str, max_tokens: int, listen: dict) -> dict:
+    """A question asked over /v1/realtime with the settings of protocol v1's greedy turn:
+    the server's speculation (greedy), the same system prompt, reply length and turn detection."""
+    speech = spoken(question, REALTIME_RATE)
+    lead = silence(LEAD_IN_MS, REALTIME_RATE)
+    detection = ({"type": "semantic_vad", "eagerness": "high"} if listen["turn_detection"] == "smart"
+                 else {"type": "server_vad", "silence_duration_ms": listen["endpoint_ms"]})
+    session = {"type": "realtime", "instructions": SYSTEM, "max_output_tokens": max_tokens, "audio": {
+        "input": {"transcription": {"model": "whisper-1"}, "turn_detection": detection}}}
+    heard = asyncio.run(realtime_converse(url.replace(v1.PROTOCOL_PATH, "/v1/realtime"), session,
+                                          np.concatenate([lead, speech]), slice(lead.size, lead.size + speech.size),
+                                          timeout_s=180))
+    turn = {"mode": "realtime", "question": question, "transcript": heard.final[1],
+            "voice_to_voice_s": heard.first_audio_at - heard.speech_end_at,
+            "final_after_speech_s": heard.final[0] - heard.speech_end_at,
+            "audio_after_final_s": heard.first_audio_at - heard.final[0],
+            "word_error_rate": word_error_rate(question, heard.final[1]), "reply": heard.reply_text}
+    print(f"realtime {turn['voice_to_voice_s'] * 1000:4.0f} ms voice to voice, final "
+          f"{turn['final_after_speech_s'] * 1000:4.0f} ms after speech, WER {turn['word_error_rate']:.2f} "
+          f"(/v1/realtime) {question!r} → {turn['transcript']!r}", flush=True)
+    return turn
+
+
+def beside_greedy(turns: list[dict], realtime_turns: list[dict]) -> dict:
+    """The Realtime API's figures, and its voice-to-voice median ÷ protocol v1's greedy."""
+    waits = [t["voice_to_voice_s"] for t in realtime_turns]
+    greedy = statistics.median(t["voice_to_voice_s"] for t in turns if t["mode"] == "greedy")
+    return {"turns": len(waits), "voice_to_voice_median_s": statistics.median(waits),
+            "voice_to_voice_p90_s": p90(waits), "ratio_to_greedy": statistics.median(waits) / greedy,
+            "final_after_speech_median_s": statistics.median(t["final_after_speech_s"] for t in realtime_turns),
+            "audio_after_final_median_s": statistics.median(t["audio_after_final_s"] for t in realtime_turns),
+            "word_error_rate": statistics.mean(t["word_error_rate"] for t in realtime_turns)}
+
+
 class Peer:
     """perf.voice.peer in its own environment, started once (its models and llama.cpp's server
     load before any question is timed): a question's audio in on stdin, what came of it out."""
@@ -217,16 +304,23 @@ def peer_turn(peer: Peer, question: str) -> dict:
     return turn
 
 
-def chat_turns(servers: Servers, n: int, top_k: int, max_tokens: int, listen: dict,
-               peer: Peer | None = None) -> tuple[list[dict], list[dict]]:
-    """Each question in each mode, the modes in turn, then (with `peer`) of the peer: ours,
-    and the peer's."""
-    turns, peer_turns = [], []
+def chat_turns(servers: Servers, n: int, top_k: int, max_tokens: int, listen: dict, peer: Peer | None = None,
+               realtime: bool = False) -> tuple[list[dict], list[dict], list[dict]]:
+    """Each question in each mode, the modes in turn (with `realtime`, over the Realtime API
+    too, in the same rotation), then (with `peer`) of the peer: ours, the Realtime API's, and
+    the peer's."""
+    turns, realtime_turns, peer_turns = [], [], []
     spoken_turn(servers.url, "Hello, are you there?", "greedy", top_k, max_tokens, listen)  # warm-up
+    if realtime:
+        realtime_turn(servers.url, "Hello, are you there?", max_tokens, listen)
     if peer:
         peer.ask("Hello, are you there?")
+    modes = MODES + (("realtime",) if realtime else ())
     for i, question in enumerate(questions(n)):
-        for mode in MODES[i % 3:] + MODES[:i % 3]:
+        for mode in modes[i % len(modes):] + modes[:i % len(modes)]:
+            if mode == "realtime":
+                realtime_turns.append(realtime_turn(servers.url, question, max_tokens, listen))
+                continue
             tokens = triton_metrics(servers.metrics_port)[c.THINKER_TOKENS_METRIC]
             held = gateway_counter(servers.port, "speechstream_chat_held_audio_seconds_total", 'fate="discarded"')
             turn = spoken_turn(servers.url, question, mode, top_k, max_tokens, listen)
@@ -240,7 +334,7 @@ def chat_turns(servers: Servers, n: int, top_k: int, max_tokens: int, listen: di
                   f"{turn['outcome']:8} {question!r} → {turn['transcript']!r}", flush=True)
         if peer:
             peer_turns.append(peer_turn(peer, question))
-    return turns, peer_turns
+    return turns, realtime_turns, peer_turns
 
 
 async def dictate_together(url: str, audios: list[tuple[np.ndarray, slice]], listen: dict) -> list[Heard]:
@@ -355,6 +449,13 @@ def table(results: dict) -> str:
             f"| {r['word_error_rate']:.3f} "
             f"| {r['partial_gap_max_s'] * 1000:.0f} | {o['held']} / {o['partial']} / {o['rejected']} "
             f"| {r['extra_llm_tokens']:.0f} | {r['discarded_tts_s']:.2f} | {r['same_reply_as_off']} of {r['turns']} |")
+    if r := results.get("realtime"):
+        lines += ["", f"Over OpenAI's Realtime API (/v1/realtime, the server's greedy speculation), the same questions "
+                  f"in the same rotation: voice→voice median {r['voice_to_voice_median_s'] * 1000:.0f} ms, p90 "
+                  f"{r['voice_to_voice_p90_s'] * 1000:.0f} ms, {r['ratio_to_greedy']:.2f} × protocol v1's greedy "
+                  f"(goal within 5 %: {'met' if abs(r['ratio_to_greedy'] - 1) <= 0.05 else 'missed'}); speech end → "
+                  f"final {r['final_after_speech_median_s'] * 1000:.0f} ms, final → first audio "
+                  f"{r['audio_after_final_median_s'] * 1000:.0f} ms, WER {r['word_error_rate']:.3f}."]
     if results.get("peer"):
         lines += peer_table(results)
     lines += ["", "| dictation streams at once | speech end → final median ms | max ms | longest partial gap ms "
@@ -386,6 +487,9 @@ def plot(results: dict, path: Path) -> None:
     for mode in MODES:
         waits = sorted(t["voice_to_voice_s"] * 1000 for t in results["turns"] if t["mode"] == mode)
         left.step(waits, [(i + 1) / len(waits) for i in range(len(waits))], where="post", label=mode)
+    if waits := sorted(t["voice_to_voice_s"] * 1000 for t in results.get("realtime_turns", [])):
+        left.step(waits, [(i + 1) / len(waits) for i in range(len(waits))], where="post", linestyle=":",
+                  label="greedy over /v1/realtime")
     if waits := sorted(t["voice_to_voice_s"] * 1000 for t in results.get("peer_turns", []) if "error" not in t):
         left.step(waits, [(i + 1) / len(waits) for i in range(len(waits))], where="post", linestyle="--",
                   label="Pipecat peer")
@@ -410,6 +514,8 @@ def main() -> None:
     parser.add_argument("--turn-detection", choices=v1.LISTEN_TURN_DETECTIONS, default=v1.LISTEN_DEFAULT_TURN_DETECTION)
     parser.add_argument("--peer", action="store_true",
                         help="ask each question of perf.voice.peer's Pipecat pipeline too (scripts/setup.sh --peer)")
+    parser.add_argument("--realtime", action="store_true",
+                        help="ask each question over OpenAI's Realtime API (/v1/realtime) too, in the modes' rotation")
     parser.add_argument("--out", type=Path, default=Path("perf/results/voice"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -419,7 +525,8 @@ def main() -> None:
     try:
         servers.start()
         try:
-            turns, peer_turns = chat_turns(servers, args.questions, args.top_k, args.max_tokens, listen, peer)
+            turns, realtime_turns, peer_turns = chat_turns(servers, args.questions, args.top_k, args.max_tokens,
+                                                           listen, peer, args.realtime)
             if peer:
                 peer.stop()  # its server's memory and threads, before the dictation streams
             rows = listeners(servers, [int(n) for n in args.listeners.split(",")], questions(8, seed=1), listen)
@@ -430,6 +537,8 @@ def main() -> None:
             peer.stop()
     results = {"questions": args.questions, "top_k": args.top_k, "max_tokens": args.max_tokens,
                "endpoint_ms": ENDPOINT_MS, "turn_detection": args.turn_detection, "turns": turns, "summary": summarize(turns), "listeners": rows}
+    if realtime_turns:
+        results |= {"realtime_turns": realtime_turns, "realtime": beside_greedy(turns, realtime_turns)}
     if peer:
         results |= {"peer_turns": peer_turns, "peer": beside_peer(turns, peer_turns),
                     "peer_pipecat": peer.ready["pipecat"], "peer_llama_threads": peer.ready["threads"]}

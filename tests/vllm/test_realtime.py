@@ -8,11 +8,14 @@ import asyncio
 import base64
 import json
 import subprocess
+import time
+import urllib.request
 import wave
 
 import numpy as np
 import pytest
 from openai import AsyncOpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.test_agent_frameworks import PYTHON, ROOT
 from tests.pages import http_of
@@ -54,11 +57,19 @@ async def until_response_done(connection, timeout_s: float = 60) -> list[dict]:
     return seen
 
 
+def realtime_sessions(gateway: str) -> float:
+    """The gateway's speechstream_realtime_sessions gauge."""
+    with urllib.request.urlopen(http_of(gateway) + "/metrics", timeout=5) as r:
+        return next(s.value for f in text_string_to_metric_families(r.read().decode())
+                    if f.name == "speechstream_realtime_sessions" for s in f.samples)
+
+
 def test_the_sdk_holds_a_spoken_turn_in_the_ga_api(chat_gateway, question_audio):
     async def run():
         async with client(chat_gateway).realtime.connect(model="speechstream") as connection:
             created = await connection.recv()
             assert created.type == "session.created" and created.session.type == "realtime"
+            assert await asyncio.to_thread(realtime_sessions, chat_gateway) == 1
             await connection.session.update(session={"type": "realtime", "audio": {"input": {
                 "transcription": {"model": "whisper-1"}}, "output": {"voice": "alloy"}}})
             speaking = asyncio.create_task(speak(connection, question_audio))
@@ -67,6 +78,10 @@ def test_the_sdk_holds_a_spoken_turn_in_the_ga_api(chat_gateway, question_audio)
             return seen
 
     seen = asyncio.run(run())
+    deadline = time.monotonic() + 10  # the gateway ends the session as the socket closes
+    while realtime_sessions(chat_gateway) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert realtime_sessions(chat_gateway) == 0  # counted while open only
     kinds = [e["type"] for e in seen]
     (heard,) = [e for e in seen if e["type"] == "conversation.item.input_audio_transcription.completed"]
     assert word_error_rate(QUESTION, heard["transcript"]) <= 0.25, heard["transcript"]
