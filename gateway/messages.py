@@ -33,6 +33,7 @@ class Speculation(enum.Enum):
     TOP_K = "top_k"  # keep it where it is among the best top_k: more kept, a reply that may differ
 
 
+MAX_SENTENCES = 100  # chat.max_sentences' range: 0 (no limit) to this
 # A small chat model left without a system prompt wanders (the embedded one answered
 # "What is the capital of France?" with a loop in French): spoken replies are asked to be short.
 DEFAULT_SYSTEM = "Answer in one or two short sentences, in the language of the question."
@@ -46,6 +47,7 @@ class ChatConfig:
     max_tokens: int = 256
     temperature: float = 0.0
     seed: int | None = None  # sampling's, above temperature 0: the same seed, the same replies
+    max_sentences: int = 0  # a spoken reply ends after this many sentences; 0: no limit
 
     @property
     def k(self) -> int:
@@ -209,12 +211,13 @@ def parse_listen(message: dict) -> ListenConfig | None:
 
 
 def parse_chat(message: dict) -> ChatConfig | None:
-    """The config's `chat`: {speculation, top_k, system, max_tokens, temperature, seed}."""
+    """The config's `chat`: {speculation, top_k, system, max_tokens, temperature, seed, max_sentences}."""
     chat = _field(message, "chat", dict)
     if chat is None:
         return None
     chat = chat | {"type": "config"}
-    unknown = set(chat) - {"type", "speculation", "top_k", "system", "max_tokens", "temperature", "seed"}
+    unknown = set(chat) - {"type", "speculation", "top_k", "system", "max_tokens", "temperature", "seed",
+                           "max_sentences"}
     if unknown:
         raise ProtocolError(v1.INVALID_FIELD, f"chat has unknown fields: {', '.join(sorted(unknown))}")
     modes = [s.value for s in Speculation]
@@ -231,7 +234,11 @@ def parse_chat(message: dict) -> ChatConfig | None:
     system = _field(chat, "system", str, DEFAULT_SYSTEM)
     if len(system) > c.MAX_MESSAGES_CHARS // 4:
         raise ProtocolError(v1.INVALID_FIELD, f"chat.system has {len(system)} characters; the limit is {c.MAX_MESSAGES_CHARS // 4}")
-    return ChatConfig(Speculation(speculation), system=system or None, **values)  # "": no system prompt
+    max_sentences = _field(chat, "max_sentences", int, ChatConfig.max_sentences)
+    if not 0 <= max_sentences <= MAX_SENTENCES:
+        raise ProtocolError(v1.INVALID_FIELD, f"chat.max_sentences {max_sentences} is out of range [0, {MAX_SENTENCES}]")
+    return ChatConfig(Speculation(speculation), system=system or None, max_sentences=max_sentences,
+                      **values)  # system "": no system prompt
 
 
 def parse_user(message: dict, max_text_chars: int) -> UserMessage:

@@ -292,7 +292,7 @@ class Chatting:
         and into the context's speech past the held phrase. A clause that repeats the reply
         (gateway/conversation/repetition.py) is not said: the reply ends before it."""
         thought = turn.thought
-        end, stop = repetition.release(thought.text, turn.said, whole)
+        end, stop = repetition.release(thought.text, turn.said, whole, self._chat_config.max_sentences)
         start, turn.said = turn.said, end
         actions: list[Action] = []
         if end > start:
@@ -301,7 +301,8 @@ class Chatting:
                 return []
             actions = [Send(encode("reply_text", turn_id=turn.id, text=thought.text[start:end]))] + speech
         if stop and not whole:
-            log.info("session %s: turn %s's reply ends before a clause that repeats it", self.replies.id, turn.id)
+            log.info("session %s: turn %s's reply ends before a clause that repeats it, or at its last sentence",
+                     self.replies.id, turn.id)
             return actions + [StopThinking(thought.id)] + self._end_reply(turn)
         return actions
 

@@ -32,6 +32,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import time
@@ -42,6 +43,7 @@ import numpy as np
 import websockets
 
 from contract import models as c
+from gateway.conversation import repetition
 from operations.loopback import Servers, cpu_seconds, triton_metrics
 from operations.process_tree import stub_of
 from perf.tools.results import save
@@ -51,6 +53,7 @@ from tests.speech import silence, spoken, word_error_rate
 
 MESSAGE_MS = 20  # a microphone's message, as browsers' audio callbacks send them
 REALTIME_RATE = 24000  # the Realtime API's audio/pcm
+SENTENCE_END = re.compile(r"[.!?…]+(\s+|$)")
 LEAD_IN_MS = 1000
 ENDPOINT_MS = 500
 GOALS = {"greedy_ratio": 0.5, "word_error_rate": 0.10, "partial_gap_s": 0.5}
@@ -368,6 +371,22 @@ def listeners(servers: Servers, counts: list[int], texts: list[str], listen: dic
     return rows
 
 
+def reply_quality(replies: list[str]) -> dict:
+    """What a listener accepts of a small model's spoken replies: how many loop (say four
+    words in a row again, gateway/conversation/repetition.py's rule), how many leave English
+    (any letter outside ASCII: a rough test, blind to French without accents), and how long
+    they are."""
+    def loops(reply: str) -> bool:
+        said = repetition.words(reply)
+        runs = [tuple(said[i:i + repetition.REPEATED_WORDS]) for i in range(len(said) - repetition.REPEATED_WORDS + 1)]
+        return len(runs) != len(set(runs))
+
+    return {"replies_looping": sum(map(loops, replies)),
+            "replies_leaving_english": sum(any(ch.isalpha() and not ch.isascii() for ch in r) for r in replies),
+            "reply_words_median": statistics.median(len(r.split()) for r in replies),
+            "reply_sentences_median": statistics.median(len(SENTENCE_END.findall(r)) for r in replies)}
+
+
 def summarize(turns: list[dict]) -> dict:
     off = {t["question"]: t for t in turns if t["mode"] == "off"}
     base = statistics.median(t["voice_to_voice_s"] for t in off.values())
@@ -383,6 +402,7 @@ def summarize(turns: list[dict]) -> dict:
             "audio_after_final_median_s": statistics.median(t["audio_after_final_s"] for t in mine),
             "word_error_rate": statistics.mean(t["word_error_rate"] for t in mine),
             "partial_gap_max_s": max(t["partial_gap_s"] for t in mine),
+            **reply_quality([t["reply"] for t in mine]),
             **beside_off(mine, off),
         }
     return summary
@@ -449,6 +469,10 @@ def table(results: dict) -> str:
             f"| {r['word_error_rate']:.3f} "
             f"| {r['partial_gap_max_s'] * 1000:.0f} | {o['held']} / {o['partial']} / {o['rejected']} "
             f"| {r['extra_llm_tokens']:.0f} | {r['discarded_tts_s']:.2f} | {r['same_reply_as_off']} of {r['turns']} |")
+    lines += ["", "Replies (" + "; ".join(
+        f"{'top-' + str(results['top_k']) if m == 'top_k' else m}: {r['replies_looping']} looping, "
+        f"{r['replies_leaving_english']} leaving English, median {r['reply_words_median']:.0f} words in "
+        f"{r['reply_sentences_median']:.0f} sentences" for m, r in s.items()) + ")."]
     if r := results.get("realtime"):
         lines += ["", f"Over OpenAI's Realtime API (/v1/realtime, the server's greedy speculation), the same questions "
                   f"in the same rotation: voice→voice median {r['voice_to_voice_median_s'] * 1000:.0f} ms, p90 "

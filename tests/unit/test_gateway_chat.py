@@ -446,6 +446,25 @@ def test_repetition_releases_finished_clauses_and_stops_before_a_repeat():
     assert repetition.release("It is very big. It is very big.", 0, whole=True) == (16, True)
 
 
+def test_a_reply_ends_after_its_max_sentences_and_stops_the_thinker():
+    assert repetition.release("Paris is big. It is old, and", 0, whole=False, max_sentences=1) == (14, True)
+    assert repetition.release("Paris is big. It is old.", 0, whole=True, max_sentences=2) == (24, False)  # its own end
+    assert repetition.release("Paris is big. It is old.", 0, whole=True) == (24, False)  # 0: no limit
+    s = Session(Limits(), Recorder(), Clock(), session_id="s1", chat=True)
+    s.receive(json.dumps({"type": "config", "chat": {"speculation": "off", "max_sentences": 1}}))
+    final = thinks(user(s, "Tell me about Paris.", final=True))[0]
+    out = s.thought(final.id, [1, 2, 3], "Paris is big. It is", None)
+    assert [m["text"] for m in messages(out) if m["type"] == "reply_text"] == ["Paris is big. "]
+    assert StopThinking(final.id) in out and s.history[-1] == {"role": "assistant", "content": "Paris is big. "}
+
+
+@pytest.mark.parametrize("value", [-1, 101, "2", 1.5])
+def test_a_bad_max_sentences_is_refused(value):
+    s = Session(Limits(), Recorder(), Clock(), session_id="s1", chat=True)
+    (error,) = messages(s.receive(json.dumps({"type": "config", "chat": {"max_sentences": value}})))
+    assert error["type"] == "error" and error["code"] == "invalid_field"
+
+
 def test_a_seed_goes_with_every_thinker_request_of_the_conversation():
     s = Session(Limits(), Recorder(), Clock(), session_id="s1", chat=True)
     s.receive(json.dumps({"type": "config", "chat": {"speculation": "greedy", "temperature": 0.7, "seed": 7}}))

@@ -22,3 +22,13 @@ def test_the_summary_compares_each_mode_with_off_on_the_same_questions_and_the_r
     report = voice.table({"questions": 2, "top_k": 3, "max_tokens": 64, "summary": summary, "listeners": listeners})
     assert "0.45 (met)" in report and "longest gap 600 ms (missed)" in report
     assert "Dictation streams kept in real time: 4" in report
+
+
+def test_replies_that_loop_or_leave_english_are_counted_with_their_length():
+    quality = voice.reply_quality([
+        "Paris is the capital. It is big.",
+        "La femme de France, le capital de la femme de France.",  # a loop, and no letter outside ASCII
+        "Paris est la capitale de la République.",
+    ])
+    assert quality["replies_looping"] == 1 and quality["replies_leaving_english"] == 1
+    assert quality["reply_words_median"] == 7 and quality["reply_sentences_median"] == 1
