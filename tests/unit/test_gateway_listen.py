@@ -10,6 +10,7 @@ import pytest
 
 from contract import models as c
 from gateway.conversation.actions import Hear, Stop, StopThinking, Synthesize, Think
+from gateway.conversation.audio import MicrophoneDecoder
 from gateway.conversation.contexts import Limits
 from gateway.protocols.session import Session
 from speechstream import protocol as v1
@@ -210,3 +211,11 @@ def test_with_reply_false_utterances_are_transcribed_and_the_client_asks():
     asked = s.receive(json.dumps({"type": "user", "turn_id": "q1", "text": "What is the capital of France?",
                                   "final": True}))
     assert [a for a in asked if isinstance(a, Think)][0].messages[-1]["content"] == "What is the capital of France?"
+
+
+@pytest.mark.parametrize("rate, most_ms", [(48000, 10), (24000, 10), (8000, 2)])
+def test_the_microphones_resampler_holds_back_little_of_the_speechs_end(rate, most_ms):
+    """What the resampler keeps is heard that much later: the turn's end waits for it."""
+    decoder = MicrophoneDecoder("pcm_s16le", rate, c.ASR_SAMPLE_RATE, v1.LISTEN_MAX_MESSAGE_MS)
+    out = sum(decoder.decode(pcm(20, rate)).size for _ in range(50))  # 1 s
+    assert 0 <= c.ASR_SAMPLE_RATE - out <= c.ASR_SAMPLE_RATE * most_ms // 1000
