@@ -110,6 +110,10 @@ class RealtimeSession:
         """The actions answering one client event; a refused one gets an `error` event."""
         event_id = None
         try:
+            size = len(frame) if isinstance(frame, bytes) else len(frame.encode("utf-8", "surrogatepass"))
+            limit = self.inner.limits.max_message_bytes
+            if size > limit:
+                raise RealtimeError(f"an event of {size} bytes; the limit is {limit}", code=v1.MESSAGE_TOO_LARGE)
             event = d.parse_event(frame)
             event_id = event.get("event_id")
             handler = self._handlers().get(event["type"])

@@ -13,10 +13,11 @@ from openai.types.realtime import RealtimeServerEvent
 from contract import models as c
 from contract.voices import EMBEDDED
 from gateway.conversation.actions import Hear, Send, Stop, StopThinking, Synthesize, Think
-from gateway.conversation.contexts import Limits
-from gateway.messages import DEFAULT_SYSTEM
+from gateway.conversation.contexts import AdmitAll, Limits
+from gateway.messages import DEFAULT_SYSTEM, ProtocolError
 from gateway.protocols.realtime import RealtimeSession
 from gateway.protocols.session import Session
+from speechstream import protocol as v1
 from tests.unit.test_gateway_session import Clock, Recorder
 
 VOICE_RATE = EMBEDDED.sample_rate
@@ -237,6 +238,7 @@ def test_a_transcription_session_transcribes_and_never_answers():
         {"type": "input_image", "image_url": "data:"}]}}), "item.content"),
     (json.dumps({"type": "response.create", "response": {"conversation": "none"}}), "response.conversation"),
     (b"\x00\x01", None),
+    (json.dumps({"type": "input_audio_buffer.append", "audio": "A" * 300_000}), None),  # over max_message_bytes
 ])
 def test_hostile_input_gets_an_error_naming_the_field_and_the_session_goes_on(frame, param):
     s, _ = realtime()
@@ -271,6 +273,30 @@ def test_a_reply_drafted_whole_before_the_final_is_a_response_too():
     names = kinds(final)
     assert names.index("response.created") < names.index("response.output_audio.delta") < names.index("response.done")
     assert s.inner.chatting.ids == set()
+
+
+class Busy(AdmitAll):
+    """The gateway at capacity: every new stream refused."""
+
+    def refusal(self):
+        return ProtocolError(v1.SERVER_BUSY, "the servers are busy", retry_after_ms=500)
+
+
+def test_a_reply_refused_at_capacity_fails_its_response_and_the_session_goes_on():
+    """A Realtime session is admitted as a v1 listener is: its reply is a stream, refused
+    when the servers are full (the response fails, with the reason), and the next turn
+    may be admitted."""
+    inner = Session(Limits(), Recorder(), Clock(), session_id="s1", chat=True, listen=True, admission=Busy())
+    s = RealtimeSession(inner)
+    s.start()
+    append(s, pcm24(100))
+    out = spoken(s, *QUESTION)
+    done = [e for e in events(out) if e["type"] == "response.done"]
+    assert done and done[0]["response"]["status"] == "failed"
+    assert done[0]["response"]["status_details"]["error"]["code"] == v1.SERVER_BUSY
+    assert errors(out)[0]["type"] == "server_error" and errors(out)[0]["code"] == v1.SERVER_BUSY
+    assert not [a for a in out if isinstance(a, Synthesize)]
+    assert [a for a in append(s, pcm24(100)) if isinstance(a, Hear)]
 
 
 def test_every_ga_event_is_valid_against_openais_own_types():

@@ -7,6 +7,7 @@ through tests/pipecat_realtime_driver.py)."""
 import asyncio
 import base64
 import json
+import signal
 import subprocess
 import time
 import urllib.request
@@ -14,6 +15,7 @@ import wave
 
 import numpy as np
 import pytest
+import websockets
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -116,6 +118,97 @@ def test_a_beta_client_gets_the_beta_names_and_create_response_false_waits(chat_
     assert not kinds & {"response.output_audio.delta", "conversation.item.added"}
 
 
+STORY = "Tell me a long story about a dragon."
+
+
+@pytest.fixture(scope="module")
+def story_audio():
+    """A question with a long answer: 1 s of silence, the question, then 1.5 s of silence."""
+    return np.concatenate([silence(1000, RATE), spoken(STORY, RATE), silence(1500, RATE)])
+
+
+async def until(connection, kind: str, seen: list[dict], timeout_s: float = 60) -> dict:
+    """The server's events into `seen` until one of `kind`, which it returns."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            seen.append(json.loads(await connection.recv_bytes()))
+            if seen[-1]["type"] == kind:
+                return seen[-1]
+
+
+def test_barge_in_cancels_the_reply_and_truncate_keeps_the_words_heard(chat_gateway, story_audio, question_audio):
+    """The question's reply is under way when the listener speaks again: the server cancels
+    it (turn_detected); the client says it played 1.5 s of it, and the item keeps the
+    words heard whole by then."""
+    async def run():
+        async with client(chat_gateway).realtime.connect(model="speechstream") as connection:
+            seen: list[dict] = []
+            await connection.session.update(session={  # a reply still being written when the listener speaks
+                "type": "realtime", "instructions": "You tell long, detailed stories.", "max_output_tokens": 256})
+            speaking = asyncio.create_task(speak(connection, story_audio))
+            first = await until(connection, "response.output_audio.delta", seen)
+            await speaking
+            speaking = asyncio.create_task(speak(connection, question_audio))  # barge in
+            done = await until(connection, "response.done", seen)
+            await connection.send({"type": "conversation.item.truncate", "item_id": first["item_id"],
+                                   "content_index": 0, "audio_end_ms": 1500})
+            truncated = await until(connection, "conversation.item.truncated", seen)
+            await connection.send({"type": "conversation.item.retrieve", "item_id": first["item_id"]})
+            item = (await until(connection, "conversation.item.retrieved", seen))["item"]
+            speaking.cancel()
+            return seen, done, truncated, item
+
+    seen, done, truncated, item = asyncio.run(run())
+    said = "".join(e["delta"] for e in seen if e["type"] == "response.output_audio_transcript.delta")
+    assert done["response"]["status"] == "cancelled"
+    assert done["response"]["status_details"]["reason"] == "turn_detected"
+    assert truncated["audio_end_ms"] == 1500
+    kept = item["content"][0]["transcript"]
+    assert kept and said.startswith(kept.split()[0]) and len(kept.split()) < len(said.split())
+
+
+def test_hostile_events_get_errors_and_the_session_then_holds_a_turn(chat_gateway, question_audio):
+    """Over the real gateway: bad JSON, an unknown event, bad base64, an oversized append,
+    a tool and a function call item are each answered with an `error` naming the field;
+    a second of audio sent at once runs ahead of real time and is refused once; then the
+    same session hears and answers a spoken question."""
+    hostile = [
+        ("{not json", None),
+        (json.dumps({"type": "session.dance"}), "type"),
+        (json.dumps({"type": "input_audio_buffer.append", "audio": "%%%"}), "audio"),
+        (json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(RATE * 2 * 3)).decode()}),
+         "audio"),
+        (json.dumps({"type": "session.update", "session": {"tools": [{"type": "function", "name": "f"}]}}),
+         "session.tools"),
+        (json.dumps({"type": "conversation.item.create", "item": {"type": "function_call", "name": "f"}}), "item.type"),
+    ]
+
+    async def run():
+        async with client(chat_gateway).realtime.connect(model="speechstream") as connection:
+            seen: list[dict] = []
+            params = []
+            for frame, _ in hostile:
+                await connection.send_raw(frame)
+                params.append((await until(connection, "error", seen))["error"]["param"])
+            second = base64.b64encode(bytes(RATE * 2 // 5)).decode()  # 200 ms, five times a tick: 2 s ahead and more
+            for _ in range(15):
+                await connection.send({"type": "input_audio_buffer.append", "audio": second})
+            flood = await until(connection, "error", seen)
+            await asyncio.sleep(3.5)  # back within real time
+            speaking = asyncio.create_task(speak(connection, question_audio))
+            done = await until(connection, "response.done", seen)
+            await speaking
+            return params, flood, done, seen
+
+    params, flood, done, seen = asyncio.run(run())
+    assert params == [param for _, param in hostile]
+    assert flood["error"]["code"] == "audio_not_accepted" and "ahead of real time" in flood["error"]["message"]
+    assert [e["type"] for e in seen].count("error") == len(hostile) + 1  # the flood is told once
+    assert done["response"]["status"] == "completed"
+    (heard,) = [e for e in seen if e["type"] == "input_audio_buffer.committed"]
+    assert heard["item_id"]
+
+
 def drive(driver: str, url: str, audio: np.ndarray, tmp_path) -> dict:
     """What a framework's driver (tests/DRIVER, in the frameworks' environment) reports
     after feeding `audio` to its Realtime client pointed at `url`."""
@@ -158,3 +251,27 @@ def test_the_agents_sdks_realtime_runner_plays_a_turn(chat_gateway, question_aud
     """The Agents SDK's RealtimeRunner with a RealtimeAgent, its model's URL the gateway's."""
     assert_answered(drive("agents_realtime_driver.py", chat_gateway.replace("/v1/stream", "/v1/realtime"),
                           question_audio, tmp_path))
+
+
+def test_sigterm_lets_the_reply_end_then_closes_with_1001(chat_triton, module_gateways, question_audio):
+    """A rolling update cuts no Realtime reply: the gateway told to stop while a reply is
+    spoken lets it end (response.done, completed), then closes the session with 1001."""
+    gateway = module_gateways.start(chat_triton.grpc_url, "--probe-interval", "0", "--admission-load", "0",
+                                    "--chat-model", "embedded", "--listen", "--drain", "60", name="draining-gateway")
+
+    async def run():
+        async with client(gateway.url).realtime.connect(model="speechstream") as connection:
+            seen: list[dict] = []
+            speaking = asyncio.create_task(speak(connection, question_audio))
+            await until(connection, "response.output_audio.delta", seen)
+            gateway.process.send_signal(signal.SIGTERM)
+            done = await until(connection, "response.done", seen)
+            speaking.cancel()
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await until(connection, "never", seen, timeout_s=30)
+            return done, closed.value.rcvd
+
+    done, close = asyncio.run(run())
+    assert done["response"]["status"] == "completed"
+    assert (close.code, close.reason) == (1001, "server shutting down")
+    assert gateway.process.wait(10) == 0
