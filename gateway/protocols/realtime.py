@@ -71,6 +71,7 @@ class RealtimeSession:
         self.items: dict[str, dict] = {}  # the conversation's items, by id, in order
         self.user_items: dict[str, str] = {}  # a spoken turn's id → its user item's id
         self.speech_ms: dict[str, list[int]] = {}  # a spoken turn's id → where its speech started and stopped
+        self.heard_so_far: dict[str, str] = {}  # a spoken turn's id → the transcript its deltas have told
         self.pending: list[str] = []  # user texts not yet answered (create_response false, or items created)
         self.responses: dict[str, Response] = {}  # by v1 turn id, while in progress
         self.by_stream: dict[int, Response] = {}  # v1 audio stream → its response
@@ -332,8 +333,9 @@ class RealtimeSession:
         turn_id, text = message["turn_id"], message["text"]
         item_id = self.user_items.setdefault(turn_id, new_id("item"))
         if not message["final"]:
-            return []  # a partial is a guess the final may change; Realtime's deltas only add
+            return self._transcript_delta(turn_id, item_id, text)
         del self.user_items[turn_id]
+        self.heard_so_far.pop(turn_id, None)
         started, stopped = self.speech_ms.pop(turn_id, (0, 0))
         if turn_id in self.cleared:
             self.cleared.discard(turn_id)
@@ -353,6 +355,17 @@ class RealtimeSession:
             return actions + self._start_response(turn_id)
         self.pending.append(text)
         return actions
+
+    def _transcript_delta(self, turn_id: str, item_id: str, partial: str) -> list[Action]:
+        """A partial transcript as a delta, where it adds to what the deltas told (Realtime's
+        deltas only add: a partial that revises earlier words is not told; the completed
+        transcript is the whole)."""
+        told = self.heard_so_far.get(turn_id, "")
+        if self.settings.transcription is None or not partial.startswith(told) or partial == told:
+            return []
+        self.heard_so_far[turn_id] = partial
+        return [self._event("conversation.item.input_audio_transcription.delta", item_id=item_id, content_index=0,
+                            delta=partial[len(told):])]
 
     def _start_response(self, turn_id: str, metadata: dict | None = None) -> list[Action]:
         response = self.responses[turn_id] = Response(new_id("resp"), new_id("item"), turn_id, metadata=metadata)

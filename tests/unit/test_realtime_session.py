@@ -120,12 +120,14 @@ def test_a_spoken_turn_is_committed_answered_and_spoken_with_nothing_before_the_
     assert [a for a in out if isinstance(a, Hear)] and not events(out)
     out, think, job = answered(s)
     assert len([a for a in out if isinstance(a, Think)]) == 2  # a speculative round at the partial, unseen
-    names = kinds(out)
+    delta = "conversation.item.input_audio_transcription.delta"
+    assert delta in kinds(out)  # the partial "What is", told as it came
+    names = [k for k in kinds(out) if k != delta]
     assert names[:8] == ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
                          "input_audio_buffer.committed", "conversation.item.added", "conversation.item.done",
                          "conversation.item.input_audio_transcription.completed", "response.created",
                          "response.output_item.added"]
-    user = events(out)[3]["item"]
+    user = next(e for e in events(out) if e["type"] == "conversation.item.added")["item"]
     assert user["role"] == "user" and user["content"][0]["transcript"] == "What is the capital of France?"
     text = "".join(e["delta"] for e in events(out) if e["type"] == "response.output_audio_transcript.delta")
     assert text == "Paris is the capital."
@@ -138,6 +140,19 @@ def test_a_spoken_turn_is_committed_answered_and_spoken_with_nothing_before_the_
     response = events(done)[-1]["response"]
     assert response["status"] == "completed" and response["output"][0]["content"][0]["transcript"] == text
     assert think.messages[0] == {"role": "system", "content": DEFAULT_SYSTEM}
+
+
+def test_partials_that_add_words_are_told_as_transcription_deltas():
+    s, _ = realtime(audio={"input": {"transcription": {"model": "whisper-1"}}})
+    append(s, pcm24(100))
+    said = [(c.SPEECH_STARTED, 0, ""), (c.PARTIAL, 300, "What is"), (c.PARTIAL, 600, "What is the"),
+            (c.PARTIAL, 900, "What was the"), (c.PARTIAL, 1200, "What is the capital")]
+    deltas = [e["delta"] for e in events(spoken(s, *said))
+              if e["type"] == "conversation.item.input_audio_transcription.delta"]
+    assert deltas == ["What is", " the", " capital"]  # a revision ("What was") is not told
+    s, _ = realtime()  # no transcription asked: no deltas
+    append(s, pcm24(100))
+    assert "conversation.item.input_audio_transcription.delta" not in kinds(spoken(s, *said))
 
 
 def test_a_beta_client_hears_the_reply_under_the_beta_names():
