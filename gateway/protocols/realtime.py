@@ -55,6 +55,7 @@ class Response:
     audio_ms: float = 0.0  # audio sent so far
     words: list[tuple[str, int]] = field(default_factory=list)  # (word, end ms) from its timestamps: what truncate keeps
     metadata: dict | None = None  # response.create's, echoed (clients match their requests by it)
+    cancelled_by_client: bool = False  # response.cancel, rather than new speech (barge-in)
 
 
 class RealtimeSession:
@@ -181,8 +182,7 @@ class RealtimeSession:
 
     def _clear(self, event: dict) -> list[Action]:
         """The audio of the turn being spoken is dropped: it becomes no item and gets no reply."""
-        if self.inner.listening is not None:
-            self.cleared |= {turn_id for turn_id in self.user_items if self.user_items[turn_id] not in self.items}
+        self.cleared |= set(self.user_items)  # spoken turns not yet final
         return [self._event("input_audio_buffer.cleared")]
 
     def _item_create(self, event: dict) -> list[Action]:
@@ -242,6 +242,7 @@ class RealtimeSession:
         if response is None:
             raise RealtimeError("no response is in progress", code="response_cancel_not_active",
                                 param="response_id")
+        response.cancelled_by_client = True
         return self._translate(self.inner.receive(json.dumps({"type": "cancel", "context_id": response.turn_id})))
 
     # The inner session's events (the runners call these, as on a v1 connection)
@@ -422,7 +423,7 @@ class RealtimeSession:
         response = self.responses.get(message["context_id"])
         if response is None:
             return []
-        reason = "turn_detected" if response.turn_id.startswith("turn-") or self.inner.listening else "client_cancelled"
+        reason = "client_cancelled" if response.cancelled_by_client else "turn_detected"
         return self._end_response(response, "cancelled", {"type": "cancelled", "reason": reason})
 
     def _end_response(self, response: Response, status: str, details: dict | None = None) -> list[Action]:

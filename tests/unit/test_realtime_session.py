@@ -211,6 +211,7 @@ def test_response_cancel_ends_the_response_in_progress():
     cancelled = send(s, "response.cancel")
     assert StopThinking(think.id) in cancelled
     assert events(cancelled)[-1]["response"]["status"] == "cancelled"
+    assert events(cancelled)[-1]["response"]["status_details"]["reason"] == "client_cancelled"
     assert errors(send(s, "response.cancel"))[0]["code"] == "response_cancel_not_active"
 
 
