@@ -48,7 +48,8 @@ async def main(base_url: str, wav: str) -> dict:
         generations: asyncio.Queue[llm.GenerationCreatedEvent] = asyncio.Queue()
         transcripts, errors = [], []
         session.on("generation_created", generations.put_nowait)
-        session.on("input_audio_transcription_completed", lambda ev: transcripts.append(ev.transcript))
+        session.on("input_audio_transcription_completed",
+                   lambda ev: ev.is_final and transcripts.append(ev.transcript))  # deltas come as not final
         session.on("error", lambda ev: errors.append(str(ev.error)))
         step = RATE * FRAME_MS // 1000
         samples = np.frombuffer(pcm, "<i2")
