@@ -21,8 +21,8 @@ the same models on the same machine (perf.voice.peer, in .venv-peer: `scripts/se
 final and word error rate are reported beside each mode's, with its median's ratio to theirs.
 With --realtime, each question is also asked over OpenAI's Realtime API (/v1/realtime,
 24 kHz PCM appends, the same system prompt, reply length and turn detection) in the modes'
-rotation, and its voice-to-voice median is set beside protocol v1's greedy (the speculation
-the Realtime session runs). A table, the JSON and a plot in --out.
+rotation (the same audio, taken to 24 kHz), and its voice-to-voice median is set beside
+protocol v1's greedy (the speculation the Realtime session runs). A table, the JSON and a plot in --out.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import soxr
 import websockets
 
 from contract import models as c
@@ -215,15 +216,19 @@ def take_realtime(event: dict, heard: Heard) -> None:
 
 def realtime_turn(url: str, question: str, max_tokens: int, listen: dict) -> dict:
     """A question asked over /v1/realtime with the settings of protocol v1's greedy turn:
-    the server's speculation (greedy), the same system prompt, reply length and turn detection."""
-    speech = spoken(question, REALTIME_RATE)
-    lead = silence(LEAD_IN_MS, REALTIME_RATE)
+    the server's speculation (greedy), the same system prompt, reply length and turn
+    detection, and the same audio (v1's, taken to 24 kHz: the gateway takes it back to the
+    recognizer's rate, so both are heard alike to a sample)."""
+    audio, speech = question_audio(question)
+    ratio = REALTIME_RATE / c.ASR_SAMPLE_RATE
+    audio = (np.clip(soxr.resample(audio.astype(np.float32) / 32768, c.ASR_SAMPLE_RATE, REALTIME_RATE), -1, 1)
+             * 32767).astype(np.int16)
     detection = ({"type": "semantic_vad", "eagerness": "high"} if listen["turn_detection"] == "smart"
                  else {"type": "server_vad", "silence_duration_ms": listen["endpoint_ms"]})
     session = {"type": "realtime", "instructions": SYSTEM, "max_output_tokens": max_tokens, "audio": {
         "input": {"transcription": {"model": "whisper-1"}, "turn_detection": detection}}}
-    heard = asyncio.run(realtime_converse(url.replace(v1.PROTOCOL_PATH, "/v1/realtime"), session,
-                                          np.concatenate([lead, speech]), slice(lead.size, lead.size + speech.size),
+    heard = asyncio.run(realtime_converse(url.replace(v1.PROTOCOL_PATH, "/v1/realtime"), session, audio,
+                                          slice(round(speech.start * ratio), round(speech.stop * ratio)),
                                           timeout_s=180))
     turn = {"mode": "realtime", "question": question, "transcript": heard.final[1],
             "voice_to_voice_s": heard.first_audio_at - heard.speech_end_at,
