@@ -59,6 +59,7 @@ pytestmark = [
 
 NAME = "triton.speechstream.svc.cluster.local"
 PODS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+MAX_CONTEXTS = 16  # a connection's open contexts, the gateway's default (--max-contexts)
 STREAMS = 10  # about what the gateways admit together over two servers (--admission-load is set by it)
 DRAIN_S = 3
 PROBING = f"cannot synthesize: {NOT_PROBED}"  # a server's readiness while up, its first probe under way
@@ -318,15 +319,24 @@ def test_admission_across_both_gateways_stays_within_the_fleets_capacity_and_pro
     trigger = autoscaler_query()
 
     async def run():
-        clients = {}
-        for name, gateway in (("a", fleet.a), ("b", fleet.b)):
-            clients[name] = Recorder(await holding_connection(f"ws://127.0.0.1:{gateway.port}{v1.PROTOCOL_PATH}"))
-            await clients[name].until("ready")
-            # The most bytes, held soonest; and slow speech, so that every request is still
-            # being synthesized when the test ends: Triton synthesizes a request to its end
-            # whatever its client reads, and the fleet counts the streams it synthesizes.
-            await clients[name].send(type="config", format="pcm_s16le", sample_rate=48000, length_scale=SLOW)
-            await clients[name].until("ready")
+        clients: dict[str, list[Recorder]] = {"a": [], "b": []}  # each gateway's connections
+        opened = {"a": 0, "b": 0}  # contexts opened on each gateway
+
+        async def client_for(name: str, gateway) -> Recorder:
+            """A connection with room for another context (one holds MAX_CONTEXTS at most:
+            a fleet measured roomier takes more than one)."""
+            if opened[name] // MAX_CONTEXTS == len(clients[name]):
+                client = Recorder(await holding_connection(f"ws://127.0.0.1:{gateway.port}{v1.PROTOCOL_PATH}"))
+                await client.until("ready")
+                # The most bytes, held soonest; and slow speech, so that every request is still
+                # being synthesized when the test ends: Triton synthesizes a request to its end
+                # whatever its client reads, and the fleet counts the streams it synthesizes.
+                await client.send(type="config", format="pcm_s16le", sample_rate=48000, length_scale=SLOW)
+                await client.until("ready")
+                clients[name].append(client)
+            opened[name] += 1
+            return clients[name][-1]
+
         try:
             outcomes = []  # (gateway, outcome), alternately
             for i in range(2 * limit + 8):
@@ -334,7 +344,7 @@ def test_admission_across_both_gateways_stays_within_the_fleets_capacity_and_pro
                     break  # both full, twice each
                 name = "ab"[i % 2]
                 this, other = (fleet.a, fleet.b) if name == "a" else (fleet.b, fleet.a)
-                outcomes.append((name, await open_context(clients[name], f"{name}{i}")))
+                outcomes.append((name, await open_context(await client_for(name, this), f"{name}{i}")))
                 # The other gateway reads the servers' streams 4 times a second: once it has
                 # read this one's, it counts them all elsewhere (all are being synthesized).
                 await asyncio.to_thread(
@@ -356,7 +366,7 @@ def test_admission_across_both_gateways_stays_within_the_fleets_capacity_and_pro
             assert fleet_capacity(fleet) == capacity
             return outcomes, held, demand, streams, utilisation, targets
         finally:
-            for client in clients.values():
+            for client in (*clients["a"], *clients["b"]):
                 await client.ws.close()
 
     outcomes, held, demand, streams, utilisation, targets = asyncio.run(run())
