@@ -381,7 +381,7 @@ class RealtimeSession:
         self.items[response.item_id] = item
         part = {"type": "audio", "transcript": ""}
         return [self._event("response.output_item.added", response_id=response.id, output_index=0, item=item),
-                self._event(self.dialect.item_added, item=item, previous_item_id=self._previous(response.item_id)),
+                self._event("conversation.item.added", item=item, previous_item_id=self._previous(response.item_id)),
                 self._event("response.content_part.added", response_id=response.id, item_id=response.item_id,
                             output_index=0, content_index=0, part=part)]
 
@@ -397,7 +397,7 @@ class RealtimeSession:
         if response is None or response.turn_id not in self.responses:
             return []
         response.audio_ms += self.settings.output.ms(len(frame.payload))
-        return [self._event(self.dialect.audio_delta, response_id=response.id, item_id=response.item_id,
+        return [self._event("response.output_audio.delta", response_id=response.id, item_id=response.item_id,
                             output_index=0, content_index=0, delta=base64.b64encode(frame.payload).decode())]
 
     def _on_reply_text(self, message: dict) -> list[Action]:
@@ -406,7 +406,7 @@ class RealtimeSession:
             return []
         response.transcript += message["text"]
         return self._begin_output(response) + [self._event(
-            self.dialect.transcript_delta, response_id=response.id, item_id=response.item_id, output_index=0,
+            "response.output_audio_transcript.delta", response_id=response.id, item_id=response.item_id, output_index=0,
             content_index=0, delta=message["text"])]
 
     def _on_timestamps(self, message: dict) -> list[Action]:
@@ -436,8 +436,8 @@ class RealtimeSession:
             item = self.items[response.item_id] = self._assistant_item(response, item_status)
             part = {"type": "audio", "transcript": response.transcript}
             common = {"response_id": response.id, "item_id": response.item_id, "output_index": 0}
-            actions += [self._event(self.dialect.audio_done, **common, content_index=0),
-                        self._event(self.dialect.transcript_done, **common, content_index=0,
+            actions += [self._event("response.output_audio.done", **common, content_index=0),
+                        self._event("response.output_audio_transcript.done", **common, content_index=0,
                                     transcript=response.transcript),
                         self._event("response.content_part.done", **common, content_index=0, part=part),
                         self._event("response.output_item.done", response_id=response.id, output_index=0, item=item)]
@@ -451,7 +451,7 @@ class RealtimeSession:
         item.setdefault("id", new_id("item"))
         item.setdefault("object", "realtime.item")
         self.items[item["id"]] = item
-        events = [self._event(self.dialect.item_added, previous_item_id=previous, item=item)]
+        events = [self._event("conversation.item.added", previous_item_id=previous, item=item)]
         if not self.dialect.beta:
             events.append(self._event("conversation.item.done", previous_item_id=previous, item=item))
         return events
@@ -485,7 +485,8 @@ class RealtimeSession:
         return self.dialect.session(self.settings, self.id, self.model)
 
     def _event(self, kind: str, **fields: Any) -> Send:
-        return Send(json.dumps({"type": kind, "event_id": new_id("event"), **fields}, separators=(",", ":")))
+        """Server event `kind` (its GA name) in the client's dialect."""
+        return Send(json.dumps({"type": self.dialect.name(kind), "event_id": new_id("event"), **fields}, separators=(",", ":")))
 
     def _error(self, error: RealtimeError, event_id: str | None = None) -> Send:
         self.inner.speaking.observer.error(error.code)

@@ -15,6 +15,7 @@ import av
 import numpy as np
 
 from contract import models as c
+from gateway.messages import DEFAULT_SYSTEM
 from speechstream import protocol as v1
 
 # OpenAI's voices: a client that names one gets the server's default voice.
@@ -108,8 +109,6 @@ class Settings:
 
     def system(self) -> str:
         """v1's chat.system: "" for none; the server's default unless instructions were given."""
-        from gateway.messages import DEFAULT_SYSTEM
-
         return DEFAULT_SYSTEM if self.instructions is None else self.instructions
 
     def fixed(self) -> tuple:
@@ -211,31 +210,25 @@ def read_response_options(options: Any) -> dict | None:
     return metadata
 
 
+# The beta's names of the GA server events it named otherwise.
+BETA_NAMES = {
+    "response.output_audio.delta": "response.audio.delta",
+    "response.output_audio.done": "response.audio.done",
+    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
+    "response.output_audio_transcript.done": "response.audio_transcript.done",
+    "conversation.item.added": "conversation.item.created",
+}
+
+
 @dataclass(frozen=True)
 class Dialect:
     """GA, or the beta (header `OpenAI-Beta: realtime=v1`): event names and the session's shape."""
 
     beta: bool
 
-    @property
-    def audio_delta(self) -> str:
-        return "response.audio.delta" if self.beta else "response.output_audio.delta"
-
-    @property
-    def audio_done(self) -> str:
-        return "response.audio.done" if self.beta else "response.output_audio.done"
-
-    @property
-    def transcript_delta(self) -> str:
-        return "response.audio_transcript.delta" if self.beta else "response.output_audio_transcript.delta"
-
-    @property
-    def transcript_done(self) -> str:
-        return "response.audio_transcript.done" if self.beta else "response.output_audio_transcript.done"
-
-    @property
-    def item_added(self) -> str:
-        return "conversation.item.created" if self.beta else "conversation.item.added"
+    def name(self, event: str) -> str:
+        """A server event's name in this dialect (`event`: its GA name)."""
+        return BETA_NAMES.get(event, event) if self.beta else event
 
     @property
     def audio_content(self) -> str:
