@@ -172,12 +172,12 @@ class MicrophoneDecoder:
         self._opus = opuslib.Decoder(target_rate, 1) if fmt == "opus" else None
         self._resampler = None
         if self._opus is None and rate != target_rate:
-            # The resampler holds back the end of the speech by its delay, which the turn's
-            # end then waits for: soxr's default (HQ) holds 21 ms going down from 24 or 48 kHz
-            # and 66 ms going up from 8 kHz; LQ 6 ms down, QQ (cubic) nothing up. The
-            # recognizer hears speech's band either way.
-            quality = "LQ" if rate > target_rate else "QQ"
-            self._resampler = soxr.ResampleStream(rate, target_rate, 1, dtype="int16", quality=quality)
+            # libswresample (PyAV's), not soxr: it holds back 1-2 ms of the speech's end
+            # where soxr holds 6 (LQ) to 66 (HQ), and the recognizer judges whole 32 ms
+            # blocks as messages come, so a held millisecond can cost a whole message of
+            # the turn's end; its filter still stops what would fold into speech's band
+            # (docs/design.md, Audio in).
+            self._resampler = av.AudioResampler(format="s16", layout="mono", rate=target_rate)
         self.heard_ms = 0.0  # the input timeline so far
 
     def decode(self, message: bytes) -> np.ndarray:
@@ -198,4 +198,10 @@ class MicrophoneDecoder:
                              f"({self.max_bytes * 500 // self.rate} ms at {self.rate} Hz)")
         samples = np.frombuffer(message, "<i2")
         self.heard_ms += samples.size * 1000 / self.rate
-        return samples if self._resampler is None else self._resampler.resample_chunk(samples)
+        return samples if self._resampler is None else self._resample(samples)
+
+    def _resample(self, samples: np.ndarray) -> np.ndarray:
+        frame = av.AudioFrame.from_ndarray(samples[None], format="s16", layout="mono")
+        frame.sample_rate = self.rate
+        out = [resampled.to_ndarray()[0] for resampled in self._resampler.resample(frame)]
+        return np.concatenate(out) if out else np.zeros(0, np.int16)
