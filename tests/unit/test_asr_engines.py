@@ -95,10 +95,12 @@ def smart_turn():
 
 def test_smart_turn_is_the_pinned_model_and_gives_its_known_outputs(smart_turn):
     """Pipecat's own preprocessing and onnxruntime gave these over the same inputs: a
-    feature or a model other than Smart Turn v3.2's would not."""
-    assert smart_turn.finished(np.zeros(8 * 16000, np.float32)) == pytest.approx(0.9870367, abs=1e-4)
+    feature or a model other than Smart Turn v3.2's would not. The model is int8, whose
+    kernels round differently by CPU: an AMD EPYC (AVX2) gave 0.98753 and 0.93333 where
+    an Intel Xeon (AVX-512, AMX) gave these."""
+    assert smart_turn.finished(np.zeros(8 * 16000, np.float32)) == pytest.approx(0.9870367, abs=0.01)
     tone = 0.1 * np.sin(2 * np.pi * 220 * np.arange(8 * 16000) / 16000)
-    assert smart_turn.finished(tone.astype(np.float32)) == pytest.approx(0.9573681, abs=1e-4)
+    assert smart_turn.finished(tone.astype(np.float32)) == pytest.approx(0.9573681, abs=0.05)
 
 
 def test_smart_turn_hears_a_sentence_left_hanging_as_unfinished(smart_turn):
