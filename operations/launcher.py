@@ -21,6 +21,7 @@ from pathlib import Path
 from contract.voices import VoiceError
 from operations.arguments import add_gpu_argument, add_listen_flag, add_voices_argument
 from operations.environment import MODEL_REPOSITORY
+from operations.process_tree import adopt_orphans
 from operations.supervisor import TritonServer
 
 log = logging.getLogger("speechstream.triton")
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         args.http_port, args.grpc_port, args.metrics_port, args.host, args.model_repository, args.log_verbose, args.voices,
         args.ar_model, args.chat_model, args.gpu, args.listen,
     )
+    adopt_orphans()
     stopping = threading.Event()
 
     def stop(signum, _frame):
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         return 1
     log.info("ready: gRPC %s:%d, HTTP %s:%d, metrics %s:%d", args.host, args.grpc_port, args.host, args.http_port, args.host, args.metrics_port)
-    server.supervise(stopping)  # Triton drains in-flight requests (up to 30 s) as it stops
+    server.supervise(stopping)
     return server.stop().exit_code
 
 

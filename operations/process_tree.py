@@ -4,12 +4,15 @@ Python backend stub runs; and killing what is left of them."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
+
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
 @functools.lru_cache(maxsize=1024)
@@ -66,7 +69,24 @@ def kill_all(processes: Iterable[psutil.Process], wait: bool = True) -> None:
 
 
 def kill_session(session: int) -> list[str]:
-    """Kill every process left in `session`; "PID NAME" of each."""
-    left = [p for p in psutil.process_iter() if session_of(p) == session]
+    """Kill every process left alive in `session` (its zombies, init reaps once their
+    parent is gone); "PID NAME" of each."""
+    left = [p for p in psutil.process_iter() if session_of(p) == session and alive(p)]
     kill_all(left)
     return [f"{p.pid} {name_of(p)}" for p in left]
+
+
+def adopt_orphans() -> None:
+    """Make this process the reaper of its orphaned descendants: the stubs of a tritonserver
+    that died or was killed, zombies among them (Triton reaps no stub that died holding a
+    request), come to it rather than to init, which in a container may never reap them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def reap(processes: Iterable[psutil.Process]) -> None:
+    """Reap those of `processes` that are this process's exited children (orphans it adopted)."""
+    for process in processes:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(process.pid, os.WNOHANG)

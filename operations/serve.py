@@ -18,6 +18,7 @@ from contract.voices import VoiceError
 from gateway import settings as s
 from gateway.server import serving
 from operations.arguments import add_chat_flag, add_gpu_argument
+from operations.process_tree import adopt_orphans
 from operations.supervisor import TritonServer
 
 log = logging.getLogger("speechstream.serve")
@@ -26,6 +27,7 @@ log = logging.getLogger("speechstream.serve")
 async def run(args: argparse.Namespace) -> int:
     triton = TritonServer(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port, voices=args.voices,
                            ar_model=args.ar_model, chat_model=args.chat_model, gpu=args.gpu, listen=args.listen)
+    adopt_orphans()
     triton.start()
     stopping = threading.Event()
     supervisor = None

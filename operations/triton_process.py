@@ -26,11 +26,15 @@ from operations.environment import (
     server_environment,
     tritonserver_binary,
 )
-from operations.process_tree import alive, kill_all, kill_session, model_of, stub_of
+from operations.process_tree import alive, kill_all, kill_session, model_of, reap, stub_of
 from operations.shared_memory import made_since, remove_stale_regions, remove_unmapped, stub_regions
 from python_backends.piper.voice import load_voice
 
 log = logging.getLogger("speechstream.triton")
+
+
+STUBLESS_GRACE_S = 3.0  # Triton counts its live models once a second: this long after its last stub, it waits for nothing
+EXIT_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class TritonProcess:
     process: subprocess.Popen | None = field(default=None, init=False)
     _stdout: object = field(default=None, init=False, repr=False)
     _stubs: list[psutil.Process] = field(default_factory=list, init=False, repr=False)
+    _former_stubs: set[psutil.Process] = field(default_factory=set, init=False, repr=False)  # reaped once Triton is gone
     _chat_dir: str | None = field(default=None, init=False, repr=False)  # chat_model's directory, resolved once
     _started_at: float = field(default=0.0, init=False, repr=False)  # time.time() of the last start
 
@@ -169,12 +174,7 @@ class TritonProcess:
         regions = stub_regions(stubs)
         if self.process.poll() is None:
             self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("tritonserver did not stop within %.0f s; killing it", timeout)
-                self.process.kill()
-                self.process.wait()
+            self._await_exit(stubs, timeout)
         left = [stub for stub in stubs if alive(stub)]
         models = tuple(sorted(str(model_of(stub)) for stub in left))
         if left:
@@ -183,6 +183,29 @@ class TritonProcess:
         kill_all(left)
         stale = self._clean_up(regions)
         return Stopped(self.process.returncode, round(time.monotonic() - started, 1), len(left), stale, models)
+
+    def _await_exit(self, stubs: list[psutil.Process], timeout: float) -> None:
+        """Wait for a terminated Triton to exit; kill it after `timeout`, or once none of
+        `stubs` is left alive for STUBLESS_GRACE_S: what it then waits for are instances
+        retired after a failover, whose stubs are dead, and they never unload (Triton
+        would wait out its own 30 s exit timeout for them)."""
+        deadline = time.monotonic() + timeout
+        stubless_since = None
+        while self.process.poll() is None:
+            now = time.monotonic()
+            if not any(alive(stub) for stub in stubs):
+                stubless_since = stubless_since or now
+            waits_on_dead = stubless_since is not None and now - stubless_since >= STUBLESS_GRACE_S
+            if waits_on_dead:
+                log.warning("tritonserver waits on instances retired after a failover, whose stubs are dead and never "
+                            "unload; killing it")
+            elif now >= deadline:
+                log.warning("tritonserver did not stop within %.0f s; killing it", timeout)
+            if waits_on_dead or now >= deadline:
+                self.process.kill()
+                self.process.wait()
+                return
+            time.sleep(EXIT_POLL_S)
 
     def kill(self) -> None:
         """Kill the server and its stubs at once (a dead stub makes a graceful stop wait
@@ -207,6 +230,8 @@ class TritonProcess:
         for region in stale:
             region.unlink(missing_ok=True)
         remove_unmapped(made_since(self._started_at))
+        reap(self._former_stubs)  # with `adopt_orphans`, a stub Triton never reaped is ours now
+        self._former_stubs.clear()
         return len(stale)
 
     def _kill_session_leftovers(self) -> None:
@@ -220,5 +245,6 @@ class TritonProcess:
     def _watch(self, stubs: list[psutil.Process]) -> None:
         """The stubs `fault` checks from now on, each one's model read while it can be."""
         self._stubs = stubs
+        self._former_stubs.update(stubs)
         for stub in stubs:
             model_of(stub)

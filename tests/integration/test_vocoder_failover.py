@@ -67,10 +67,9 @@ def stop_for_3_s(stub: psutil.Process) -> Callable[[], None]:
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory):
     """A Triton of the module's own, supervised as speechstream-triton does: each fault
-    leaves it whole again, the supervisor having replaced the lost instance. A dead stub
-    would hold a graceful stop for 30 s."""
+    leaves it whole again, the supervisor having replaced the lost instance."""
     log_dir = tmp_path_factory.mktemp("vocoder-failover")
-    with running(TritonServer(*free_ports(3)), log_dir, supervised=True, stop_timeout_s=5) as server:
+    with running(TritonServer(*free_ports(3)), log_dir, supervised=True) as server:
         yield server
 
 
