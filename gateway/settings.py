@@ -92,7 +92,12 @@ class Settings:
     )
     max_buffered_bytes: int = _setting(
         64 * 1024, "audio bytes held for a slow reader per connection (write buffer, and as much in the kernel) "
-        "before its synthesis pauses"
+        "before a send waits for it"
+    )
+    max_lead_s: float = _setting(
+        10.0, "seconds of audio a connection's client may leave unread (in the gateway's write buffer and the "
+        "kernel's send queue) before its streams' synthesis pauses at the next sentence, holding no compute, and "
+        "goes on once half of it is read; what the client's own receive buffer holds is not seen; 0 for never"
     )
     stage_timeout_s: float = _setting(
         20.0, "seconds Triton may take for a stream's next chunk before the stream fails with 'synthesis_failed' "
@@ -114,7 +119,7 @@ class Settings:
     )
     send_timeout_s: float = _setting(
         60.0, "seconds a connection's audio may wait for its client to read before the connection is dropped "
-        "(its synthesis pauses meanwhile); 0 for never"
+        "(its synthesis paused meanwhile); 0 for never"
     )
     idle_timeout_s: float = _setting(
         300.0, "seconds without a message, and nothing to speak, before a connection is closed; 0 for never"

@@ -1,4 +1,5 @@
-"""Resuming a `tts` request whose Triton, or a stage under it, died: sans I/O.
+"""Resuming a `tts` request whose Triton, or a stage under it, died, or that was paused
+for a client that does not read: sans I/O.
 
 The gateway knows a request's sentences and what of their audio it has delivered. When
 the request fails because its server or a stage went away (`backend_unavailable`, or no
@@ -9,6 +10,10 @@ synthesized again from its start, and the samples of it already delivered are dr
 the request carries a seed, so the sentence sounds the same and the listener hears the
 rest of it, sample offsets continuing. Past the bound, the failure is the request's
 error, as it would have been without resuming.
+
+A request paused because its client has not read its audio (gateway/backends/synthesis.py)
+is closed between two sentences and issued again from the next: nothing is synthesized
+twice.
 """
 
 from __future__ import annotations
@@ -72,6 +77,12 @@ class Resumption:
         self.samples += len(pcm)
         self.gives_up_at, self.attempts, self.mid_stream = None, 0, True
         return TtsChunk(pcm, index, [(w, self.origin + a, self.origin + b) for w, a, b in words])
+
+    def paused_before(self, index: int) -> None:
+        """The request was closed before sentence `index` of the whole request, every
+        sentence before it delivered whole: what is issued next starts there."""
+        self.sentence, self.before, self.samples = index, self.before + self.samples, 0
+        self.first, self.origin, self.skip = index, self.before, 0
 
     def failed(self, gone: bool, now: float, within_s: float, served: bool = True) -> float | None:
         """The request failed at `now`, because its server or a stage went away (`gone`) or

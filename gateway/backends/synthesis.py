@@ -3,7 +3,10 @@ its audio chunk by chunk and its failures as SynthesisFailed, once, for WebSocke
 HTTP alike; the readiness probe and the health watch over the servers.
 
 A request whose server or stage went away (unreachable, a stub dead, no progress)
-resumes within a bound (gateway/backends/resumption.py).
+resumes within a bound (gateway/backends/resumption.py). A request whose client has not
+read more than a bounded lead of its audio is paused between two sentences: closed, so
+that Triton makes nothing more for it, and issued again from the next sentence once the
+client has read half of the lead.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class Resuming:
     within_s: float
 
 
+PAUSE_POLL_S = 0.1  # how often a paused request asks whether its client has read
 PROBE_TEXT = "Ready."  # what a readiness probe synthesizes: one word, through every stage
 _PARAM_TYPES = {
     p.name: triton_to_np_dtype(p.triton_type.removeprefix("TYPE_")) for p in c.VOICE_PARAMS + c.CHUNK_PARAMS + c.AR_PARAMS
@@ -106,6 +110,7 @@ class Synthesizer:
         self, backends: Backends, progress_s: float, first_response: Callable[[float], None] = lambda _: None,
         models: Mapping[str, str] = MappingProxyType({}), resume_s: float = 0.0,
         resumed: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
+        max_lead_s: float = 0.0, paused: Callable[[int], None] = lambda _: None,
     ) -> None:
         self.backends = backends
         self.models = models  # the Triton model of each voice not spoken by `tts`
@@ -114,17 +119,20 @@ class Synthesizer:
         self._first_response = first_response  # told each request's seconds to its first audio
         self._resumed = resumed  # told each outage a request resumes from
         self._clock = clock
+        self.max_lead_s = max_lead_s  # the most audio a client may leave unread before its request pauses (0: any)
+        self._paused = paused  # told +1 when a request pauses, -1 when it goes on
 
     async def synthesize(
         self, sentences: Sequence[Sentence], params: tuple[tuple[str, float | int], ...] = (), client: str = "",
-        voice: str = c.DEFAULT_VOICE, mid_stream: bool = False,
+        voice: str = c.DEFAULT_VOICE, mid_stream: bool = False, unread: Callable[[], float] | None = None,
     ) -> AsyncIterator[TtsChunk | Resuming]:
         """The audio of `sentences` in `voice`, chunk by chunk, for `client` (its address);
         a Resuming before the audio goes on after an outage; SynthesisFailed if it cannot
         come. A new stream's request that finds no server up fails at once; `mid_stream`:
         the stream it continues has delivered audio already, so it waits for one within
         the bound too. Without a seed of the client's, the request gets one: a sentence
-        issued again must sound the same."""
+        issued again must sound the same. `unread`: the seconds of audio its client has
+        not taken, asked at each sentence's start, where the request pauses past the lead."""
         if c.SEED not in dict(params):
             params += ((c.SEED, random.randrange(2**63)),)
         model = self.models.get(voice, c.TTS_MODEL)
@@ -134,9 +142,12 @@ class Synthesizer:
                 request = tts_request(resumption.rest, params, client, voice, model)
                 async with aclosing(self._issue(request)) as chunks:
                     async for chunk in chunks:
+                        if self._ahead(unread, resumption, chunk):
+                            break  # closing the request: Triton makes nothing more of it
                         if (whole := resumption.delivered(chunk)) is not None:
                             yield whole
-                return
+                    else:
+                        return
             except SynthesisFailed as e:
                 if (wait_s := resumption.failed(e.gone, self._clock(), self.resume_s, e.served)) is None:
                     raise
@@ -149,6 +160,24 @@ class Synthesizer:
                     self._resumed()
                     yield Resuming(e.code, e.message, self.resume_s)
                 await asyncio.sleep(wait_s)
+                continue
+            resumption.paused_before(resumption.first + chunk.sentence_index)
+            await self._until_read(unread)
+
+    def _ahead(self, unread: Callable[[], float] | None, resumption: Resumption, chunk: TtsChunk) -> bool:
+        """Whether `chunk` begins a sentence after others delivered whole, and the client
+        has more than the lead of audio unread."""
+        begins = resumption.first + chunk.sentence_index != resumption.sentence
+        return begins and unread is not None and self.max_lead_s > 0 and unread() > self.max_lead_s
+
+    async def _until_read(self, unread: Callable[[], float]) -> None:
+        """Wait, holding no compute, until the client has read down to half the lead."""
+        self._paused(1)
+        try:
+            while unread() > self.max_lead_s / 2:
+                await asyncio.sleep(PAUSE_POLL_S)
+        finally:
+            self._paused(-1)
 
     async def _issue(self, request: dict) -> AsyncIterator[TtsChunk]:
         async with on_backend(self.backends, SynthesisFailed) as backend:

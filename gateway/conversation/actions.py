@@ -26,6 +26,7 @@ class Job:
 @dataclass(frozen=True)
 class Send:
     data: str | bytes
+    audio_s: float = 0.0  # the audio it carries: unread by the client until its bytes are taken
 
 
 @dataclass(frozen=True)

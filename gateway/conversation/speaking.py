@@ -361,7 +361,8 @@ class Speaking:
         for i, payload in enumerate(payloads):
             end = last and i == len(payloads) - 1
             offset = first + i * encoder.frame_samples
-            actions.append(Send(v1.audio_frame(context.stream_number, context.seq, offset, payload, end)))
+            actions.append(Send(v1.audio_frame(context.stream_number, context.seq, offset, payload, end),
+                                encoder.frame_samples / encoder.rate))
             context.seq += 1
         if payloads and context.gate is not None and context.gate.first_sample is None:
             context.gate.first_sample = first

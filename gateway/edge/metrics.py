@@ -49,6 +49,13 @@ class Metrics:
             "(once per outage; those not resumed within --resume-within-s also count in speechstream_errors)",
             registry=r,
         )
+        self._paused = Gauge(
+            "speechstream_paused_streams",
+            "Streams whose synthesis is paused, holding no compute, for a client that has not read their audio "
+            "(more than --max-lead unread)", registry=r,
+        )
+        self._pauses = Counter("speechstream_stream_pauses", "Pauses of streams for a client that did not read",
+                               registry=r)
         r.register(BackendGauges(backends))
         self._audio = Counter("speechstream_audio_seconds", "Audio sent to clients", registry=r)
         self._errors = Counter(
@@ -94,6 +101,12 @@ class Metrics:
 
     def resumed(self) -> None:
         self._resumptions.inc()
+
+    def paused(self, change: int) -> None:
+        """A stream paused (+1) or went on (-1)."""
+        self._paused.inc(change)
+        if change > 0:
+            self._pauses.inc()
 
     def exposition(self) -> tuple[bytes, str]:
         """The text format and its content type."""

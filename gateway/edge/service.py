@@ -76,6 +76,7 @@ class Gateway:
             self.backends, settings.stage_timeout_s, self.metrics.triton_first_response,
             models={name: voice.tts_model for name, voice in self.voices.items()},
             resume_s=settings.resume_within_s, resumed=self.metrics.resumed,
+            max_lead_s=settings.max_lead_s, paused=self.metrics.paused,
         )
 
     def streams_by_client(self) -> Counter[str]:

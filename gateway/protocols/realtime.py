@@ -396,9 +396,11 @@ class RealtimeSession:
         response = self.by_stream.get(frame.stream)
         if response is None or response.turn_id not in self.responses:
             return []
-        response.audio_ms += self.settings.output.ms(len(frame.payload))
-        return [self._event("response.output_audio.delta", response_id=response.id, item_id=response.item_id,
-                            output_index=0, content_index=0, delta=base64.b64encode(frame.payload).decode())]
+        ms = self.settings.output.ms(len(frame.payload))
+        response.audio_ms += ms
+        delta = self._event("response.output_audio.delta", response_id=response.id, item_id=response.item_id,
+                            output_index=0, content_index=0, delta=base64.b64encode(frame.payload).decode())
+        return [dataclasses.replace(delta, audio_s=ms / 1000)]
 
     def _on_reply_text(self, message: dict) -> list[Action]:
         response = self.responses.get(message["turn_id"])

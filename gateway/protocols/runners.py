@@ -63,6 +63,7 @@ class Shell(Protocol):
     wanted (JobUnwanted once not); ConnectionClosed once the client is gone."""
 
     async def act(self, actions: list[Action], job_id: int | None = None) -> None: ...
+    def unread_s(self) -> float: ...
 
 
 class Tasks:
@@ -120,7 +121,8 @@ class SynthesisRunner(Tasks):
     async def _speak(self, job: Job) -> None:
         # Closed at once when this task is cancelled (Stop), which cancels the request in Triton.
         speech = self.synthesizer.synthesize(
-            job.sentences, job.voice_params, self.client, job.voice, mid_stream=job.start_ms > 0  # its context spoke before
+            job.sentences, job.voice_params, self.client, job.voice, mid_stream=job.start_ms > 0,  # its context spoke before
+            unread=self.shell.unread_s,
         )
         async with aclosing(speech) as chunks:
             async for chunk in chunks:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -25,6 +26,7 @@ from gateway.edge.access import Refusal, log_refusal, refused_origin, unauthoriz
 from gateway.edge.admission import Waiter
 from gateway.edge.service import GATEWAY, WEBSOCKETS, Gateway
 from gateway.messages import ProtocolError
+from gateway.protocols.backlog import Backlog, frame_bytes, kernel_unsent
 from gateway.protocols.realtime import RealtimeSession
 from gateway.protocols.runners import (
     ConnectionClosed,
@@ -103,6 +105,8 @@ class Connection:
         self.gateway = gateway
         self.client = client
         self.transport = transport
+        self.socket = transport.get_extra_info("socket")
+        self.backlog = Backlog(time.monotonic())  # the audio sent, until the client takes it
         # The protocol's session: v1's, or one that speaks another protocol over it.
         self.session = protocol(Session(gateway.limits, gateway.metrics, admission=self, voices=gateway.voices,
                                         chat=gateway.thinker is not None, listen=gateway.settings.listen,
@@ -179,7 +183,7 @@ class Connection:
             if job_id is not None and not self.session.is_current(job_id):
                 raise JobUnwanted
             if isinstance(action, Send):
-                await self.send(action.data)
+                await self.send(action.data, action.audio_s)
             elif isinstance(action, Synthesize):
                 if self.session.is_current(action.job.id):  # not cancelled while sending
                     self.synthesis.start(action.job)
@@ -194,9 +198,10 @@ class Connection:
             elif isinstance(action, Close):
                 await self.ws.close(code=action.code, message=action.reason.encode())
 
-    async def send(self, data: str | bytes) -> None:
+    async def send(self, data: str | bytes, audio_s: float = 0.0) -> None:
         """Send, waiting while the write buffer is full; a client that reads nothing for
-        the send timeout is dropped (closing politely would wait on the same buffer)."""
+        the send timeout is dropped (closing politely would wait on the same buffer).
+        `audio_s`: the audio the message carries, unread until its bytes are taken."""
         if self.ws.closed:
             raise ConnectionClosed
         sending = self.ws.send_str(data) if isinstance(data, str) else self.ws.send_bytes(data)
@@ -212,6 +217,20 @@ class Connection:
             raise ConnectionClosed from None
         except ConnectionError as e:  # aiohttp's ClientConnectionResetError among them
             raise ConnectionClosed from e
+        self.backlog.sent(frame_bytes(size if isinstance(data, bytes) else len(data.encode())), audio_s)
+
+    def unread_s(self) -> float:
+        """The audio sent that the client has not taken yet: its streams' lead. A client
+        that has taken none of it for the send timeout is dropped (ConnectionClosed), as
+        one whose send waits that long: its paused streams would hold their places forever."""
+        now = time.monotonic()
+        unread = self.backlog.unread_s(self.transport.get_write_buffer_size() + kernel_unsent(self.socket), now)
+        timeout_s = self.gateway.settings.send_timeout_s
+        if timeout_s and self.backlog.stalled_s(now) > timeout_s:
+            log_refusal(f"a client that read nothing for {timeout_s:g} s from {self.client}")
+            self.transport.abort()
+            raise ConnectionClosed
+        return unread
 
     def _fits(self, size: int) -> bool:
         """Whether a message of `size` bytes can be written without the write pausing:

@@ -4,15 +4,22 @@ while. Clients come from distinct loopback addresses (perf/gateway/floods.py), a
 from distinct hosts. How fast the normal client is served beside the flood is measured
 by `python -m perf.gateway.fairness`, not here."""
 
+import socket
 import time
 
+import numpy as np
 import psutil
 import pytest
+import websockets.sync.client
 
 from gateway.settings import Settings
+from operations.loopback import triton_metrics
 from perf.gateway import floods
+from perf.tools.workloads import harvard_sentences
 from speechstream import protocol as v1
 from speechstream.client import SyncSpeechClient
+from tests.audio import snr_db
+from tests.integration.test_gateway_metrics import scrape, value
 
 HEAD_S = 3.0
 DEFAULTS = Settings()
@@ -72,3 +79,48 @@ def test_one_greedy_address_is_capped_and_the_others_are_served(flooded):
     assert gateway.memory_info().rss - rss_before < DEFAULTS.max_streams_per_client * 1_000_000
     for sock in readers + posts:
         sock.close()
+
+
+def triton_active(triton) -> float:
+    return triton_metrics(triton.metrics_port)["speechstream_tts_active_requests"]
+
+
+def paused_streams(gateway) -> float:
+    return value(scrape(gateway.url), "speechstream_paused_streams")
+
+
+def test_a_client_that_stops_reading_pauses_its_stream_which_goes_on_whole_when_it_reads(triton, gateways):
+    """A client reads the start of a long text, then nothing: once more than the lead (2 s
+    here) is unread, its stream pauses at the next sentence, and Triton makes nothing for
+    it. When it reads again, the stream goes on from that sentence to its end: the audio
+    a client that read all along heard."""
+    gateway = gateways.start(triton.grpc_url, "--probe-interval", "0", "--max-lead", "2")
+    text = " ".join(harvard_sentences()[:16])
+    # PCM at 8 kHz: the server's buffers hold 12 s of it, so the lead, not they, stops it.
+    config = {"format": "pcm_s16le", "sample_rate": 8000, "seed": 7, "noise_scale": 0.0, "noise_w": 0.0}
+    with SyncSpeechClient.connect(gateway.url, **config) as client:
+        reference = np.frombuffer(b"".join(frame.payload for frame in client.speak(text)), np.int16)
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the client's own buffer holds little of it
+    sock.connect(("127.0.0.1", gateway.port))
+    ws = websockets.sync.client.connect(gateway.url, sock=sock, max_size=None, max_queue=1, ping_interval=None,
+                                        compression=None, legacy=True)  # reads nothing while its queue holds one
+    with SyncSpeechClient.over(ws, **config) as client:
+        frames = client.speak(text)
+        heard = [next(frames).payload for _ in range(5)]  # the start, then nothing for a while
+        deadline = time.monotonic() + 30
+        while not paused_streams(gateway) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert paused_streams(gateway) == 1
+        deadline = time.monotonic() + 10  # its request closed: Triton ends it within a chunk or two
+        while triton_active(triton) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert triton_active(triton) == 0
+        time.sleep(1)
+        assert triton_active(triton) == 0 and paused_streams(gateway) == 1  # and nothing more is asked
+        heard += [frame.payload for frame in frames]  # it reads again, to `done`
+    pcm = np.frombuffer(b"".join(heard), np.int16)
+    assert pcm.size == reference.size and snr_db(reference, pcm) >= 40
+    assert paused_streams(gateway) == 0
+    assert value(scrape(gateway.url), "speechstream_stream_pauses_total") >= 1

@@ -53,6 +53,17 @@ def test_a_failure_at_a_sentence_boundary_drops_nothing_and_keeps_the_words():
     assert np.array_equal(two.pcm, np.arange(0, 50))
 
 
+def test_a_request_paused_before_a_sentence_goes_on_from_it_and_nothing_is_made_twice():
+    r = Resumption(SENTENCES)
+    r.delivered(chunk(0, range(0, 100)))
+    r.delivered(chunk(1, range(0, 80), [("Two", 0, 60)]))  # "Two two." whole; "Three..."'s first chunk was not sent
+    r.paused_before(2)
+    assert r.rest == SENTENCES[2:]
+    three = r.delivered(chunk(0, range(0, 50), [("Three", 10, 50)]))
+    assert three.sentence_index == 2 and three.words == [("Three", 190, 230)]  # after 100 + 80 samples
+    assert np.array_equal(three.pcm, np.arange(0, 50))  # none of it dropped
+
+
 def test_only_a_server_or_stage_gone_away_under_a_stream_already_heard_is_resumed():
     r = Resumption(SENTENCES, mid_stream=True)
     assert r.failed(REFUSED, now=0.0, within_s=10) is None  # Triton refused: the failure stands

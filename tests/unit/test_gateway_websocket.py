@@ -50,6 +50,9 @@ class Transport:
     def get_write_buffer_size(self):
         return self.buffered
 
+    def get_extra_info(self, name, default=None):
+        return default  # no socket: the kernel's queue is not read
+
     def abort(self):
         self.aborted = True
 
