@@ -113,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perf.gateway.fairness", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20, help="sentences the normal client speaks each way")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--max-lead", type=float, help="the gateway's --max-lead (0: streams never pause; to compare)")
     args = parser.parse_args(argv)
-    servers = Servers(Path(tempfile.mkdtemp(prefix="fairness-")), gateway_flags=("--probe-interval", "0"))
+    lead = () if args.max_lead is None else ("--max-lead", str(args.max_lead))
+    servers = Servers(Path(tempfile.mkdtemp(prefix="fairness-")), gateway_flags=("--probe-interval", "0", *lead))
     try:
         servers.start()
         results = measure(servers, args.rounds)
