@@ -1,5 +1,6 @@
 """Stage calls at two priorities: urgent calls at the process's own, the others on
-threads BACKGROUND_NICE below it.
+threads BACKGROUND_NICE below it. The Thinker on llama.cpp writes at the lower one too:
+a draft while the user speaks must not hold back the recognizer's final pass.
 
 Calls are not preempted: a call far ahead of its listener's need can hold a core while
 a new stream's first packet waits for it. The scheduler in `tts` lets an urgent call run

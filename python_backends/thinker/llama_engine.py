@@ -34,6 +34,7 @@ import numpy as np
 from transformers import AutoTokenizer
 
 from contract.models import InvalidRequest
+from python_backends.priority import lower_priority
 from python_backends.thinker.replies import Detokenizer, Piece, ThinkerStats, chat_prompt
 from python_backends.thinker.speculation import verify
 
@@ -198,6 +199,10 @@ class LlamaCppThinker:
     # The compute thread: continuous batching over the slots.
 
     def _run(self) -> None:
+        # Below the recognizer and urgent synthesis, with llama.cpp's workers, which this
+        # thread starts: a draft written while the user speaks held back the final pass at
+        # the turn's end (python_backends/priority.py; docs/benchmarks.md).
+        lower_priority()
         while True:
             idle = not self._running and not self._waiting
             try:
