@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         return 1
     log.info("ready: gRPC %s:%d, HTTP %s:%d, metrics %s:%d", args.host, args.grpc_port, args.host, args.http_port, args.host, args.metrics_port)
-    server.supervise(stopping)
+    server.supervise(stopping)  # Triton drains in-flight requests (up to 30 s) as it stops
     return server.stop().exit_code
 
 

@@ -209,6 +209,9 @@ class Connection:
         # costs ten times the send itself, once per 20 ms frame.
         size = len(data) if isinstance(data, bytes) else 4 * len(data)  # UTF-8: at most 4 bytes a character
         timeout_s = None if self._fits(size) else self.gateway.settings.send_timeout_s or None
+        # Counted as it goes to the transport (the send's first step), not once a full
+        # buffer has let it through: a send that waits holds bytes the client has not taken.
+        self.backlog.sent(frame_bytes(size if isinstance(data, bytes) else len(data.encode())), audio_s)
         try:
             await (sending if timeout_s is None else asyncio.wait_for(sending, timeout_s))
         except asyncio.TimeoutError:  # not the builtin on Python 3.10
@@ -217,7 +220,6 @@ class Connection:
             raise ConnectionClosed from None
         except ConnectionError as e:  # aiohttp's ClientConnectionResetError among them
             raise ConnectionClosed from e
-        self.backlog.sent(frame_bytes(size if isinstance(data, bytes) else len(data.encode())), audio_s)
 
     def unread_s(self) -> float:
         """The audio sent that the client has not taken yet: its streams' lead. A client
