@@ -33,7 +33,7 @@ from python_backends.piper.voice import load_voice
 log = logging.getLogger("speechstream.triton")
 
 
-STUBLESS_GRACE_S = 3.0  # Triton counts its live models once a second: this long after its last stub, it waits for nothing
+STUCK_GRACE_S = 3.0  # Triton counts its live models once a second: this long with none but stuck ones, it waits for nothing
 EXIT_POLL_S = 0.1
 
 
@@ -185,27 +185,36 @@ class TritonProcess:
         return Stopped(self.process.returncode, round(time.monotonic() - started, 1), len(left), stale, models)
 
     def _await_exit(self, stubs: list[psutil.Process], timeout: float) -> None:
-        """Wait for a terminated Triton to exit; kill it after `timeout`, or once none of
-        `stubs` is left alive for STUBLESS_GRACE_S: what it then waits for are instances
-        retired after a failover, whose stubs are dead, and they never unload (Triton
-        would wait out its own 30 s exit timeout for them)."""
+        """Wait for a terminated Triton to exit; kill it after `timeout`, or once it has
+        waited STUCK_GRACE_S on none of `stubs` but those that never unload (`_stuck`):
+        Triton would wait out its own 30 s exit timeout for them."""
         deadline = time.monotonic() + timeout
-        stubless_since = None
+        stuck_since = None
         while self.process.poll() is None:
             now = time.monotonic()
-            if not any(alive(stub) for stub in stubs):
-                stubless_since = stubless_since or now
-            waits_on_dead = stubless_since is not None and now - stubless_since >= STUBLESS_GRACE_S
-            if waits_on_dead:
-                log.warning("tritonserver waits on instances retired after a failover, whose stubs are dead and never "
-                            "unload; killing it")
+            left = [stub for stub in stubs if alive(stub)]
+            if all(self._stuck(stub) for stub in left):
+                stuck_since = stuck_since or now
+            waits_on_stuck = stuck_since is not None and now - stuck_since >= STUCK_GRACE_S
+            if waits_on_stuck:
+                models = sorted({str(model_of(stub)) for stub in left}) or ["instances retired after a failover"]
+                log.warning("tritonserver waits on %s, which it never unloads (one of its instances died); "
+                            "killing it", ", ".join(models))
             elif now >= deadline:
                 log.warning("tritonserver did not stop within %.0f s; killing it", timeout)
-            if waits_on_dead or now >= deadline:
+            if waits_on_stuck or now >= deadline:
                 self.process.kill()
                 self.process.wait()
                 return
             time.sleep(EXIT_POLL_S)
+
+    def _stuck(self, stub: psutil.Process) -> bool:
+        """Whether Triton will never unload `stub`'s instance: Triton 2.51 waits for ever
+        on a model whose stub died, and one of the stubs of this one's model died (the
+        failover had not replaced it yet). Instances retired after a failover are such too,
+        but their stubs are dead already."""
+        model = model_of(stub)
+        return any(model_of(other) == model and not alive(other) for other in self._stubs)
 
     def kill(self) -> None:
         """Kill the server and its stubs at once (a dead stub makes a graceful stop wait
