@@ -173,8 +173,9 @@ class TritonProcess:
         stubs = self.stubs()
         regions = stub_regions(stubs)
         if self.process.poll() is None:
+            stuck = {model_of(stub) for stub in self._stubs if not alive(stub)}  # before the unloads end stubs
             self.process.terminate()
-            self._await_exit(stubs, timeout)
+            self._await_exit(stubs, stuck, timeout)
         left = [stub for stub in stubs if alive(stub)]
         models = tuple(sorted(str(model_of(stub)) for stub in left))
         if left:
@@ -184,16 +185,18 @@ class TritonProcess:
         stale = self._clean_up(regions)
         return Stopped(self.process.returncode, round(time.monotonic() - started, 1), len(left), stale, models)
 
-    def _await_exit(self, stubs: list[psutil.Process], timeout: float) -> None:
+    def _await_exit(self, stubs: list[psutil.Process], stuck: set[str | None], timeout: float) -> None:
         """Wait for a terminated Triton to exit; kill it after `timeout`, or once it has
-        waited STUCK_GRACE_S on none of `stubs` but those that never unload (`_stuck`):
-        Triton would wait out its own 30 s exit timeout for them."""
+        waited STUCK_GRACE_S on none of `stubs` but those of the `stuck` models: Triton
+        2.51 never unloads a model one of whose stubs died before the stop (the failover
+        had not replaced it yet), and would wait out its own 30 s exit timeout for it.
+        Instances retired after a failover are such too, but their stubs are dead already."""
         deadline = time.monotonic() + timeout
         stuck_since = None
         while self.process.poll() is None:
             now = time.monotonic()
             left = [stub for stub in stubs if alive(stub)]
-            if all(self._stuck(stub) for stub in left):
+            if all(model_of(stub) in stuck for stub in left):
                 stuck_since = stuck_since or now
             waits_on_stuck = stuck_since is not None and now - stuck_since >= STUCK_GRACE_S
             if waits_on_stuck:
@@ -207,14 +210,6 @@ class TritonProcess:
                 self.process.wait()
                 return
             time.sleep(EXIT_POLL_S)
-
-    def _stuck(self, stub: psutil.Process) -> bool:
-        """Whether Triton will never unload `stub`'s instance: Triton 2.51 waits for ever
-        on a model whose stub died, and one of the stubs of this one's model died (the
-        failover had not replaced it yet). Instances retired after a failover are such too,
-        but their stubs are dead already."""
-        model = model_of(stub)
-        return any(model_of(other) == model and not alive(other) for other in self._stubs)
 
     def kill(self) -> None:
         """Kill the server and its stubs at once (a dead stub makes a graceful stop wait
