@@ -5,9 +5,9 @@
 The embedded voice's three graphs (prior, flow, decoder) on one intra-op thread, as the
 stages run them, at each level, interleaved round by round: CPU ms per audio second of
 whole-sentence synthesis (Harvard sentences, Piper's own noise, a seed) per round and
-level, and each level's audio against the default level's (min SNR over the sentences;
-above 200 dB is bit-identical). A level is worth choosing on a host only where it is
-cheaper in every round and its audio is the default's.
+level, and each level's audio against the default level's (min SNR over the sentences:
+inf is bit-identical, -inf a duration moved). A level is worth choosing on a host only
+where it is cheaper in every round and its audio is the default's.
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ def synthesize(voice: v.Voice, acoustic: engines.AcousticEngine, texts: list[str
 
 
 def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
+    """`other` against `reference`: -inf where their lengths differ (a duration moved)."""
+    if reference.shape != other.shape:
+        return float("-inf")
     noise = float(np.sum((reference - other) ** 2))
     return 10 * np.log10(float(np.sum(reference**2)) / noise) if noise else float("inf")
 
