@@ -75,17 +75,15 @@ class CallTimes:
 class Failover:
     """Calls to one stateless stage, each issued again where it is lost (`issue` raises
     Lost, or passes its timeout) or late (unanswered past its hedge, while no other
-    call's hedge is out), up to ATTEMPTS times in all; the first answer is taken. A call
-    given up on is not taken back (Triton cannot), only no longer waited for: its late
-    answer is dropped when it comes, and `late` counts those still out."""
+    call's hedge is out), up to ATTEMPTS times in all; the first answer is taken. A call given up on is not taken back
+    (Triton cannot), only no longer waited for: its late answer is dropped when it
+    comes, and `late` counts those still out."""
 
     def __init__(self, attempts: int = ATTEMPTS, now: Callable[[], float] = time.monotonic) -> None:
         self.times = CallTimes()
         self.attempts = attempts
         self.late: set[asyncio.Future] = set()
-        # Attempts issued beside a late one, until they end or pass their timeout (a hedge
-        # that landed on a hung instance must not stop the stage's hedging for good).
-        self.hedges: dict[asyncio.Future, float] = {}
+        self.hedges: set[asyncio.Future] = set()  # attempts issued beside a late one, until they end
         self._now = now
 
     async def call(self, issue: Callable[[], Awaitable[T]], frames: int, retried: Callable[[Lost, int], None]) -> T:
@@ -105,8 +103,8 @@ class Failover:
                     flying[attempt] = self._now()
                     issued += 1
                     if hedge:
-                        self.hedges[attempt] = self._now() + self.times.timeout_s(frames)
-                        attempt.add_done_callback(lambda done: self.hedges.pop(done, None))
+                        self.hedges.add(attempt)
+                        attempt.add_done_callback(self.hedges.discard)
                 if not flying:
                     raise lost
                 done, _ = await asyncio.wait(flying, timeout=self._until_next(flying, frames, issued),
@@ -125,23 +123,17 @@ class Failover:
             for call in flying:  # the caller gave up, or another attempt answered: they still run
                 self._drop_when_done(call)
 
-    def _hedging(self) -> bool:
-        """Whether another call's hedge is out (those past their timeout forgotten)."""
-        now = self._now()
-        self.hedges = {hedge: until for hedge, until in self.hedges.items() if until > now}
-        return bool(self.hedges)
-
     def _hedge_due(self, flying: dict[asyncio.Future, float], frames: int) -> bool:
         hedge_s = self.times.hedge_s(frames)
-        return hedge_s is not None and not self._hedging() and self._now() - max(flying.values()) >= hedge_s
+        return hedge_s is not None and not self.hedges and self._now() - max(flying.values()) >= hedge_s
 
     def _until_next(self, flying: dict[asyncio.Future, float], frames: int, issued: int) -> float:
         """Seconds until an attempt in flight passes its timeout, or the newest its hedge
-        (while another call's hedge is out, looked at again every HEDGE_FLOOR_S)."""
+        (while another call's hedge is out, its end is not awaited here: the attempts'
+        timeouts bound the wait)."""
         due = [started + self.times.timeout_s(frames) for started in flying.values()]
-        if issued < self.attempts and (hedge_s := self.times.hedge_s(frames)) is not None:
-            hedge_at = max(flying.values()) + hedge_s
-            due.append(max(hedge_at, self._now() + HEDGE_FLOOR_S) if self._hedging() else hedge_at)
+        if issued < self.attempts and not self.hedges and (hedge_s := self.times.hedge_s(frames)) is not None:
+            due.append(max(flying.values()) + hedge_s)
         return max(0.0, min(due) - self._now())
 
     def _give_up_late(self, flying: dict[asyncio.Future, float], frames: int) -> Lost | None:
