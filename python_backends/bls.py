@@ -66,13 +66,13 @@ class Bls:
 
     async def infer(self, model: str, inputs: list, output: str, frames: int, label: str) -> np.ndarray:
         """The one output of a call to a stateless model (vocoder, Code2Wav) on a window of
-        `frames`. A call lost with its instance (its stub dead, stopped or hung), or late, is
-        issued again with the same inputs, and Triton gives it to an instance that is free
+        `frames`. A call lost with its instance (its stub dead, stopped or hung) is issued
+        again with the same inputs, and Triton gives it to an instance that is free
         (failover.Failover); the model being deterministic, the answer is the same. The
         model's own errors (a bad input), and a call lost at every attempt, raise StageError."""
 
         def retried(why: Lost, attempt: int) -> None:
-            pb_utils.Logger.log_warn(f"{model}: a window of request {label} is lost or late ({why}); "
+            pb_utils.Logger.log_warn(f"{model}: a window of request {label} was lost ({why}); "
                                      f"issuing it again, attempt {attempt} of {self._failover[model].attempts}")
 
         try:

@@ -98,7 +98,7 @@ def test_a_lost_vocoder_instance_costs_the_stream_a_little_time_not_its_audio(tr
     added_s = faulted.stall_free_start_s - unfaulted.stall_free_start_s
     print(f"{fault}: L_sf {unfaulted.stall_free_start_s:.2f} s unfaulted, {faulted.stall_free_start_s:.2f} s "
           f"faulted (+{added_s:.2f} s); SNR {snr_db(reference, pcm):.1f} dB")
-    assert added_s <= 0.5
+    assert added_s <= 1.0
     with open(triton.log_path, "rb") as log_file:
         log_file.seek(logged)
         log = log_file.read().decode(errors="replace")
