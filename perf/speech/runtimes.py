@@ -34,19 +34,11 @@ LEVELS = {
 SEED = 7
 
 
-def session(path, level: ort.GraphOptimizationLevel) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.graph_optimization_level = level
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
 def synthesize(voice: v.Voice, acoustic: engines.AcousticEngine, texts: list[str],
                level: ort.GraphOptimizationLevel) -> tuple[list[np.ndarray], float]:
     """Each sentence's audio on graphs at `level`, and the CPU seconds it took."""
-    graphs = engines.AcousticGraphs(1, session(voice.graphs["prior"], level), session(voice.graphs["flow"], level))
-    decoder = session(voice.graphs["decoder"], level)
+    prior, flow, decoder = (engines.session(voice.graphs[graph], 1, level) for graph in ("prior", "flow", "decoder"))
+    graphs = engines.AcousticGraphs(1, prior, flow)
     d = acoustic.default_params()
     params = VoiceParams(d.length_scale, d.noise_scale, d.noise_w, seed=SEED)
     started, audio = time.process_time(), []

@@ -33,10 +33,15 @@ FLOW_CONTEXT = 24
 DEFAULT_HEAD_THREADS = 2
 
 
-def session(path, threads: int) -> ort.InferenceSession:
+def session(
+    path, threads: int, optimization: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+) -> ort.InferenceSession:
+    """A graph's session as the stages run it; `optimization`, onnxruntime's default, is
+    what perf.speech.runtimes varies."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    options.graph_optimization_level = optimization
     # Spinning helper threads would take the cores from the other stages' calls.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
