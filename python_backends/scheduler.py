@@ -27,7 +27,7 @@ probe every few seconds does not halve a lone client's slots.
 
 Calls are not preempted, so a new stream's first packet would wait for a call in
 flight, up to a long sentence's flow or a grown chunk's window. So an urgent call (its
-listener needs it within URGENT_S: a first packet, or a listener about to run dry) may
+listener needs it within URGENT_S: a first or second packet, or a listener about to run dry) may
 run beside the calls that hold the slots, on up to `urgent_slots` more: the stages
 compute it above the others (python_backends.priority), so the kernel gives it a core
 at once and the calls it overtook lose only its own time.
@@ -54,8 +54,10 @@ T = TypeVar("T")
 # A client that called within this long still has its share of the slots kept for it.
 RECENT_S = 5.0
 # A call whose listener needs it within this long is urgent: a new stream's first
-# packet (due PLAYER_LEAD_S after its request), or a listener about to run dry.
-URGENT_S = 2 * PLAYER_LEAD_S
+# packet (due PLAYER_LEAD_S after its request), its second (due PLAYER_LEAD_S and the
+# default first chunk's 93 ms after the first audio: waiting for a slot behind the calls
+# in flight, it came late), or a listener about to run dry.
+URGENT_S = 0.2
 
 
 class Scheduler(Protocol):

@@ -251,15 +251,14 @@ async def vocode_chunk(
     """Vocode the chunk's window (zero-padded to its bucket if `pad`), once its frames
     are in, and cut the context off. A sentence's first window, in while the rest of the
     sentence is still being read (a first sentence's head), borrows the reading's slot;
-    the windows after the stream's `first` wait for its first audio unless urgent (when
-    its frames are in, the listener needs it soon), so that the first packet shares the
-    cores with the flow alone, whatever slots are free. Its urgency is judged again once
-    the first audio is out: a first packet that came late leaves the next one due soon."""
+    the windows after the stream's `first` wait for its first audio, so that the first
+    packet shares the cores with the flow alone, whatever slots are free. Their urgency is
+    judged once the first audio is out: the second window is due soon after it."""
     frames = await latent.until(chunk.window_end)
     window = np.zeros((frames.shape[0], bucket_frames(chunk.window_frames) if pad else chunk.window_frames), np.float32)
     window[:, : chunk.window_frames] = frames[:, chunk.window_start : chunk.window_end]
     borrow = chunk.start == 0 and not latent.complete
-    if not (first or clock.urgent(deadline)):
+    if not first:
         await clock.first_audio()
     urgent = clock.urgent(deadline)
     pcm = await scheduler.run(deadline, lambda: stages.vocode(window, urgent), borrow=borrow, urgent=urgent)

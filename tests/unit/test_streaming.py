@@ -428,4 +428,19 @@ def test_a_streams_later_windows_wait_for_its_first_audio_whatever_slots_are_fre
 
     assert speak_windows(stages, clock)
     assert started[0] == (False, True)  # the first packet
-    assert len(started) == 4 and all(sounded for sounded, urgent in started[1:] if not urgent)
+    assert len(started) == 4 and all(sounded for sounded, _ in started[1:])
+
+
+def test_the_window_after_a_default_first_chunk_is_urgent_and_the_next_is_not():
+    """The listener holds the first chunk's 8 frames (93 ms) and the player's lead when
+    the first audio goes out: a second window behind the calls in flight would come late."""
+    stages = ScriptedStages([64])
+    clock = PlaybackClock(22050, now=lambda: 0.0)  # time stands still: a call's urgency is its deadline's
+
+    async def main():
+        chunks = speak([Sentence(0, 2, "s0")], stages, scheduler=DeadlineScheduler(4),
+                       chunking=ChunkParams(8, 16, 2, 2), head=0, clock=clock, grow=False)
+        return [chunk async for chunk in chunks]
+
+    assert len(asyncio.run(asyncio.wait_for(main(), 10))) == 5  # 8, 16, 16, 16 and 8 frames
+    assert [u for stage, u in stages.urgency if stage == "vocode"][:3] == [True, True, False]
