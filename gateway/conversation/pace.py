@@ -10,6 +10,7 @@ from dataclasses import dataclass
 class Pace:
     """A streamed HTTP speech body against a listener playing it from its first audio."""
 
+    client: str = ""  # the address that asked for it
     heard_at: float | None = None  # when its first audio went out (time.monotonic)
     audio_s: float = 0.0  # the audio sent since
     streamed: bool = True  # False: a whole body, which no listener plays as it comes

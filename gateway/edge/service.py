@@ -87,27 +87,35 @@ class Gateway:
             streams[address] += session.streams
         return +streams  # without the addresses at 0
 
-    def leads(self, but: tuple[Speaking, str] | None = None) -> list[float]:
+    def leads(self, but: tuple[Speaking, str] | None = None, client: str | None = None) -> list[float]:
         """How far each stream being spoken is ahead of its listener, in seconds of audio:
         contexts on all connections (but a session's context `but`) and streamed HTTP
-        speech bodies."""
+        speech bodies; only `client`'s, if named."""
         now = time.monotonic()
-        bodies = [lead for pace in self.http_paces if (lead := pace.lead_s(now)) is not None]
-        contexts = [lead for s in self.sessions for lead in s.leads(but[1] if but and s is but[0] else None)]
+        bodies = [lead for pace in self.http_paces
+                  if client in (None, pace.client) and (lead := pace.lead_s(now)) is not None]
+        contexts = [lead for s, address in self.sessions.items() if client in (None, address)
+                    for lead in s.leads(but[1] if but and s is but[0] else None)]
         return contexts + bodies
 
     def starts_in_time(self, session: Speaking, context_id: str, in_hand_s: float) -> bool:
         """Whether the session's context, starting with `in_hand_s` of audio, will get the
-        rest in time: the servers have room for a stream more than those open (its own
-        included), and every other stream being spoken has sounded and is further ahead of
-        its listener, so its next calls have the earliest deadlines there. Not known
-        while the servers serve streams through other gateways, whose leads are not known
-        here."""
+        rest in time: its client's share of the servers (the admitted load split evenly
+        among the addresses with streams open, as `tts` splits its slots among clients)
+        has room for a stream more than the client has open (this one included), and
+        every other stream of the client's being spoken has sounded and is further ahead
+        of its listener, so its next calls have the earliest deadlines among the client's.
+        The other clients' streams do not count: `tts` serves each client its share
+        first, however far behind theirs are, so a flood cannot hold this start. Not known
+        while the servers serve streams through other gateways, whose clients are not
+        known here."""
         capacity, elsewhere = self.backends.capacity, self.backends.elsewhere
         if not capacity or elsewhere:
             return False
-        room = (self.settings.admission_load or 1.0) * capacity - self.streams_by_client().total()
-        return room >= 1 and min(self.leads((session, context_id)), default=math.inf) >= in_hand_s
+        client, streams = self.sessions[session], self.streams_by_client()
+        share = (self.settings.admission_load or 1.0) * capacity / max(1, len(streams))
+        leads = self.leads((session, context_id), client)
+        return share - streams[client] >= 1 and min(leads, default=math.inf) >= in_hand_s
 
     def others_starting(self, session: Speaking, context_id: str) -> int:
         """Streams being spoken, but the session's context, that await their first audio:
@@ -183,7 +191,7 @@ class Gateway:
         """Count an HTTP speech request among the address's streams while it runs; its
         Pace is told the audio of a streamed body as it goes out."""
         self.http_streams[client] += 1
-        pace = Pace()
+        pace = Pace(client)
         self.http_paces.add(pace)
         try:
             yield pace

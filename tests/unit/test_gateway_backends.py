@@ -211,12 +211,12 @@ def test_the_other_streams_first_chunks_take_their_audio_over_the_capacity_to_ma
     assert gateway.others_first_s(first, "a", 1.5) == pytest.approx(2 * 1.5 / 6.0)
 
 
-def test_a_start_is_in_time_with_room_to_spare_and_every_other_stream_sounded_and_further_ahead():
+def test_a_start_is_in_time_with_room_in_its_clients_share_and_its_other_streams_sounded_and_further_ahead():
     gateway = Gateway(Settings(triton_urls=(), admission_load=0.5))
     server = backend("a")
     gateway.backends.all = [server]
     (playing, _, clock), (starting, _, _) = session(), session()
-    gateway.sessions.update({playing: "10.0.0.1", starting: "10.0.0.2"})
+    gateway.sessions.update({playing: "10.0.0.1", starting: "10.0.0.1"})  # one client's two connections
     (job,) = jobs(send(playing, type="speak", context_id="a", text="One sentence. " * 20))
     clock.now += 0.1
     playing.audio(job.id, speech(2.0), 0, [])  # 2 s of audio in 0.1 s: out at once
@@ -228,8 +228,30 @@ def test_a_start_is_in_time_with_room_to_spare_and_every_other_stream_sounded_an
     server.capacity_by_model = {c.TTS_MODEL: 6.0}  # 0.5 × 6: room for 3 streams, 2 open
     assert gateway.starts_in_time(starting, "b", lead - 0.1) and not gateway.starts_in_time(starting, "b", lead + 0.1)
     assert not gateway.starts_in_time(playing, "a", 0.01)  # b has not sounded
-    gateway.http_streams["10.0.0.3"] = 1  # a third stream fills the room
+    gateway.http_streams["10.0.0.1"] = 1  # a third stream of the client's fills the room
     assert not gateway.starts_in_time(starting, "b", 0.01)
-    del gateway.http_streams["10.0.0.3"]
+    del gateway.http_streams["10.0.0.1"]
     server.serving(1, 0)  # a stream through another gateway, its lead unknown here
     assert not gateway.starts_in_time(starting, "b", 0.01)
+
+
+def test_another_clients_streams_behind_their_listeners_do_not_hold_a_start_within_its_share():
+    """tts serves each client its share first: a flood's streams, however far behind,
+    take nothing from a normal client's next calls."""
+    gateway = Gateway(Settings(triton_urls=(), admission_load=1.0))
+    server = backend("a")
+    server.capacity_by_model = {c.TTS_MODEL: 6.0}
+    gateway.backends.all = [server]
+    (flood, _, clock), (normal, _, _) = session(), session()
+    gateway.sessions.update({flood: "10.0.0.2", normal: "10.0.0.1"})
+    (job,) = jobs(send(flood, type="speak", context_id="a", text="One sentence. " * 20))
+    clock.now += 0.1
+    flood.audio(job.id, speech(0.5), 0, [])  # out at once, then nothing more for a second
+    clock.now += 1.0
+    (behind,) = flood.leads()
+    assert behind < 0
+    jobs(send(normal, type="speak", context_id="b", text="Another sentence."))
+    gateway.http_streams["10.0.0.2"] = 5  # the flood's other streams
+    assert gateway.starts_in_time(normal, "b", 0.01)  # 6 ÷ 2 clients: room for 2 more of its own
+    gateway.http_streams.update({"10.0.0.3": 1, "10.0.0.4": 1})
+    assert not gateway.starts_in_time(normal, "b", 0.01)  # 6 ÷ 4 clients: no room for another
