@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contract.models import PLAYER_LEAD_S
-from perf.tools.playback import stalls
+from perf.tools.playback import stalls, stalls_heard
 from speechstream.protocol import SERVER_BUSY
 
 
@@ -105,6 +105,8 @@ def summarize(streams: Sequence[Stream], lead_s: float = PLAYER_LEAD_S) -> dict:
         "stalls": sum(count for count, _ in underruns),
         "stalled_ms": round(sum(ms for _, ms in underruns), 1),
         "streams_stalled": sum(count > 0 for count, _ in underruns),
+        # where in their streams' audio the stalls began (s): what traces them to a chunk
+        "stalls_at_s": sorted(round(at, 3) for s in done for at, _ in stalls_heard(s.arrivals, lead_s)),
         "ttfp_samples_ms": [round(v, 1) for v in ttfp_ms],  # for the distribution plot
     }
 

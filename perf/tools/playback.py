@@ -65,8 +65,9 @@ class Player:
         return Stall(self.ends_at, at - self.ends_at)
 
 
-def stalls(arrivals: list[tuple[float, float]], lead_s: float = PLAYER_LEAD_S) -> tuple[int, float]:
-    """(stall count, stalled ms) for one stream.
+def stalls_heard(arrivals: list[tuple[float, float]], lead_s: float = PLAYER_LEAD_S) -> list[tuple[float, float]]:
+    """Each stall of one stream: where in its audio it fell (seconds from its first
+    sample: the end of the last frame played before it) and how long it lasted (s).
 
     `arrivals` holds one (arrival_time_s, audio_end_s) per frame, in stream order:
     when the frame reached the client (any clock) and where its audio ends, in seconds
@@ -77,6 +78,12 @@ def stalls(arrivals: list[tuple[float, float]], lead_s: float = PLAYER_LEAD_S) -
     previous_end = 0.0
     for arrived, end in arrivals:
         if stall := player.arrive(arrived, end - previous_end):
-            found.append(stall.seconds)
+            found.append((previous_end, stall.seconds))
         previous_end = end
-    return len(found), sum(found) * 1000
+    return found
+
+
+def stalls(arrivals: list[tuple[float, float]], lead_s: float = PLAYER_LEAD_S) -> tuple[int, float]:
+    """(stall count, stalled ms) for one stream (`arrivals` as stalls_heard's)."""
+    found = stalls_heard(arrivals, lead_s)
+    return len(found), sum(seconds for _, seconds in found) * 1000

@@ -74,6 +74,7 @@ def test_a_known_gap_gives_the_known_stalls_and_ttfp_percentiles():
     assert (row["streams"], row["errors"]) == (3, 1)
     assert row["stalls"] == 1 and row["streams_stalled"] == 1
     assert row["stalled_ms"] == pytest.approx(150.0)
+    assert row["stalls_at_s"] == [pytest.approx(0.2)]  # frame 10's audio starts at 200 ms
     assert row["ttfp_ms"]["p50"] == pytest.approx(30.0)
     assert row["ttfp_ms"]["max"] == pytest.approx(40.0)
     assert row["audio_s"] == pytest.approx(0.8)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from perf.tools.playback import stalls
+from perf.tools.playback import stalls, stalls_heard
 
 FRAME = 0.02  # 20 ms frames
 
@@ -31,6 +31,8 @@ def test_one_late_frame_is_one_stall_of_its_lateness():
     count, ms = stalls(arrivals)
     assert count == 1
     assert ms == pytest.approx(40.0)
+    ((at, seconds),) = stalls_heard(arrivals)
+    assert at == pytest.approx(3 * FRAME) and seconds == pytest.approx(0.040)  # where frame 3's audio starts
 
 
 def test_a_stall_delays_what_follows():
