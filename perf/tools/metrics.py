@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contract.models import PLAYER_LEAD_S
-from perf.tools.playback import stalls, stalls_heard
+from perf.tools.playback import stalls_heard
 from speechstream.protocol import SERVER_BUSY
 
 
@@ -91,7 +91,7 @@ def summarize(streams: Sequence[Stream], lead_s: float = PLAYER_LEAD_S) -> dict:
     refused = sum(s.error == SERVER_BUSY for s in streams)
     ttfp_ms = [s.ttfp_s * 1000 for s in done]
     rtf = [s.rtf for s in done]
-    underruns = [stalls(s.arrivals, lead_s) for s in done]
+    heard = [stalls_heard(s.arrivals, lead_s) for s in done]  # each stream's stalls: (where, seconds)
     return {
         "streams": len(streams),
         "refused": refused,  # told `server_busy`: admission at capacity, not a failure
@@ -102,11 +102,11 @@ def summarize(streams: Sequence[Stream], lead_s: float = PLAYER_LEAD_S) -> dict:
         "refusal_ms": _ms([t for s in streams if (t := s.refusal_s) is not None], (50, 99)),
         "rtf": {"p50": round(percentile(rtf, 50), 4), "p90": round(percentile(rtf, 90), 4), "max": round(max(rtf, default=math.nan), 4)},
         "throughput_audio_s_per_s": round(throughput(streams), 2),
-        "stalls": sum(count for count, _ in underruns),
-        "stalled_ms": round(sum(ms for _, ms in underruns), 1),
-        "streams_stalled": sum(count > 0 for count, _ in underruns),
+        "stalls": sum(len(found) for found in heard),
+        "stalled_ms": round(sum(seconds for found in heard for _, seconds in found) * 1000, 1),
+        "streams_stalled": sum(bool(found) for found in heard),
         # where in their streams' audio the stalls began (s): what traces them to a chunk
-        "stalls_at_s": sorted(round(at, 3) for s in done for at, _ in stalls_heard(s.arrivals, lead_s)),
+        "stalls_at_s": sorted(round(at, 3) for found in heard for at, _ in found),
         "ttfp_samples_ms": [round(v, 1) for v in ttfp_ms],  # for the distribution plot
     }
 
