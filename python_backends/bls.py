@@ -10,7 +10,6 @@ import re
 import signal
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -18,6 +17,7 @@ import triton_python_backend_utils as pb_utils
 from contract import models as c
 from python_backends.failover import Failover, Lost
 from python_backends.keepalive import KeepAlive
+from python_backends.stubs import StubWatch, children
 
 # The first of contract.models.STUB_FAULTS names the instance whose stub is dead or stopped.
 UNHEALTHY = re.compile(r"Stub process '(?P<instance>[^']+)' is not healthy")
@@ -32,7 +32,8 @@ class Bls:
     def __init__(self, waiters: int) -> None:
         # The BLS response iterator blocks; each decoupled request parks a thread on it.
         self._waiters = ThreadPoolExecutor(waiters, thread_name_prefix="stream-wait")
-        self._failover: dict[str, Failover] = collections.defaultdict(Failover)  # by stateless model
+        self._stubs = StubWatch(lambda: children(os.getppid()))  # the stubs of this stub's tritonserver
+        self._failover: dict[str, Failover] = {}  # by stateless model
         self._finished = KeepAlive(ITERATOR_HOLD_S)
 
     async def decoupled(self, model: str, inputs: list, outputs: list[str]) -> AsyncIterator:
@@ -71,12 +72,15 @@ class Bls:
         (failover.Failover); the model being deterministic, the answer is the same. The
         model's own errors (a bad input), and a call lost at every attempt, raise StageError."""
 
+        failover = self._failover.setdefault(model, Failover(faulty=lambda: self._stubs.faulty(model)))
+
         def retried(why: Lost, attempt: int) -> None:
             pb_utils.Logger.log_warn(f"{model}: a window of request {label} was lost ({why}); "
-                                     f"issuing it again, attempt {attempt} of {self._failover[model].attempts}")
+                                     f"issuing it again, attempt {attempt} of {failover.attempts}")
 
+        self._stubs.learn()
         try:
-            return await self._failover[model].call(lambda: self._infer_once(model, inputs, output), frames, retried)
+            return await failover.call(lambda: self._infer_once(model, inputs, output), frames, retried)
         except Lost as lost:
             raise c.StageError(str(lost)) from None
 
@@ -138,14 +142,4 @@ def fence(message: str) -> None:
 
 def sibling_stubs(instance: str) -> list[int]:
     """The pids of the live stubs that run `instance`, children of this stub's tritonserver."""
-    pids = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (proc / "stat").read_text()
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):  # not a process, or gone meanwhile
-            continue
-        state, parent = stat.rsplit(")", 1)[1].split()[:2]
-        if int(parent) == os.getppid() and state != "Z" and instance.encode() in args:
-            pids.append(int(proc.name))
-    return pids
+    return [pid for pid, (state, args) in children(os.getppid()).items() if state != "Z" and instance in args]

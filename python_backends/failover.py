@@ -4,6 +4,13 @@ Such a call can be lost with its instance: a stub killed or stopped fails it, on
 never answers. The stage being stateless and deterministic, the same window issued
 again gives the same audio, so a lost window costs its stream a little time, not the
 stream. Pure asyncio, no Triton: bls.Bls issues the calls through it.
+
+Triton fails a call held by a dead or stopped stub only at its next health check, about
+a second later, which a stream that has just started cannot spare. So a call's first
+attempt is judged sooner too: once it is slower than the calls lately (its suspect
+time), it is taken for lost if a stub of its stage died or stopped lately (`faulty`,
+from /proc), and issued again. Triton may give it to the same instance again, so each
+attempt but the last is judged so.
 """
 
 from __future__ import annotations
@@ -26,6 +33,14 @@ ATTEMPTS = 3
 TIMEOUT_MULTIPLE = 4.0
 FLOOR_S = 2.0
 COLD_S = 10.0
+# An attempt's suspect time: SUSPECT_MULTIPLE times the p99 time per frame of the calls
+# lately, times its window's frames, at least SUSPECT_FLOOR_S (SUSPECT_COLD_S until
+# MIN_CALLS have answered). The last attempt is not judged so, so that a stage slowed by a
+# busy host just after a fault loses no stream, at worst issuing its calls again.
+SUSPECT_MULTIPLE = 2.0
+SUSPECT_FLOOR_S = 0.1
+SUSPECT_COLD_S = 0.5
+RECHECK_S = 0.05  # past its suspect time, how often an attempt asks whether its stage is faulty
 MIN_CALLS = 20
 CALL_HISTORY = 256
 
@@ -46,47 +61,64 @@ class CallTimes:
         self._per_frame.append(seconds / max(1, frames))
 
     def timeout_s(self, frames: int) -> float:
+        return self._within(frames, TIMEOUT_MULTIPLE, FLOOR_S, COLD_S)
+
+    def suspect_s(self, frames: int) -> float:
+        """How long an attempt runs before a faulty stage's stub is suspected."""
+        return self._within(frames, SUSPECT_MULTIPLE, SUSPECT_FLOOR_S, SUSPECT_COLD_S)
+
+    def _within(self, frames: int, multiple: float, floor_s: float, cold_s: float) -> float:
         if len(self._per_frame) < MIN_CALLS:
-            return COLD_S
+            return cold_s
         times = sorted(self._per_frame)
         p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
-        return max(FLOOR_S, TIMEOUT_MULTIPLE * p99 * frames)
+        return max(floor_s, multiple * p99 * frames)
 
 
 class Failover:
     """Calls to one stateless stage, each issued again where it is lost (`issue` raises
-    Lost, or passes its timeout), up to ATTEMPTS times in all. A call that passed its
-    timeout is not taken back (Triton cannot), only no longer waited for: its late
-    answer is dropped when it comes, and `late` counts those still out."""
+    Lost, or passes its timeout, or an attempt but the last passes its suspect time while
+    the stage is `faulty()`), up to ATTEMPTS times in all. A call given up on is not taken
+    back (Triton cannot), only no longer waited for: its late answer is dropped when it
+    comes, and `late` counts those still out."""
 
-    def __init__(self, attempts: int = ATTEMPTS, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, attempts: int = ATTEMPTS, faulty: Callable[[], bool] = lambda: False,
+                 now: Callable[[], float] = time.monotonic) -> None:
         self.times = CallTimes()
         self.attempts = attempts
         self.late: set[asyncio.Future] = set()
-        self._now = now
+        self._faulty, self._now = faulty, now
 
     async def call(self, issue: Callable[[], Awaitable[T]], frames: int, retried: Callable[[Lost, int], None]) -> T:
         """`issue()`'s result, for a window of `frames`; `retried(why, attempt)` is told
         before each further attempt. The last attempt's Lost is raised."""
-        for attempt in range(2, self.attempts + 1):
+        attempt = 1
+        while True:
             try:
-                return await self._within_timeout(issue, frames)
+                return await self._within_timeout(issue, frames, suspect=attempt < self.attempts)
             except Lost as lost:
+                if attempt == self.attempts:
+                    raise
+                attempt += 1
                 retried(lost, attempt)
-        return await self._within_timeout(issue, frames)
 
-    async def _within_timeout(self, issue: Callable[[], Awaitable[T]], frames: int) -> T:
-        timeout_s = self.times.timeout_s(frames)
+    async def _within_timeout(self, issue: Callable[[], Awaitable[T]], frames: int, suspect: bool) -> T:
+        """`issue()`'s result, if it comes within its timeout, and (if `suspect`) before
+        the stage is found faulty past its suspect time (checked every RECHECK_S)."""
+        timeout_s, suspect_s = self.times.timeout_s(frames), self.times.suspect_s(frames)
         started = self._now()
         call = asyncio.ensure_future(issue())
+        wait_s = min(suspect_s, timeout_s) if suspect else timeout_s
         try:
-            done, _ = await asyncio.wait({call}, timeout=timeout_s)
-        except asyncio.CancelledError:
-            self._drop_when_done(call)  # the caller gave up; the call still runs
+            while not (await asyncio.wait({call}, timeout=wait_s))[0]:
+                if (left_s := started + timeout_s - self._now()) <= 0:
+                    raise Lost(f"no answer within {timeout_s:.1f} s")
+                if suspect and self._faulty():
+                    raise Lost(f"no answer within {suspect_s:.1f} s, a stub of the stage lately dead or stopped")
+                wait_s = min(RECHECK_S, left_s) if suspect else left_s
+        except (asyncio.CancelledError, Lost):
+            self._drop_when_done(call)  # given up on (or the caller gave up); the call still runs
             raise
-        if not done:
-            self._drop_when_done(call)
-            raise Lost(f"no answer within {timeout_s:.1f} s")
         result = call.result()
         self.times.record(frames, self._now() - started)
         return result

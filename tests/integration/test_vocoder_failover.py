@@ -28,7 +28,7 @@ from tests.servers import running
 # Repeatable audio: a seed and no noise.
 PARAGRAPH = {c.TEXT: workload("paragraph"), c.SEED: np.array([7], np.int64),
              c.NOISE_SCALE: np.array([0.0], np.float32), c.NOISE_W: np.array([0.0], np.float32)}
-FAULT_AT_CHUNK = 4
+FAULT_AT_CHUNK = 1  # the fault comes when the stream is least ahead of its listener
 RATE = 22050
 
 

@@ -5,7 +5,18 @@ import asyncio
 
 import pytest
 
-from python_backends.failover import COLD_S, FLOOR_S, MIN_CALLS, TIMEOUT_MULTIPLE, CallTimes, Failover, Lost
+from python_backends.failover import (
+    COLD_S,
+    FLOOR_S,
+    MIN_CALLS,
+    SUSPECT_COLD_S,
+    SUSPECT_FLOOR_S,
+    SUSPECT_MULTIPLE,
+    TIMEOUT_MULTIPLE,
+    CallTimes,
+    Failover,
+    Lost,
+)
 
 
 def run(coroutine):
@@ -85,3 +96,57 @@ def test_a_call_past_its_timeout_is_issued_again_and_its_late_answer_dropped():
     result, told, late, still_late = run(main())
     assert result == "second" and told == ["no answer within 0.1 s"]
     assert (late, still_late) == (1, 0)
+
+
+def hanging_then(answer: str):
+    """An `issue` whose first call never answers (its stub dead) and whose next ones answer."""
+    calls = []
+
+    async def issue():
+        calls.append(1)
+        if len(calls) == 1:
+            await asyncio.Event().wait()
+        return answer
+
+    return issue
+
+
+def test_an_attempt_past_its_suspect_time_is_issued_again_when_a_stub_of_its_stage_faulted_lately():
+    async def main(faulty: bool):
+        failover = Failover(faulty=lambda: faulty)
+        failover.times.suspect_s = lambda frames: 0.05
+        failover.times.timeout_s = lambda frames: 0.3
+        told = []
+        result = await failover.call(hanging_then("pcm"), 10, lambda why, attempt: told.append(str(why)))
+        return result, told
+
+    assert run(main(faulty=True)) == ("pcm", ["no answer within 0.1 s, a stub of the stage lately dead or stopped"])
+    assert run(main(faulty=False)) == ("pcm", ["no answer within 0.3 s"])  # healthy: a slow call is waited for
+
+
+def test_the_last_attempt_is_not_judged_by_its_suspect_time():
+    async def main():
+        failover = Failover(attempts=3, faulty=lambda: True)
+        failover.times.suspect_s = lambda frames: 0.01
+        failover.times.timeout_s = lambda frames: 0.2
+        told = []
+
+        async def hangs():
+            await asyncio.Event().wait()
+
+        with pytest.raises(Lost, match=r"no answer within 0\.2 s$"):
+            await failover.call(hangs, 10, lambda why, attempt: told.append((str(why), attempt)))
+        return told
+
+    suspected = "no answer within 0.0 s, a stub of the stage lately dead or stopped"
+    assert run(main()) == [(suspected, 2), (suspected, 3)]
+
+
+def test_a_calls_suspect_time_follows_recent_calls_with_a_lower_floor():
+    times = CallTimes()
+    assert times.suspect_s(100) == SUSPECT_COLD_S < COLD_S
+    for _ in range(MIN_CALLS):
+        times.record(100, 0.01)  # 0.1 ms a frame
+    assert times.suspect_s(100) == SUSPECT_FLOOR_S
+    assert times.suspect_s(2000) == pytest.approx(SUSPECT_MULTIPLE * 0.0001 * 2000)  # past its floor
+    assert times.timeout_s(1000) == FLOOR_S  # a timeout is judged by the same calls, its floor higher

@@ -250,7 +250,8 @@ def test_a_lost_code2wav_instance_costs_the_stream_a_little_time_not_its_audio(a
     if added_s > 1.0:
         # Triton gives the lost instance a window again and again (a lone stream's windows
         # go one at a time to an instance that is free, and the dead one is free again
-        # once its call fails), each lost after its ~1 s health check, until the
+        # once its call fails), each lost after its suspect time (0.3-0.8 s on a 2-core
+        # CPU, python_backends/failover.py) or Triton's ~1 s health check, until the
         # supervisor's reload of code2wav ends (2-3 s here); the stream, slower than real
         # time on this CPU, adds each second to its start. Issuing each window twice
         # meanwhile was tried for the vocoder and made tritonserver abort during reloads
