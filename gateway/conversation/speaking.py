@@ -380,14 +380,16 @@ class Speaking:
     def _through_gate(self, context: Context, actions: list[Action], seconds: float) -> list[Action]:
         """`actions`, with `seconds` of new audio among them, as they may go out: held
         while the context's start gate is shut (given the other streams starting) and the
-        gateway cannot tell that it starts in time (Admission.starts_in_time); then all
-        that was held."""
+        gateway cannot tell that it starts in time (Admission.starts_in_time: served
+        before the client's other streams) with audio in hand that outlasts the queue it
+        waited in; then all that was held."""
         if (gate := context.gate) is None:
             return actions
         gate.held += actions
         gate.arrived(seconds, self.clock())
         others_first_s = self.admission.others_first_s(context.id, gate.first_chunk_s)
-        safe = gate.is_open(self.clock(), others_first_s) or self.admission.starts_in_time(context.id, gate.in_hand_s)
+        safe = gate.is_open(self.clock(), others_first_s) or (
+            gate.outlasts_its_queue() and self.admission.starts_in_time(context.id, gate.in_hand_s))
         return self._release(context, []) if safe else []
 
     def _release(self, context: Context, actions: list[Action]) -> list[Action]:

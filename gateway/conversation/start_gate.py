@@ -71,6 +71,12 @@ class StartGate:
         rest = max(self.expected_s - self.in_hand_s, 0.0)
         return rest * (1 - rate) / rate if rate < 1 else 0.0
 
+    def outlasts_its_queue(self) -> bool:
+        """Whether the audio in hand outlasts the longest wait for a chunk so far, the
+        voice's prompt aside: the queue it waited in. A next chunk that queues as long, even
+        served first, then still comes in time."""
+        return self.in_hand_s >= self.longest_gap_s - self.prompt_s
+
     def is_open(self, now: float, others_first_s: float = 0.0) -> bool:
         """Whether the audio in hand may go out now, the servers taking `others_first_s`
         for the first chunks of the other streams starting: all that is expected is in

@@ -108,14 +108,18 @@ def test_a_cancelled_context_drops_what_was_held_and_the_switch_turns_the_gate_o
 
 class OthersAhead(AdmitAll):
     """An admission with room to spare whose other streams are all `lead_s` ahead of
-    their listeners; it notes what it was asked."""
+    their listeners, while streams starting elsewhere (a flood's) take the servers
+    `others_first_s` to make their first chunks; it notes what it was asked."""
 
-    def __init__(self, lead_s):
-        self.lead_s, self.asked = lead_s, []
+    def __init__(self, lead_s, others_first_s=0.0):
+        self.lead_s, self.others_first, self.asked = lead_s, others_first_s, []
 
     def starts_in_time(self, context_id, in_hand_s):
         self.asked.append((context_id, in_hand_s))
         return self.lead_s >= in_hand_s
+
+    def others_first_s(self, context_id, first_chunk_s):
+        return self.others_first
 
 
 class OthersStarting(AdmitAll):
@@ -166,13 +170,26 @@ def test_a_session_holds_a_fast_first_chunk_while_other_streams_first_chunks_wou
 
 
 @pytest.mark.parametrize("others_lead_s,sent", [(0.3, False), (0.6, True)])
-def test_a_slow_start_goes_out_at_once_while_every_other_stream_is_further_ahead_than_its_audio_in_hand(
+def test_a_start_held_by_others_starting_goes_out_at_once_while_every_other_stream_is_further_ahead_than_its_audio_in_hand(
         others_lead_s, sent):
-    admission = OthersAhead(others_lead_s)
+    admission = OthersAhead(others_lead_s, others_first_s=1.0)  # a flood's starts: the gate alone would hold it
     s, clock, job = speaking(admission)
-    clock.now += 1.0
-    out = s.audio(job.id, speech(0.5), 0, [])  # half real time: the rate alone would hold it
+    clock.now += 0.1
+    out = s.audio(job.id, speech(0.5), 0, [])
     assert bool(frames(out)) == sent and admission.asked == [("a", pytest.approx(0.5))]
+
+
+def test_a_start_that_queued_longer_than_its_audio_in_hand_is_held_however_far_ahead_the_others_are():
+    # Listeners started together past what the servers sustain: the last first chunks
+    # come late and small, and the next waits as long, however urgent.
+    admission = OthersAhead(10.0)
+    s, clock, job = speaking(admission)
+    clock.now += 2.5
+    assert s.audio(job.id, speech(0.5), 0, []) == [] and admission.asked == []
+    for prompt_s, outlasts in [(0.3, True), (0.0, False)]:  # the voice's prompt is no queue
+        gate = StartGate(began=0.0, expected_s=8.0, prompt_s=prompt_s)
+        gate.arrived(0.5, now=0.7)
+        assert gate.outlasts_its_queue() == outlasts
 
 
 def test_the_pace_of_a_voice_is_learned_from_its_jobs_and_of_no_other():
