@@ -46,8 +46,9 @@ class Settings:
         "together ('too_many_streams' / HTTP 429 past it); 0 for no cap (behind a proxy all share one address)"
     )
     admission_load: float = _setting(
-        0.9, "a new stream is admitted only while the streams open, on all gateways, are fewer than this fraction of "
-        "the real-time streams the Tritons measure they sustain; past it 'server_busy' / HTTP 429 (0: admit all)"
+        0.9, "a new stream is admitted only while the streams open, on all gateways, this one included, stay within "
+        "this fraction of the real-time streams the Tritons measure they sustain; past it 'server_busy' / HTTP 429 "
+        "(0: admit all)"
     )
     admission_slack_s: float = _setting(
         3.0, "past --admission-load, a new stream is still admitted while every stream being spoken is at least this "

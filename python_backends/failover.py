@@ -6,11 +6,11 @@ again gives the same audio, so a lost window costs its stream a little time, not
 stream. Pure asyncio, no Triton: bls.Bls issues the calls through it.
 
 Triton fails a call held by a dead or stopped stub only at its next health check, about
-a second later, which a stream that has just started cannot spare. So a call's first
-attempt is judged sooner too: once it is slower than the calls lately (its suspect
-time), it is taken for lost if a stub of its stage died or stopped lately (`faulty`,
-from /proc), and issued again. Triton may give it to the same instance again, so each
-attempt but the last is judged so.
+a second later, which a stream that has just started cannot spare. So an attempt is
+judged sooner too: once it is slower than the calls lately (its suspect time), it is
+taken for lost if a stub of its stage died or stopped lately (`faulty`, from /proc), and
+issued again. Triton may give it to the same instance again, so every attempt but the
+last is judged so.
 """
 
 from __future__ import annotations

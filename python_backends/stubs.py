@@ -72,7 +72,7 @@ class StubWatch:
         if now - self._learned_at < LEARN_EVERY_S:
             return
         self._learned_at, found = now, self._children()
-        for pid, (state, args) in found.items():
+        for pid, (_, args) in found.items():
             if (model := model_of(args)) is not None:
                 self._models[pid] = model
         for pid in [pid for pid in self._models if pid not in found]:  # reaped: dead too

@@ -203,11 +203,12 @@ class Gateway:
 
 
 def admits(streams: Counter[str], client: str, limit: float) -> bool:
-    """Whether `client` may open another stream: while the streams open are under `limit`,
-    and beyond it while the client has fewer than its fair share of `limit` (a whole
-    share each among the clients with streams open, itself included), so that one client
-    cannot take the whole capacity from the others."""
-    if streams.total() < limit:
+    """Whether `client` may open another stream: while the streams open, this one
+    included, stay within `limit` (under it by a fraction of a stream is not room for a
+    whole one), and beyond it while the client has fewer than its fair share of `limit`
+    (a whole share each among the clients with streams open, itself included), so that
+    one client cannot take the whole capacity from the others."""
+    if streams.total() + 1 <= limit:
         return True
     clients = len(streams.keys() | {client})
     return streams[client] < limit // clients

@@ -110,7 +110,8 @@ def test_streams_past_the_admission_load_of_the_capacity_are_refused_as_busy():
 
 def test_at_capacity_a_client_under_its_fair_share_is_still_admitted():
     limit = 10.0
-    assert admits(Counter({"greedy": 9}), "normal", limit)  # under the limit
+    assert admits(Counter({"greedy": 9}), "normal", limit)  # the tenth stays within the limit
+    assert admits(Counter({"a": 16}), "b", 17.3) and not admits(Counter({"a": 17}), "a", 17.3)  # no 18th in 17.3
     full = Counter({"greedy": 10})
     assert not admits(full, "greedy", limit)
     assert admits(full, "normal", limit)  # 0 < 10 // 2: its share
