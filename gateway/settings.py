@@ -47,8 +47,8 @@ class Settings:
     )
     admission_load: float = _setting(
         0.9, "a new stream is admitted only while the streams open, on all gateways, this one included, stay within "
-        "this fraction of the real-time streams the Tritons measure they sustain; past it 'server_busy' / HTTP 429 "
-        "(0: admit all)"
+        "this fraction of the real-time streams the Tritons measure they sustain (or none is open: one stream at "
+        "least); past it 'server_busy' / HTTP 429 (0: admit all)"
     )
     admission_slack_s: float = _setting(
         3.0, "past --admission-load, a new stream is still admitted while every stream being spoken is at least this "

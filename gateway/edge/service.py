@@ -169,7 +169,7 @@ class Gateway:
         # The share of the servers' capacity that other gateways' streams leave this one.
         load, capacity, elsewhere = self.settings.admission_load, self.backends.capacity, self.backends.elsewhere
         # Streams through other gateways count as at their deadlines: their leads are not known here.
-        if load and capacity and not admits(streams, client, load * capacity - elsewhere) and not keeping_ahead(
+        if load and capacity and not admits(streams, client, load * capacity - elsewhere, elsewhere) and not keeping_ahead(
             self.leads() + [0.0] * elsewhere, streams.total() + elsewhere, capacity, self.settings.admission_slack_s,
             self.settings.admission_peak,
         ):
@@ -202,13 +202,15 @@ class Gateway:
                 del self.http_streams[client]
 
 
-def admits(streams: Counter[str], client: str, limit: float) -> bool:
+def admits(streams: Counter[str], client: str, limit: float, elsewhere: int = 0) -> bool:
     """Whether `client` may open another stream: while the streams open, this one
     included, stay within `limit` (under it by a fraction of a stream is not room for a
-    whole one), and beyond it while the client has fewer than its fair share of `limit`
-    (a whole share each among the clients with streams open, itself included), so that
-    one client cannot take the whole capacity from the others."""
-    if streams.total() + 1 <= limit:
+    whole one), or none is open here nor through other gateways (`elsewhere`, which
+    `limit` leaves out) and there is room at all (servers that sustain less than one
+    stream still serve one); beyond that while the client has fewer than its fair share
+    of `limit` (a whole share each among the clients with streams open, itself included),
+    so that one client cannot take the whole capacity from the others."""
+    if streams.total() + 1 <= limit or (not streams.total() and not elsewhere and limit > 0):
         return True
     clients = len(streams.keys() | {client})
     return streams[client] < limit // clients

@@ -112,6 +112,8 @@ def test_at_capacity_a_client_under_its_fair_share_is_still_admitted():
     limit = 10.0
     assert admits(Counter({"greedy": 9}), "normal", limit)  # the tenth stays within the limit
     assert admits(Counter({"a": 16}), "b", 17.3) and not admits(Counter({"a": 17}), "a", 17.3)  # no 18th in 17.3
+    assert admits(Counter(), "a", 0.4) and not admits(Counter({"a": 1}), "b", 0.4)  # less than a stream: one
+    assert not admits(Counter(), "a", 0.7, elsewhere=1)  # another gateway's stream is the one
     full = Counter({"greedy": 10})
     assert not admits(full, "greedy", limit)
     assert admits(full, "normal", limit)  # 0 < 10 // 2: its share
