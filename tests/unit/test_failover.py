@@ -114,7 +114,7 @@ def hanging_then(answer: str):
 def test_an_attempt_past_its_suspect_time_is_issued_again_when_a_stub_of_its_stage_faulted_lately():
     async def main(faulty: bool):
         failover = Failover(faulty=lambda: faulty)
-        failover.times.suspect_s = lambda frames: 0.05
+        failover.times.suspect_s = lambda frames: 0.1
         failover.times.timeout_s = lambda frames: 0.3
         told = []
         result = await failover.call(hanging_then("pcm"), 10, lambda why, attempt: told.append(str(why)))
