@@ -72,7 +72,8 @@ class Bls:
         (failover.Failover); the model being deterministic, the answer is the same. The
         model's own errors (a bad input), and a call lost at every attempt, raise StageError."""
 
-        failover = self._failover.setdefault(model, Failover(faulty=lambda: self._stubs.faulty(model)))
+        if (failover := self._failover.get(model)) is None:  # made once per model, not per call
+            failover = self._failover[model] = Failover(faulty=lambda: self._stubs.faulty(model))
 
         def retried(why: Lost, attempt: int) -> None:
             pb_utils.Logger.log_warn(f"{model}: a window of request {label} was lost ({why}); "
