@@ -1,6 +1,7 @@
 """The fleet end to end on loopback, with real processes (issue 30): three tritonservers
-as three pods of one headless Service (127.0.0.1, .2 and .3, the same ports), a real DNS
-server (dnslib's) naming them, two gateways balancing over that name and admitting
+as three pods of one headless Service (127.0.0.1, .2 and .3, the same ports; the third
+listens on .4 behind a relay on .3 that can hold its answers), a real DNS server
+(dnslib's) naming them, two gateways balancing over that name and admitting
 together, and a real Prometheus scraping them all, evaluating the repository's recording
 rules and the autoscaler's query. In order, on servers started once for the module:
 
@@ -50,6 +51,7 @@ from tests.integration.test_discovery import (
 )
 from tests.integration.test_kubernetes import MANIFESTS, kustomize, one
 from tests.recorder import Recorder, holding_connection
+from tests.relay import relaying
 from tests.servers import Gateways, running
 
 pytestmark = [
@@ -59,6 +61,7 @@ pytestmark = [
 
 NAME = "triton.speechstream.svc.cluster.local"
 PODS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+BEHIND_THE_RELAY = "127.0.0.4"  # where the third Triton listens
 MAX_CONTEXTS = 16  # a connection's open contexts, the gateway's default (--max-contexts)
 STREAMS = 10  # about what the gateways admit together over two servers (--admission-load is set by it)
 DRAIN_S = 3
@@ -69,16 +72,18 @@ ELSEWHERE = "speechstream_triton_streams_elsewhere"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    """Three Tritons (the first two in DNS), the DNS server, gateways `a` (drains
+    """Three Tritons (the first two in DNS; the third behind a relay), the DNS server, gateways `a` (drains
     DRAIN_S s) and `b` admitting about STREAMS over two servers as the Tritons measured
     themselves on a warm-up, and Prometheus; all stopped at the end."""
     root = tmp_path_factory.mktemp("fleet")
     http, grpc, metrics = free_ports(3)
-    tritons = [TritonServer(http, grpc, metrics, host=host) for host in PODS]
+    tritons = [TritonServer(http, grpc, metrics, host=host) for host in (*PODS[:2], BEHIND_THE_RELAY)]
     with contextlib.ExitStack() as stack:
         records, dns_port = stack.enter_context(dns_server())
         for i, triton in enumerate(tritons, 1):  # one after the other: started together, one may abort
             stack.enter_context(running(triton, dir_(root / f"triton{i}"), 300))
+        relay = stack.enter_context(relaying((PODS[2], grpc), (BEHIND_THE_RELAY, grpc), http2=True))
+        stack.enter_context(relaying((PODS[2], metrics), (BEHIND_THE_RELAY, metrics)))
         started = stack.enter_context(Gateways(root))  # the gateways stop before the Tritons
 
         def gateways_admitting(load: float, *names: str) -> dict:
@@ -107,7 +112,7 @@ def fleet(tmp_path_factory):
         records.names = {NAME: list(PODS[:2])}
         gateways = gateways_admitting(load, "a", "b")
         namespace, prometheus = stack.enter_context(prometheus_scraping(root, gateways.values(), metrics))
-        yield Fleet(records, tritons, gateways["a"], gateways["b"], prometheus, namespace, load)
+        yield Fleet(records, tritons, relay, gateways["a"], gateways["b"], prometheus, namespace, load)
 
 
 async def warm_up(port: int, contexts: int) -> None:
@@ -134,9 +139,9 @@ def dir_(path):
 
 
 class Fleet:
-    def __init__(self, records, tritons, a, b, prometheus_port, namespace, load):
+    def __init__(self, records, tritons, relay, a, b, prometheus_port, namespace, load):
         self.load = load
-        self.records, self.tritons, self.a, self.b = records, tritons, a, b
+        self.records, self.tritons, self.relay, self.a, self.b = records, tritons, relay, a, b
         self.prometheus, self.namespace = prometheus_port, namespace
         self.urls = [f"{host}:{tritons[0].grpc_port}" for host in PODS]
 
@@ -235,10 +240,9 @@ def test_a_triton_added_to_dns_takes_streams_only_once_its_probe_passed(fleet):
     one_, two, three = fleet.urls
     fleet.in_dns(0, 1)
     port = fleet.a.port
-    # The third's `tts` stub stopped (SIGSTOP) holds its probe for as long as the test
-    # wants, well within the stage timeout: a probe takes well under a second, which a
-    # slow host's readiness reads can miss.
-    held_probe = fleet.tritons[2].stub("tts")
+    # The relay holding the third's answers holds its probe for as long as the test wants,
+    # well within the stage timeout: a probe takes well under a second, which a slow
+    # host's readiness reads can miss.
 
     async def opened_on(client: Recorder, context: str) -> tuple[str, list[str], str]:
         """(the third's state before, the server the stream went to, its state after)"""
@@ -252,27 +256,25 @@ def test_a_triton_added_to_dns_takes_streams_only_once_its_probe_passed(fleet):
         ws, client = await hold(port, ["h0", "h1"])  # one stream held on each of the first two
         try:
             assert await asyncio.to_thread(outstanding, port) == {one_: 1, two: 1}
-            held_probe.suspend()
+            fleet.relay.hold()
             try:
                 fleet.records.names = {NAME: list(PODS)}
                 await asyncio.to_thread(wait_for, lambda: readiness(port).get(three) == PROBING,
                                         "the third found in DNS, up, its probe under way", 10)
                 early = [await opened_on(client, f"e{i}") for i in range(3)]  # admitted, all held
             finally:
-                held_probe.resume()
-            later = []
-            async with asyncio.timeout(60):
-                while not later or later[-1][1] != [three]:
-                    later.append(await opened_on(client, f"n{len(later)}"))
-                    await asyncio.sleep(0.3)
-            return early, later
+                fleet.relay.release()
+            # Waited for rather than polled with new streams: each would stay held, and
+            # the fleet admits about STREAMS.
+            await asyncio.to_thread(wait_for, lambda: readiness(port).get(three) == "ready", "the third's probe passed", 30)
+            return early, await opened_on(client, "n")
         finally:
             await ws.close()  # cancels them
 
     early, later = asyncio.run(run())
     assert all(before == after == PROBING for before, _, after in early), early  # up, before its probe passed ...
-    assert all(went != [three] for _, went, after in early + later if after != "ready")  # ... all went elsewhere
-    assert later[-1][1] == [three] and later[-1][2] == "ready"  # once ready it takes the next (the least busy)
+    assert all(went != [three] for _, went, _ in early)  # ... all went elsewhere
+    assert later == ("ready", [three], "ready")  # once ready it takes the next (the least busy)
     with open(fleet.a.log_path) as log:  # the gateway's word: found, up, then its probe passed
         said = [line.split(f"Triton {three} ")[1].split(":")[0].strip() for line in log if f"Triton {three} " in line]
     assert said == ["found in DNS", "is up", "synthesizes"]
