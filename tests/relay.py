@@ -78,11 +78,11 @@ class Relay:
         with contextlib.suppress(OSError):
             while data := server.recv(65536):
                 buffer += data
-                while len(buffer) >= FRAME_HEADER and len(buffer) >= FRAME_HEADER + int.from_bytes(buffer[:3]):
-                    size = FRAME_HEADER + int.from_bytes(buffer[:3])
+                while len(buffer) >= FRAME_HEADER and len(buffer) >= (size := FRAME_HEADER + int.from_bytes(buffer[:3])):
                     frame, buffer = buffer[:size], buffer[size:]
                     stream = int.from_bytes(frame[5:9]) & 0x7FFFFFFF
-                    first_stream = first_stream or stream or None
+                    if first_stream is None and stream:  # stream 0 is the connection's own
+                        first_stream = stream
                     self._send(client, frame, stream, first_stream)
         with contextlib.suppress(OSError):
             client.shutdown(socket.SHUT_WR)
